@@ -1,0 +1,60 @@
+"""A read-stream wrapper that notices end of stream.
+
+The SDK's `ClientSession` gives no signal when its transport closes (a stdio child exiting, an SSE stream ending):
+pending requests fail, but the owner task waiting on its wake event would never learn it. `EOFWatch` passes every
+item through unchanged and flips `closed` (and calls `on_eof`) when the stream ends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+
+
+class EOFWatch:
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.closed = False
+        self.on_eof: Callable[[], None] | None = None
+
+    @property
+    def last_context(self) -> Any:
+        # The dispatcher reads this to carry the sender's contextvars across (streamable HTTP).
+        return getattr(self._inner, "last_context", None)
+
+    def _eof(self) -> None:
+        self.closed = True
+        if self.on_eof is not None:
+            self.on_eof()
+
+    async def receive(self) -> Any:
+        try:
+            return await self._inner.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            self._eof()
+            raise
+
+    def __aiter__(self) -> EOFWatch:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            raise StopAsyncIteration from None
+
+    async def aclose(self) -> None:
+        self._eof()
+        await self._inner.aclose()
+
+    def close(self) -> None:
+        self._eof()
+        self._inner.close()
+
+    async def __aenter__(self) -> EOFWatch:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()

@@ -1,0 +1,80 @@
+"""Opening one upstream transport from its config: stdio child, streamable HTTP, or legacy SSE.
+
+`open_transport` is an async context manager yielding the SDK's `(read, write)` streams; the upstream's owner task
+enters and exits it. A stdio child's stderr is read line by line into Triad's log, tagged with the upstream's name.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx2
+from mcp import StdioServerParameters, stdio_client
+from mcp.client.sse import sse_client
+from mcp.client.streamable_http import streamable_http_client
+
+from gateway.config import UpstreamConfig
+
+logger = logging.getLogger("triad.upstream")
+
+HTTP_CONNECT_TIMEOUT = 10.0
+SSE_READ_TIMEOUT = 300.0
+"""How long an SSE stream may stay silent before the transport gives up; calls have their own deadline."""
+
+
+@asynccontextmanager
+async def open_transport(name: str, config: UpstreamConfig, cwd: str | None) -> AsyncIterator[tuple[Any, Any]]:
+    kind = config.kind
+    if kind == "stdio":
+        async with _stdio(name, config, cwd) as streams:
+            yield streams
+        return
+    headers = {key: value.get_secret_value() for key, value in config.headers.items()}
+    assert config.url is not None
+    if kind == "sse":
+        async with sse_client(config.url, headers=headers, timeout=HTTP_CONNECT_TIMEOUT,
+                              sse_read_timeout=SSE_READ_TIMEOUT) as streams:
+            yield streams
+        return
+    timeout = httpx2.Timeout(HTTP_CONNECT_TIMEOUT, read=max(config.timeout, SSE_READ_TIMEOUT))
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=timeout, follow_redirects=False) as http,
+        streamable_http_client(config.url, http_client=http) as (read, write),
+    ):
+        yield read, write
+
+
+@asynccontextmanager
+async def _stdio(name: str, config: UpstreamConfig, cwd: str | None) -> AsyncIterator[tuple[Any, Any]]:
+    assert config.command is not None
+    params = StdioServerParameters(
+        command=config.command,
+        args=list(config.args),
+        env={key: value.get_secret_value() for key, value in config.env.items()} or None,
+        cwd=cwd,
+    )
+    read_fd, write_fd = os.pipe()
+    errlog = os.fdopen(write_fd, "w")
+    reader = threading.Thread(target=_log_stderr, args=(name, read_fd), name=f"stderr:{name}", daemon=True)
+    try:
+        async with stdio_client(params, errlog=errlog) as streams:
+            errlog.close()  # the child holds its own copy; EOF arrives when the child exits
+            reader.start()
+            yield streams
+    finally:
+        if not errlog.closed:
+            errlog.close()
+        if not reader.is_alive() and reader.ident is None:
+            os.close(read_fd)
+
+
+def _log_stderr(name: str, fd: int) -> None:
+    """Runs in a thread per child (blocking reads); ends at EOF, when the child and its children have exited."""
+    with os.fdopen(fd, "r", errors="replace") as stream:
+        for line in stream:
+            logger.info("[%s] %s", name, line.rstrip())

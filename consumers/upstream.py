@@ -1,0 +1,241 @@
+"""One upstream MCP server: its owner task, its state, its catalog, and the requests sent to it.
+
+Ownership: the pool creates an `Upstream` and runs `Upstream.run()` as one task in the daemon's task group. That
+task alone enters and exits the transport and the `ClientSession` (anyio requires the entering task to exit),
+reconnects with exponential backoff and jitter after a failure, and re-lists the catalog when the upstream says
+a list changed. Other tasks only call `request()`, which uses the live session and maps every failure to an
+`UpstreamError` naming the upstream.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import math
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp import ClientSession
+from mcp.shared.exceptions import MCPError
+from pydantic import TypeAdapter, ValidationError
+
+from consumers._streams import EOFWatch
+from consumers.transports import open_transport
+from gateway.config import UpstreamConfig
+from gateway.errors import UpstreamError, UpstreamRefused, UpstreamTimeout, UpstreamUnavailable
+
+logger = logging.getLogger("triad.upstream")
+
+RAW = TypeAdapter(dict[str, Any])
+CLIENT_INFO = types.Implementation(name="triad", version="0.1.0")
+BACKOFF_START = 0.5
+BACKOFF_MAX = 30.0
+MAX_LIST_PAGES = 1000
+"""A bound on pages per list, in case an upstream invents a new cursor forever."""
+
+ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
+
+
+class UpstreamState(enum.StrEnum):
+    STARTING = "starting"
+    READY = "ready"
+    DEGRADED = "degraded"
+    DOWN = "down"
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """What an upstream offers, as raw wire dicts (icons, `_meta`, annotations intact)."""
+
+    tools: tuple[dict[str, Any], ...] = ()
+    resources: tuple[dict[str, Any], ...] = ()
+    templates: tuple[dict[str, Any], ...] = ()
+    prompts: tuple[dict[str, Any], ...] = ()
+    capabilities: dict[str, Any] = field(default_factory=dict)
+    server_info: dict[str, Any] = field(default_factory=dict)
+    protocol_version: str = ""
+
+
+class Upstream:
+    def __init__(self, name: str, config: UpstreamConfig, cwd: str | None,
+                 on_change: Callable[[Upstream], None]) -> None:
+        self.name = name
+        self.config = config
+        self._cwd = cwd
+        self._on_change = on_change
+        self.state = UpstreamState.STARTING
+        self.reason = "connecting"
+        self.catalog: Catalog | None = None
+        """The last catalog listed; kept while down so names stay stable and tools can be shown as hidden."""
+        self.settled = anyio.Event()
+        """Set once the first connection attempt has succeeded or failed (what `triad plan` waits for)."""
+        self._session: ClientSession | None = None
+        self._wake = anyio.Event()
+        self._relist = False
+        self._stopping = False
+
+    def __repr__(self) -> str:
+        return f"Upstream({self.name!r}, {self.config.kind}, {self.state.value})"
+
+    # -- owner task ---------------------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Connect, serve, reconnect; until `stop()` or cancellation. Never raises for an upstream failure."""
+        backoff = BACKOFF_START
+        while not self._stopping:
+            try:
+                await self._connect_and_serve()
+                backoff = BACKOFF_START
+            except Exception as exc:  # one upstream's failure must never reach the daemon's task group
+                self._set_state(UpstreamState.DOWN, describe_failure(exc))
+                logger.warning("upstream %s is down: %s", self.name, self.reason)
+            finally:
+                self._session = None
+            self.settled.set()
+            if self._stopping:
+                break
+            if self.state is UpstreamState.READY:
+                self._set_state(UpstreamState.DOWN, "connection closed")
+                logger.warning("upstream %s closed its connection; reconnecting", self.name)
+            with anyio.move_on_after(backoff * (1 + random.random() / 2)):
+                await self._wait_wake()
+            backoff = min(backoff * 2, BACKOFF_MAX)
+
+    def stop(self) -> None:
+        self._stopping = True
+        self._wake.set()
+
+    def request_relist(self) -> None:
+        self._relist = True
+        self._wake.set()
+
+    async def _wait_wake(self) -> None:
+        await self._wake.wait()
+        self._wake = anyio.Event()
+
+    async def _connect_and_serve(self) -> None:
+        with anyio.CancelScope() as connect_scope:
+            connect_scope.deadline = anyio.current_time() + self.config.timeout
+            async with open_transport(self.name, self.config, self._cwd) as (read, write):
+                watch = EOFWatch(read)
+                async with ClientSession(watch, write, client_info=CLIENT_INFO,
+                                         message_handler=self._on_message) as session:
+                    init = await session.initialize()
+                    catalog = await self._list_catalog(session, init)
+                    connect_scope.deadline = math.inf  # connected: from here on only calls have deadlines
+                    self.catalog = catalog
+                    self._session = session
+                    self._set_state(UpstreamState.READY, "")
+                    self.settled.set()
+                    logger.info("upstream %s ready: %d tools, %d resources, %d prompts (%s)", self.name,
+                                len(catalog.tools), len(catalog.resources), len(catalog.prompts),
+                                init.protocol_version)
+                    await self._serve(session, watch)
+        if connect_scope.cancelled_caught:
+            raise UpstreamTimeout(self.name, f"did not finish initialize and listing within {self.config.timeout:g}s")
+
+    async def _serve(self, session: ClientSession, watch: EOFWatch) -> None:
+        watch.on_eof = lambda: self._wake.set()  # the event is replaced after each wake-up
+        while not self._stopping and not watch.closed:
+            await self._wait_wake()
+            if self._relist and not self._stopping and not watch.closed:
+                self._relist = False
+                assert self.catalog is not None
+                with anyio.fail_after(self.config.timeout):
+                    self.catalog = await self._list_catalog(session, None)
+                logger.info("upstream %s re-listed: %d tools", self.name, len(self.catalog.tools))
+                self._on_change(self)
+
+    async def _list_catalog(self, session: ClientSession, init: types.InitializeResult | None) -> Catalog:
+        if init is None:
+            assert self.catalog is not None
+            caps, info, version = self.catalog.capabilities, self.catalog.server_info, self.catalog.protocol_version
+        else:
+            caps = init.capabilities.model_dump(by_alias=True, mode="json", exclude_none=True)
+            info = init.server_info.model_dump(by_alias=True, mode="json", exclude_none=True)
+            version = init.protocol_version
+        tools = await self._list_all(session, types.ListToolsRequest, "tools") if "tools" in caps else ()
+        resources = templates = prompts = ()
+        if "resources" in caps:
+            resources = await self._list_all(session, types.ListResourcesRequest, "resources")
+            templates = await self._list_all(session, types.ListResourceTemplatesRequest, "resourceTemplates")
+        if "prompts" in caps:
+            prompts = await self._list_all(session, types.ListPromptsRequest, "prompts")
+        return Catalog(tools, resources, templates, prompts, caps, info, version)
+
+    async def _list_all(self, session: ClientSession, request_type: Any, key: str) -> tuple[dict[str, Any], ...]:
+        """Follow `nextCursor` to the end; a cursor seen before is an error, never an endless loop."""
+        items: list[dict[str, Any]] = []
+        seen: set[str] = set()
+        cursor: str | None = None
+        for _ in range(MAX_LIST_PAGES):
+            params = types.PaginatedRequestParams(cursor=cursor) if cursor is not None else None
+            page = await session.send_request(request_type(params=params), RAW)
+            items.extend(page.get(key) or ())
+            cursor = page.get("nextCursor")
+            if cursor is None:
+                return tuple(items)
+            if cursor in seen:
+                raise UpstreamError(self.name, f"{request_type.model_fields['method'].default}: the upstream "
+                                    "repeated a pagination cursor")
+            seen.add(cursor)
+        raise UpstreamError(self.name, f"more than {MAX_LIST_PAGES} pages of {key}")
+
+    async def _on_message(self, message: Any) -> None:
+        if isinstance(message, types.ServerNotification):
+            message = message.root if hasattr(message, "root") else message
+        if isinstance(message, types.ToolListChangedNotification | types.ResourceListChangedNotification
+                      | types.PromptListChangedNotification):
+            self.request_relist()
+        elif isinstance(message, Exception):
+            logger.warning("upstream %s transport error: %s", self.name, describe_failure(message))
+
+    def _set_state(self, state: UpstreamState, reason: str) -> None:
+        changed = (state, reason) != (self.state, self.reason)
+        self.state, self.reason = state, reason
+        if changed:
+            self._on_change(self)
+
+    # -- calls from other tasks ----------------------------------------------------------------------------------
+
+    async def request(self, request: Any, *, progress: ProgressFn | None = None) -> dict[str, Any]:
+        """Send one request on the live session and return the raw result dict (no output-schema check)."""
+        session = self._session
+        method = request.method
+        if session is None or self.state is not UpstreamState.READY:
+            raise UpstreamUnavailable(self.name, f"upstream {self.name!r} is not connected ({self.reason})")
+        try:
+            return await session.send_request(request, RAW, request_read_timeout_seconds=self.config.timeout,
+                                              progress_callback=progress)
+        except MCPError as exc:
+            raise map_mcp_error(self.name, method, exc, self.config.timeout) from None
+        except ValidationError:
+            raise UpstreamError(self.name, f"upstream {self.name!r} sent a malformed {method} result") from None
+        except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream) as exc:
+            raise UpstreamUnavailable(self.name, f"upstream {self.name!r} connection failed during {method}: "
+                                      f"{type(exc).__name__}") from None
+
+
+def map_mcp_error(name: str, method: str, exc: MCPError, timeout: float) -> UpstreamError:
+    error = exc.error
+    if error.code == types.REQUEST_TIMEOUT:
+        return UpstreamTimeout(name, f"upstream {name!r} did not answer {method} within {timeout:g}s")
+    if error.code == types.CONNECTION_CLOSED:
+        return UpstreamUnavailable(name, f"upstream {name!r} closed the connection during {method}")
+    return UpstreamRefused(name, error.message, code=error.code, data=error.data)
+
+
+def describe_failure(exc: BaseException) -> str:
+    """One line for logs and diagnostics. Exception groups are flattened; no headers or env are included."""
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(describe_failure(e) for e in exc.exceptions)
+    if isinstance(exc, UpstreamError | MCPError):
+        return str(exc)
+    if isinstance(exc, FileNotFoundError):
+        return f"command not found: {exc.filename}" if exc.filename else "command not found"
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

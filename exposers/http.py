@@ -1,0 +1,139 @@
+"""The HTTP face of Triad: streamable HTTP at `/mcp` (both eras), legacy SSE at `/sse`, health and readiness.
+
+Ownership: `build_app` returns a Starlette app whose lifespan only runs the SDK's session manager
+(`async with manager.run(): yield`); the daemon's task group owns the upstreams, not the app. DNS-rebinding
+protection is on whenever the listen address is loopback. Bearer tokens are checked here, before the SDK sees
+the request, and the caller's identity is left in the ASGI scope for the server handlers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+from collections.abc import AsyncIterator
+from typing import Any
+
+from mcp.server.sse import SseServerTransport
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Mount, Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from exposers.server import IDENTITY_SCOPE_KEY, GatewayServer
+from gateway.dispatch import Dispatcher
+from gateway.identity import LOCAL, identity_for_token, requires_token
+
+SESSION_IDLE_TIMEOUT = 1800.0
+MAX_SESSIONS = 10_000
+MAX_REQUEST_BODY = 4 * 2**20
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def security_settings(host: str) -> TransportSecuritySettings | None:
+    if not is_loopback(host):
+        return None
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=["127.0.0.1", "127.0.0.1:*", "localhost", "localhost:*", "[::1]", "[::1]:*"],
+        allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
+    )
+
+
+class BearerAuth:
+    """Maps `Authorization: Bearer <token>` to a configured client; 401 with `WWW-Authenticate` otherwise.
+
+    When no client has a token, every caller is the `local` client (loopback development use)."""
+
+    def __init__(self, app: ASGIApp, dispatcher: Dispatcher) -> None:
+        self.app = app
+        self.dispatcher = dispatcher
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        config = self.dispatcher.config
+        if not requires_token(config):
+            scope[IDENTITY_SCOPE_KEY] = LOCAL
+            await self.app(scope, receive, send)
+            return
+        header = Request(scope).headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        identity = identity_for_token(config, token.strip()) if scheme.lower() == "bearer" and token else None
+        if identity is None:
+            error = "invalid_token" if header else "invalid_request"
+            response = JSONResponse(
+                {"error": error, "error_description": "a valid bearer token is required"},
+                status_code=401,
+                headers={"WWW-Authenticate": f'Bearer realm="triad", error="{error}"'},
+            )
+            await response(scope, receive, send)
+            return
+        scope[IDENTITY_SCOPE_KEY] = identity
+        await self.app(scope, receive, send)
+
+
+def build_app(server: GatewayServer, dispatcher: Dispatcher, host: str) -> Starlette:
+    security = security_settings(host)
+    manager = StreamableHTTPSessionManager(
+        app=server,
+        security_settings=security,
+        session_idle_timeout=SESSION_IDLE_TIMEOUT,
+        max_sessions=MAX_SESSIONS,
+        max_request_body_size=MAX_REQUEST_BODY,
+    )
+    sse = SseServerTransport("/messages/", security_settings=security)
+
+    async def handle_sse(request: Request) -> Response:
+        async with sse.connect_sse(request.scope, request.receive, request._send) as (read, write):
+            await server.run(read, write, server.create_initialization_options())
+        return Response()
+
+    async def healthz(_request: Request) -> Response:
+        return JSONResponse({"status": "alive"})
+
+    async def readyz(_request: Request) -> Response:
+        upstreams = {name: {"state": up.state.value, **({"reason": up.reason} if up.reason else {})}
+                     for name, up in dispatcher.pool.upstreams.items()}
+        ready = sum(1 for u in upstreams.values() if u["state"] == "ready")
+        body: dict[str, Any] = {"ready": ready > 0 or not upstreams, "upstreams": upstreams,
+                                "registry_version": dispatcher.registry.version,
+                                "tools": len(dispatcher.registry.tools)}
+        return JSONResponse(body, status_code=200 if body["ready"] else 503)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        async with manager.run():
+            yield
+
+    return Starlette(
+        routes=[
+            Route("/mcp", endpoint=BearerAuth(StreamableHTTPASGIApp(manager), dispatcher)),
+            Route("/sse", endpoint=BearerAuth(_endpoint(handle_sse), dispatcher)),
+            Mount("/messages/", app=BearerAuth(sse.handle_post_message, dispatcher)),
+            Route("/healthz", endpoint=healthz),
+            Route("/readyz", endpoint=readyz),
+        ],
+        lifespan=lifespan,
+    )
+
+
+def _endpoint(handler: Any) -> ASGIApp:
+    """Wrap a request handler as a plain ASGI app so the auth middleware can sit in front of it."""
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        response = await handler(Request(scope, receive, send))
+        await response(scope, receive, send)
+
+    return app

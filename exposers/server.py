@@ -1,0 +1,132 @@
+"""The SDK `Server` Triad exposes, built from the dispatcher's methods (no module-level server).
+
+SDK workarounds (mcp 2.3.0) live here and nowhere else:
+- `create_initialization_options` is overridden so `listChanged` is advertised over HTTP too (the session manager
+  calls it without `NotificationOptions`);
+- `get_capabilities` advertises only the families the upstreams offer (tools always);
+- the connection of a handshake-era session is reached through `ctx.session._connection` (no public accessor in
+  2.3.0) to push `list_changed` outside a request.
+Errors are rendered here, once: a `TriadError` becomes a JSON-RPC error with its code; anything else is logged
+with its traceback and becomes INTERNAL_ERROR without details.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import mcp_types as types
+from mcp.server import NotificationOptions, Server, ServerRequestContext
+from mcp.server.context import CallNext, HandlerResult
+from mcp.server.subscriptions import ListenHandler
+from mcp.shared.exceptions import MCPError
+
+from exposers.notify import Notifier
+from gateway.dispatch import Dispatcher
+from gateway.errors import TriadError, UpstreamRefused
+from gateway.identity import Identity
+
+logger = logging.getLogger("triad.exposer")
+
+IDENTITY_SCOPE_KEY = "triad.identity"
+"""Where the HTTP auth middleware leaves the caller's identity in the ASGI scope."""
+
+Handler = Callable[[ServerRequestContext[Any], Any], Awaitable[Any]]
+
+
+class GatewayServer(Server[Any]):
+    def __init__(self, *args: Any, dispatcher: Dispatcher, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._dispatcher = dispatcher
+
+    def create_initialization_options(self, notification_options: NotificationOptions | None = None,
+                                      *args: Any, **kwargs: Any) -> Any:
+        options = notification_options or NotificationOptions(True, True, True)
+        return super().create_initialization_options(options, *args, **kwargs)
+
+    def get_capabilities(self, *args: Any, **kwargs: Any) -> types.ServerCapabilities:
+        caps = super().get_capabilities(*args, **kwargs)
+        offered = self._dispatcher.offered()
+        return caps.model_copy(update={
+            "resources": caps.resources if "resources" in offered else None,
+            "prompts": caps.prompts if "prompts" in offered else None,
+            "completions": caps.completions if "completions" in offered else None,
+        })
+
+
+def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: Identity) -> GatewayServer:
+    def identity_of(ctx: ServerRequestContext[Any]) -> Identity:
+        request = ctx.request
+        scope = getattr(request, "scope", None)
+        if scope is not None:
+            found = scope.get(IDENTITY_SCOPE_KEY)
+            if isinstance(found, Identity):
+                return found
+        return default_identity
+
+    def raw(ctx: ServerRequestContext[Any]) -> dict[str, Any]:
+        return dict(ctx.params or {})
+
+    def cursor_of(ctx: ServerRequestContext[Any]) -> str | None:
+        cursor = (ctx.params or {}).get("cursor")
+        return cursor if isinstance(cursor, str) else None
+
+    def lister(method: Callable[[Identity, str | None], dict[str, Any]]) -> Handler:
+        async def handle(ctx: ServerRequestContext[Any], _params: Any) -> dict[str, Any]:
+            return method(identity_of(ctx), cursor_of(ctx))
+        return handle
+
+    async def call_tool(ctx: ServerRequestContext[Any], _params: Any) -> dict[str, Any]:
+        params = raw(ctx)
+        meta = params.get("_meta")
+        progress = None
+        if isinstance(meta, dict) and meta.get("progressToken") is not None:
+            async def progress(value: float, total: float | None, message: str | None) -> None:
+                await ctx.session.report_progress(value, total, message)
+        return await dispatcher.call_tool(identity_of(ctx), params, progress)
+
+    async def read_resource(ctx: ServerRequestContext[Any], _params: Any) -> dict[str, Any]:
+        return await dispatcher.read_resource(identity_of(ctx), raw(ctx))
+
+    async def get_prompt(ctx: ServerRequestContext[Any], _params: Any) -> dict[str, Any]:
+        return await dispatcher.get_prompt(identity_of(ctx), raw(ctx))
+
+    async def complete(ctx: ServerRequestContext[Any], _params: Any) -> dict[str, Any]:
+        return await dispatcher.complete(identity_of(ctx), raw(ctx))
+
+    server = GatewayServer(
+        "triad",
+        version="0.1.0",
+        dispatcher=dispatcher,
+        on_list_tools=lister(dispatcher.list_tools),
+        on_call_tool=call_tool,
+        on_list_resources=lister(dispatcher.list_resources),
+        on_list_resource_templates=lister(dispatcher.list_resource_templates),
+        on_read_resource=read_resource,
+        on_list_prompts=lister(dispatcher.list_prompts),
+        on_get_prompt=get_prompt,
+        on_completion=complete,
+        on_subscriptions_listen=ListenHandler(notifier.bus),
+    )
+
+    async def track_and_render(ctx: ServerRequestContext[Any], call_next: CallNext) -> HandlerResult:
+        connection = getattr(ctx.session, "_connection", None)
+        if connection is not None:
+            notifier.track(connection, identity_of(ctx))
+        try:
+            result = await call_next(ctx)
+        except TriadError as exc:
+            if not isinstance(exc, UpstreamRefused):
+                logger.info("%s failed: %s", ctx.method, exc.message)
+            raise MCPError(exc.code, exc.message, exc.data) from None
+        if isinstance(result, dict) and ctx.method in _RESULT_TYPED:
+            result.setdefault("resultType", "complete")  # required on 2026-07-28; dropped on older versions
+        return result
+
+    server.middleware.append(track_and_render)
+    return server
+
+
+_RESULT_TYPED = frozenset({"tools/call", "resources/read", "prompts/get", "completion/complete", "tools/list",
+                           "resources/list", "resources/templates/list", "prompts/list"})

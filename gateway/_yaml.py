@@ -1,0 +1,95 @@
+"""YAML loading that remembers where every key was, so config errors can name a line.
+
+`load_with_lines(text)` returns the plain data and a map from key path (a tuple of keys and list indexes) to the
+1-based line of that node. Interpolation of `${VAR}` / `${VAR:-default}` happens here too, on string scalars only,
+so that an unset variable is reported with the key path and line where it was used.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import yaml
+
+Path = tuple[str | int, ...]
+LineMap = dict[Path, int]
+
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+class YamlProblem(Exception):
+    def __init__(self, path: Path, message: str, line: int | None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.message = message
+        self.line = line
+
+
+def load_with_lines(text: str, environ: Mapping[str, str] | None = None) -> tuple[Any, LineMap, list[YamlProblem]]:
+    """Parse `text`; return (data, lines, problems). Raises YamlProblem for a YAML syntax error."""
+    env = os.environ if environ is None else environ
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise YamlProblem((), f"not valid YAML: {problem}", line) from None
+    lines: LineMap = {}
+    problems: list[YamlProblem] = []
+    if node is None:
+        return {}, lines, problems
+    data = _Converter(lines, problems, env).convert(node, ())
+    return data, lines, problems
+
+
+class _Converter:
+    """Walks a composed node tree once, building plain data and the line map."""
+
+    def __init__(self, lines: LineMap, problems: list[YamlProblem], env: Mapping[str, str]) -> None:
+        self.lines, self.problems, self.env = lines, problems, env
+        self._scalars = yaml.SafeLoader("")
+
+    def convert(self, node: yaml.Node, path: Path) -> Any:
+        lines, problems = self.lines, self.problems
+        lines[path] = node.start_mark.line + 1
+        if isinstance(node, yaml.MappingNode):
+            return self._mapping(node, path)
+        if isinstance(node, yaml.SequenceNode):
+            return [self.convert(item, (*path, i)) for i, item in enumerate(node.value)]
+        value = self._scalars.construct_object(node)
+        if isinstance(value, str) and "$" in value:
+            return _interpolate(value, path, lines[path], problems, self.env)
+        return value
+
+    def _mapping(self, node: yaml.MappingNode, path: Path) -> dict[str, Any]:
+        lines, problems = self.lines, self.problems
+        out: dict[str, Any] = {}
+        for key_node, value_node in node.value:
+            key = self._scalars.construct_object(key_node) if isinstance(key_node, yaml.ScalarNode) else None
+            if not isinstance(key, str | int | float | bool):
+                problems.append(YamlProblem(path, "mapping keys must be plain scalars", key_node.start_mark.line + 1))
+                continue
+            key = str(key)
+            if key in out:
+                problems.append(YamlProblem((*path, key), "duplicate key", key_node.start_mark.line + 1))
+            out[key] = self.convert(value_node, (*path, key))
+            lines[(*path, key)] = key_node.start_mark.line + 1
+        return out
+
+
+def _interpolate(value: str, path: Path, line: int, problems: list[YamlProblem], env: Mapping[str, str]) -> str:
+    def substitute(match: re.Match[str]) -> str:
+        name, default = match.group(1), match.group(2)
+        found = env.get(name)
+        if found is not None and (found != "" or default is None):
+            return found
+        if default is not None:
+            return default
+        problems.append(YamlProblem(path, f"environment variable {name} is not set (and has no default)", line))
+        return ""
+
+    return _VAR.sub(substitute, value)

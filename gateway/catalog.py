@@ -1,0 +1,124 @@
+"""Turning upstream catalogs into registry sources: filters, exposed names, descriptors.
+
+`build_upstream_sources` is pure: given the config and each upstream's last catalog and state, it returns the
+`ToolSource`s and availability context for `build_registry`. Upstream tools carry the availability expression
+`context upstream:<name> == "ready"`, so the tools of an upstream that went down move to the hidden list with a
+diagnostic instead of failing calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from consumers import Catalog
+from gateway.availability import AvailabilityContext
+from gateway.config import TriadConfig, UpstreamConfig
+from gateway.naming import assign_names, expose_uri, prefix_active, sanitize_server_names
+from gateway.registry import ExecutorRef, OwnerRef, PromptEntry, ResourceEntry, ToolDescriptor, ToolSource
+from policy import compile_globs, first_match
+
+READY = "ready"
+
+
+def upstream_context_key(upstream: str) -> str:
+    return f"upstream:{upstream}"
+
+
+@dataclass(frozen=True)
+class UpstreamSnapshot:
+    """What the registry needs of one upstream: its last catalog (None if never listed) and its state."""
+
+    catalog: Catalog | None
+    state: str
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class BuiltSources:
+    sources: list[ToolSource]
+    context: AvailabilityContext
+    uri_owners: dict[str, str]
+
+
+def build_upstream_sources(config: TriadConfig, snapshots: Mapping[str, UpstreamSnapshot],
+                           reserved: Iterable[str] = ()) -> BuiltSources:
+    upstreams = config.enabled_upstreams()
+    server_parts = sanitize_server_names(list(upstreams))
+    prefixed = prefix_active(config.naming, len(upstreams))
+    tools_by_upstream: dict[str, list[dict[str, Any]]] = {}
+    for name, up in upstreams.items():
+        snapshot = snapshots.get(name)
+        catalog = snapshot.catalog if snapshot is not None else None
+        tools_by_upstream[name] = _filter_tools(catalog.tools if catalog else (), up)
+    reserved = list(reserved)
+    tool_names = assign_names({n: [t["name"] for t in ts] for n, ts in tools_by_upstream.items()}, config.naming,
+                              server_parts=server_parts, prefixed=prefixed, reserved=reserved)
+    prompt_catalog = {n: [p["name"] for p in _catalog(snapshots, n).prompts if isinstance(p.get("name"), str)]
+                      for n in upstreams}
+    prompt_names = assign_names(prompt_catalog, config.naming, server_parts=server_parts, prefixed=prefixed)
+    sources: list[ToolSource] = []
+    for name in upstreams:
+        catalog = _catalog(snapshots, name)
+        availability = {"kind": "context", "key": upstream_context_key(name), "equals": READY}
+        tools = [_descriptor(name, tool_names.exposed(name, t["name"]), t, availability)
+                 for t in tools_by_upstream[name]]
+        part = server_parts[name]
+        resources = [_resource(name, r, "uri", part if prefixed else None) for r in catalog.resources
+                     if isinstance(r.get("uri"), str)]
+        templates = [_resource(name, t, "uriTemplate", part if prefixed else None) for t in catalog.templates
+                     if isinstance(t.get("uriTemplate"), str)]
+        prompts = [PromptEntry(prompt_names.exposed(name, p["name"]), name, p["name"],
+                               {**p, "name": prompt_names.exposed(name, p["name"])})
+                   for p in catalog.prompts if isinstance(p.get("name"), str)]
+        sources.append(ToolSource("mcp", name, tools, resources, templates, prompts))
+    context = AvailabilityContext(values={upstream_context_key(n): s.state for n, s in snapshots.items()})
+    uri_owners = {part: name for name, part in server_parts.items()} if prefixed else {}
+    return BuiltSources(sources, context, uri_owners)
+
+
+_EMPTY = Catalog()
+
+
+def _catalog(snapshots: Mapping[str, UpstreamSnapshot], name: str) -> Catalog:
+    snapshot = snapshots.get(name)
+    return snapshot.catalog if snapshot is not None and snapshot.catalog is not None else _EMPTY
+
+
+def _filter_tools(tools: Iterable[dict[str, Any]], config: UpstreamConfig) -> list[dict[str, Any]]:
+    include = compile_globs(config.tools.include)
+    exclude = compile_globs(config.tools.exclude)
+    out = []
+    for tool in tools:
+        name = tool.get("name")
+        if not isinstance(name, str) or not name:
+            continue  # a tool without a name cannot be called; skip it rather than invent one
+        if include and first_match(include, name) is None:
+            continue
+        if first_match(exclude, name) is not None:
+            continue
+        out.append(tool)
+    return out
+
+
+def _descriptor(upstream: str, exposed: str, wire: dict[str, Any], availability: dict[str, Any]) -> ToolDescriptor:
+    schema = wire.get("inputSchema")
+    return ToolDescriptor(
+        name=exposed,
+        description=wire.get("description") or "",
+        input_schema=schema if isinstance(schema, dict) else {"type": "object"},
+        owner=OwnerRef("mcp", upstream),
+        title=wire.get("title"),
+        output_schema=wire.get("outputSchema"),
+        executor=ExecutorRef("mcp", upstream, wire["name"]),
+        availability=availability,
+        annotations=wire.get("annotations"),
+        wire=wire,
+    )
+
+
+def _resource(upstream: str, wire: dict[str, Any], key: str, part: str | None) -> ResourceEntry:
+    raw = wire[key]
+    exposed = expose_uri(raw, part) if part is not None else raw
+    return ResourceEntry(exposed, upstream, raw, {**wire, key: exposed})

@@ -1,0 +1,310 @@
+"""The configuration: one frozen pydantic model per YAML block, and `load_config` that reports every problem.
+
+Runtime code receives `TriadConfig`, never dicts. Secrets (env values, headers, tokens) are `SecretStr` and are
+never printed: error messages name the key path and line, not the value.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import types as pytypes
+import typing
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SecretStr, ValidationError, model_validator
+
+from gateway._yaml import LineMap, YamlProblem, load_with_lines
+from gateway.errors import ConfigError
+
+DEFAULT_PORT = 8765
+DEFAULT_UPSTREAM_TIMEOUT = 60.0
+DEFAULT_PAGE_SIZE = 200
+DEFAULT_MAX_NAME_LENGTH = 64
+SPEC_MAX_NAME_LENGTH = 128
+"""The MCP spec allows tool names up to 128 characters; LLM providers cap at 64, hence the default."""
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def parse_duration(value: Any) -> float:
+    """`30s`, `500ms`, `2m`, `1h`, or a bare number of seconds -> seconds."""
+    if isinstance(value, bool):
+        raise ValueError("not a duration (use e.g. 30s, 500ms, 2m)")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str) and (match := _DURATION.match(value)):
+        seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    else:
+        raise ValueError("not a duration (use e.g. 30s, 500ms, 2m)")
+    if seconds <= 0:
+        raise ValueError("a duration must be greater than zero")
+    return seconds
+
+
+Duration = Annotated[float, BeforeValidator(parse_duration)]
+
+
+def _stringify(value: Any) -> Any:
+    """env and header values may be written as numbers or booleans in YAML/JSON; the wire wants strings."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    return value
+
+
+WireString = Annotated[SecretStr, BeforeValidator(_stringify)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ListenConfig(_Model):
+    host: str = "127.0.0.1"
+    port: int = Field(default=DEFAULT_PORT, ge=0, le=65535)
+
+
+class ToolFilter(_Model):
+    """`*` globs on the upstream's raw tool names: include first (empty = all), then exclude."""
+
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+
+
+Transport = Literal["stdio", "streamable-http", "sse"]
+
+_TRANSPORT_SPELLINGS: dict[str, Transport] = {
+    "stdio": "stdio",
+    "sse": "sse",
+    "http": "streamable-http",
+    "streamable-http": "streamable-http",
+    "streamable_http": "streamable-http",
+    "streamablehttp": "streamable-http",
+}
+"""Spellings used by Claude Desktop, Claude Code, Cursor and VS Code for the same three transports."""
+
+
+class UpstreamConfig(_Model):
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    env: dict[str, WireString] = {}
+    cwd: str | None = None
+    url: str | None = None
+    headers: dict[str, WireString] = {}
+    transport: Transport | None = None
+    timeout: Duration = DEFAULT_UPSTREAM_TIMEOUT
+    enabled: bool = True
+    tools: ToolFilter = ToolFilter()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _accept_client_spellings(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        if "type" in data and "transport" not in data:
+            data["transport"] = data.pop("type")
+        if isinstance(data.get("transport"), str):
+            spelled = data["transport"].strip().lower()
+            data["transport"] = _TRANSPORT_SPELLINGS.get(spelled, data["transport"])
+        if "disabled" in data and "enabled" not in data and isinstance(data["disabled"], bool):
+            data["enabled"] = not data.pop("disabled")
+        return data
+
+    @model_validator(mode="after")
+    def _check_target(self) -> UpstreamConfig:
+        if self.command is not None:
+            if not self.command.strip():
+                raise ValueError("command is empty")
+            return self
+        if self.url is None:
+            raise ValueError("needs either a command (stdio) or a url (streamable-http, sse)")
+        if not re.match(r"^https?://[^/\s]+", self.url):
+            raise ValueError("url: not an http(s) URL")
+        if self.transport == "stdio":
+            raise ValueError("transport stdio needs a command")
+        return self
+
+    @property
+    def kind(self) -> Transport:
+        """A command means stdio; else the explicit transport; else by URL suffix (`/sse` -> sse)."""
+        if self.command is not None:
+            return "stdio"
+        if self.transport is not None:
+            return self.transport
+        path = (self.url or "").split("?", 1)[0].rstrip("/")
+        return "sse" if path.endswith("/sse") else "streamable-http"
+
+
+class NamingConfig(_Model):
+    separator: str = Field(default="__", min_length=1, pattern=r"^[A-Za-z0-9_-]+$")
+    prefix: Literal["always", "conditional", "never"] = "conditional"
+    max_length: int = Field(default=DEFAULT_MAX_NAME_LENGTH, ge=8, le=SPEC_MAX_NAME_LENGTH)
+
+
+class ClientConfig(_Model):
+    token: SecretStr | None = None
+    agent: str | None = None
+    provider: str | None = None
+    model: str | None = None
+    groups: tuple[str, ...] = ()
+    owner: bool = False
+
+
+class TriadConfig(_Model):
+    listen: ListenConfig = ListenConfig()
+    upstreams: dict[str, UpstreamConfig] = {}
+    naming: NamingConfig = NamingConfig()
+    clients: dict[str, ClientConfig] = {}
+    page_size: int = Field(default=DEFAULT_PAGE_SIZE, ge=1, le=10_000)
+    source: Path | None = Field(default=None, exclude=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _accept_mcp_servers(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "mcpServers" in data:
+            data = dict(data)
+            servers = data.pop("mcpServers")
+            if "upstreams" in data:
+                raise ValueError("use either upstreams or mcpServers, not both")
+            data["upstreams"] = servers
+        return data
+
+    def enabled_upstreams(self) -> dict[str, UpstreamConfig]:
+        return {name: up for name, up in self.upstreams.items() if up.enabled}
+
+    def resolve_cwd(self, upstream: UpstreamConfig) -> str | None:
+        """A relative `cwd` is taken relative to the config file, so a config works from any directory."""
+        if upstream.cwd is None or self.source is None:
+            return upstream.cwd
+        return str((self.source.parent / upstream.cwd).resolve())
+
+
+def load_config(path: str | Path) -> TriadConfig:
+    """Read, interpolate and validate a config file. Raises ConfigError listing every problem."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError([f"{path}: cannot read ({exc.strerror})"]) from None
+    return parse_config(text, source=path)
+
+
+def parse_config(text: str, *, source: Path | None = None, environ: dict[str, str] | None = None) -> TriadConfig:
+    try:
+        data, lines, problems = load_with_lines(text, environ)
+    except YamlProblem as exc:
+        raise ConfigError([_format((), exc.message, exc.line)]) from None
+    messages = [_format(p.path, p.message, p.line) for p in problems]
+    if not isinstance(data, dict):
+        raise ConfigError([*messages, _format((), "the top level must be a mapping of keys", lines.get(()))])
+    if "mcpServers" in data:
+        lines.update({("upstreams", *k[1:]): v for k, v in lines.items() if k[:1] == ("mcpServers",)})
+    try:
+        config = TriadConfig.model_validate({**data, "source": source})
+    except ValidationError as exc:
+        messages += [_describe(error, lines) for error in exc.errors(include_input=False, include_url=False)]
+        config = None
+    messages += _semantic_problems(config, lines) if config is not None else []
+    if messages:
+        raise ConfigError(messages)
+    assert config is not None
+    return config
+
+
+def _semantic_problems(config: TriadConfig, lines: LineMap) -> list[str]:
+    """Checks that span several keys (pydantic validates one value at a time)."""
+    problems = []
+    raw_seen: dict[str, str] = {}
+    for name in config.upstreams:
+        key = re.sub(r"[^A-Za-z0-9_-]", "-", name.strip()).lower()
+        if key in raw_seen:
+            problems.append(
+                _format(
+                    ("upstreams", name),
+                    f"same name as upstream {raw_seen[key]!r} once sanitised for tool names ({key!r})",
+                    lines.get(("upstreams", name)),
+                )
+            )
+        raw_seen.setdefault(key, name)
+    tokens: dict[str, str] = {}
+    for client_id, client in config.clients.items():
+        if client.token is None:
+            continue
+        secret = client.token.get_secret_value()
+        if not secret:
+            where = ("clients", client_id, "token")
+            problems.append(_format(where, "token is empty", lines.get(where)))
+        elif secret in tokens:
+            problems.append(
+                _format(
+                    ("clients", client_id, "token"),
+                    f"same token as client {tokens[secret]!r}",
+                    lines.get(("clients", client_id, "token")),
+                )
+            )
+        tokens.setdefault(secret, client_id)
+    return problems
+
+
+def _format(path: tuple[str | int, ...], message: str, line: int | None) -> str:
+    where = ".".join(str(p) for p in path) or "(top level)"
+    return f"{where}: {message}" + (f" (line {line})" if line is not None else "")
+
+
+def _describe(error: Any, lines: LineMap) -> str:
+    loc = tuple(p for p in error["loc"] if not (isinstance(p, str) and _is_internal_loc(p)))
+    message = error["msg"].removeprefix("Value error, ")
+    if error["type"] == "extra_forbidden":
+        unknown = str(loc[-1])
+        message = f"unknown key {unknown!r}"
+        known = _known_keys(loc[:-1])
+        if close := difflib.get_close_matches(unknown, known, n=1, cutoff=0.6):
+            message += f" (did you mean {close[0]!r}?)"
+    elif error["type"] == "missing":
+        message = "required key is missing"
+    line = None
+    for end in range(len(loc), -1, -1):
+        if (line := lines.get(loc[:end])) is not None:
+            break
+    return _format(loc, message, line)
+
+
+def _is_internal_loc(part: str) -> bool:
+    # pydantic adds the name of a function validator or union member to error locations; those are not keys.
+    return part.startswith(("function-", "union[", "str-", "constrained-")) or "[" in part
+
+
+def _known_keys(loc: tuple[str | int, ...]) -> list[str]:
+    """The field names of the model at `loc`, walking the config models' type hints."""
+    current: Any = TriadConfig
+    for part in loc:
+        current = _unwrap(current)
+        if isinstance(current, type) and issubclass(current, BaseModel):
+            field = current.model_fields.get(str(part))
+            if field is None:
+                return []
+            current = field.annotation
+        elif typing.get_origin(current) is dict:
+            current = typing.get_args(current)[1]
+        elif typing.get_origin(current) in (tuple, list):
+            current = typing.get_args(current)[0]
+        else:
+            return []
+    current = _unwrap(current)
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return [name for name in current.model_fields if name != "source"]
+    return []
+
+
+def _unwrap(annotation: Any) -> Any:
+    if typing.get_origin(annotation) is Annotated:
+        annotation = typing.get_args(annotation)[0]
+    if isinstance(annotation, pytypes.UnionType) or typing.get_origin(annotation) is typing.Union:
+        members = [a for a in typing.get_args(annotation) if a is not type(None)]
+        annotation = members[0] if len(members) == 1 else annotation
+    return annotation

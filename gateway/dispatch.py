@@ -1,0 +1,190 @@
+"""The dispatcher: the registry snapshot, the per-client views, and the call path.
+
+Ownership: the daemon creates one `Dispatcher` with the pool. Upstream state or catalog changes call `rebuild()`
+(synchronous, in the upstream's owner task), which builds a new registry whole and swaps it in by one assignment;
+listeners (the exposer's notifier) are told the new version. Every request goes: identity -> that identity's
+view (cached per registry version) -> lookup of the exposed name (unknown and hidden look the same) -> policy and
+hooks (their own issues; `_route_tool` is the seam) -> the upstream that owns the name -> the raw result.
+Nothing on the call path scans the registry or awaits anything but the upstream.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import mcp_types as types
+
+from consumers import ProgressFn, Upstream, UpstreamPool
+from gateway.catalog import UpstreamSnapshot, build_upstream_sources
+from gateway.config import TriadConfig
+from gateway.errors import UnknownName, UpstreamUnavailable
+from gateway.identity import Identity
+from gateway.naming import parse_exposed_uri
+from gateway.registry import EMPTY_REGISTRY, Registry, build_registry
+from gateway.views import ClientView, build_view, paginate
+
+logger = logging.getLogger("triad.dispatch")
+
+ERA_META_PREFIX = "io.modelcontextprotocol/"
+"""The 2026-07-28 per-request envelope; never forwarded across the hop (an upstream of the other era rejects it)."""
+
+
+def forwardable_meta(meta: Any) -> dict[str, Any] | None:
+    """The client's `_meta` minus the era envelope and its progress token (the upstream hop has its own)."""
+    if not isinstance(meta, Mapping):
+        return None
+    out = {k: v for k, v in meta.items() if not k.startswith(ERA_META_PREFIX) and k != "progressToken"}
+    return out or None
+
+
+def clean_result(result: dict[str, Any]) -> dict[str, Any]:
+    """Strip the upstream's era stamp from a result's `_meta`; everything else passes through untouched."""
+    meta = result.get("_meta")
+    if isinstance(meta, dict) and any(k.startswith(ERA_META_PREFIX) for k in meta):
+        stripped = {k: v for k, v in meta.items() if not k.startswith(ERA_META_PREFIX)}
+        result = {**result, "_meta": stripped} if stripped else {k: v for k, v in result.items() if k != "_meta"}
+    return result
+
+
+class Dispatcher:
+    def __init__(self, config: TriadConfig, pool: UpstreamPool) -> None:
+        self.config = config
+        self.pool = pool
+        self.registry: Registry = EMPTY_REGISTRY
+        self._views: dict[Identity, ClientView] = {}
+        self._listeners: list[Callable[[Registry], None]] = []
+
+    # -- registry path -------------------------------------------------------------------------------------------
+
+    def add_listener(self, listener: Callable[[Registry], None]) -> None:
+        self._listeners.append(listener)
+
+    def on_upstream_change(self, _upstream: Upstream) -> None:
+        self.rebuild()
+
+    def rebuild(self) -> Registry:
+        snapshots = {name: UpstreamSnapshot(up.catalog, up.state.value, up.reason)
+                     for name, up in self.pool.upstreams.items()}
+        built = build_upstream_sources(self.config, snapshots)
+        registry = build_registry(self.registry.version + 1, built.sources, built.context, built.uri_owners)
+        self.registry, self._views = registry, {}
+        for listener in self._listeners:
+            listener(registry)
+        return registry
+
+    def view(self, identity: Identity) -> ClientView:
+        registry = self.registry
+        view = self._views.get(identity)
+        if view is None or view.version != registry.version:
+            view = self._views[identity] = build_view(registry, identity)
+        return view
+
+    def offered(self) -> set[str]:
+        """Capability families to advertise: what connected upstreams offer, plus everything while one is still
+        unknown (a client must not be told "no prompts" just because the upstream that has them is slow)."""
+        families = {"tools"}
+        for upstream in self.pool.upstreams.values():
+            if upstream.catalog is None:
+                return {"tools", "resources", "prompts", "completions"}
+            families |= set(upstream.catalog.capabilities) & {"resources", "prompts", "completions"}
+        return families
+
+    # -- lists ---------------------------------------------------------------------------------------------------
+
+    def list_tools(self, identity: Identity, cursor: str | None) -> dict[str, Any]:
+        view = self.view(identity)
+        return paginate(view.tools_wire, "tools", cursor, view.version, self.config.page_size)
+
+    def list_resources(self, identity: Identity, cursor: str | None) -> dict[str, Any]:
+        view = self.view(identity)
+        return paginate(view.resources_wire, "resources", cursor, view.version, self.config.page_size)
+
+    def list_resource_templates(self, identity: Identity, cursor: str | None) -> dict[str, Any]:
+        view = self.view(identity)
+        return paginate(view.templates_wire, "resourceTemplates", cursor, view.version, self.config.page_size)
+
+    def list_prompts(self, identity: Identity, cursor: str | None) -> dict[str, Any]:
+        view = self.view(identity)
+        return paginate(view.prompts_wire, "prompts", cursor, view.version, self.config.page_size)
+
+    # -- call path -----------------------------------------------------------------------------------------------
+
+    async def call_tool(self, identity: Identity, params: Mapping[str, Any], progress: ProgressFn | None = None
+                        ) -> dict[str, Any]:
+        name = params.get("name")
+        entry = self.view(identity).tools.get(name) if isinstance(name, str) else None
+        if entry is None:
+            raise UnknownName(f"Unknown tool: {name}")
+        upstream = self._upstream(entry.executor.id)
+        request = types.CallToolRequest(params=types.CallToolRequestParams(
+            name=entry.executor.tool, arguments=params.get("arguments"), _meta=forwardable_meta(params.get("_meta"))))
+        return clean_result(await upstream.request(request, progress=progress))
+
+    async def read_resource(self, identity: Identity, params: Mapping[str, Any]) -> dict[str, Any]:
+        uri = params.get("uri")
+        if not isinstance(uri, str):
+            raise UnknownName(f"Unknown resource: {uri}")
+        owner, raw = self._route_uri(identity, uri)
+        request = types.ReadResourceRequest(params=types.ReadResourceRequestParams(
+            uri=raw, _meta=forwardable_meta(params.get("_meta"))))
+        result = clean_result(await self._upstream(owner).request(request))
+        if raw != uri and isinstance(result.get("contents"), list):
+            # Contents name the URI the client asked for, so it can match them to its request.
+            result["contents"] = [{**c, "uri": uri} if isinstance(c, dict) and c.get("uri") == raw else c
+                                  for c in result["contents"]]
+        return result
+
+    async def get_prompt(self, identity: Identity, params: Mapping[str, Any]) -> dict[str, Any]:
+        name = params.get("name")
+        entry = self.view(identity).prompts.get(name) if isinstance(name, str) else None
+        if entry is None:
+            raise UnknownName(f"Unknown prompt: {name}")
+        request = types.GetPromptRequest(params=types.GetPromptRequestParams(
+            name=entry.raw, arguments=params.get("arguments"), _meta=forwardable_meta(params.get("_meta"))))
+        return clean_result(await self._upstream(entry.upstream).request(request))
+
+    async def complete(self, identity: Identity, params: Mapping[str, Any]) -> dict[str, Any]:
+        ref = params.get("ref")
+        if not isinstance(ref, Mapping):
+            raise UnknownName("Unknown completion reference")
+        if ref.get("type") == "ref/prompt":
+            entry = self.view(identity).prompts.get(ref.get("name"))  # type: ignore[arg-type]
+            if entry is None:
+                raise UnknownName(f"Unknown prompt: {ref.get('name')}")
+            owner, raw_ref = entry.upstream, {**ref, "name": entry.raw}
+        else:
+            uri = ref.get("uri")
+            if not isinstance(uri, str):
+                raise UnknownName(f"Unknown resource: {uri}")
+            owner, raw_uri = self._route_uri(identity, uri)
+            raw_ref = {**ref, "uri": raw_uri}
+        request = types.CompleteRequest(params=types.CompleteRequestParams.model_validate(
+            {**params, "ref": raw_ref, "_meta": forwardable_meta(params.get("_meta"))}))
+        return clean_result(await self._upstream(owner).request(request))
+
+    def _route_uri(self, identity: Identity, uri: str) -> tuple[str, str]:
+        """(upstream, raw URI) for an exposed URI or URI template expansion; unknown looks like hidden."""
+        registry = self.registry
+        visible = self.view(identity).visible_upstreams
+        if registry.uri_owners:
+            parsed = parse_exposed_uri(uri)
+            owner = registry.uri_owners.get(parsed[0]) if parsed else None
+            if parsed is not None and owner in visible:
+                return owner, parsed[1]
+            raise UnknownName(f"Unknown resource: {uri}")
+        entry = registry.resources.get(uri)
+        if entry is not None and entry.upstream in visible:
+            return entry.upstream, entry.raw
+        candidates = [name for name, up in self.pool.upstreams.items()
+                      if name in visible and up.catalog is not None and "resources" in up.catalog.capabilities]
+        if len(candidates) == 1:  # one upstream has resources: template expansions and unlisted URIs are its own
+            return candidates[0], uri
+        raise UnknownName(f"Unknown resource: {uri}")
+
+    def _upstream(self, name: str) -> Upstream:
+        upstream = self.pool.get(name)
+        if upstream is None:
+            raise UpstreamUnavailable(name, f"upstream {name!r} is not configured any more")
+        return upstream

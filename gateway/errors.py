@@ -1,0 +1,84 @@
+"""Triad's exception tree. Every error a client can see carries a fixed JSON-RPC code.
+
+    TriadError
+     ├── ConfigError                 the config file is invalid (never reaches a client)
+     ├── ToolPlanContractError       the planner refused a descriptor set (duplicate name, missing executor)
+     ├── UnknownName   (-32602)      unknown *or hidden* tool, prompt or resource: the same answer for both
+     ├── StaleCursor   (-32602)      a pagination cursor from an older registry version
+     ├── Forbidden     (-32602)      denied by policy; rendered exactly like UnknownName
+     └── UpstreamError (-32603)      something went wrong on the upstream's side
+          ├── UpstreamUnavailable    not connected, or the connection closed mid-call
+          ├── UpstreamTimeout (-32001) no answer within the upstream's timeout
+          └── UpstreamRefused        the upstream answered with a JSON-RPC error (its own code is kept)
+
+Foreign errors (the SDK's MCPError, transport errors) are mapped to these in `consumers/`; the exposer renders
+them as JSON-RPC errors in one place. Messages never carry a secret.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+REQUEST_TIMEOUT = -32001
+
+
+class TriadError(Exception):
+    """Base of every error Triad raises on purpose."""
+
+    code: int = INTERNAL_ERROR
+
+    def __init__(self, message: str, *, data: Any = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.data = data
+
+
+class ConfigError(TriadError):
+    """An invalid configuration; `problems` lists every error as `key.path: message (line N)`."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("invalid configuration:\n" + "\n".join(f"  {p}" for p in problems))
+        self.problems = problems
+
+
+class ToolPlanContractError(TriadError):
+    """The planner's contract was broken; the whole plan is refused (no partial plan)."""
+
+    def __init__(self, code: Literal["duplicate-tool-name", "missing-executor"], tool_name: str, message: str) -> None:
+        super().__init__(message)
+        self.contract_code = code
+        self.tool_name = tool_name
+
+
+class UnknownName(TriadError):
+    """A tool, prompt or resource the caller cannot see. Hidden and unknown names look the same on purpose."""
+
+    code = INVALID_PARAMS
+
+
+class StaleCursor(TriadError):
+    code = INVALID_PARAMS
+
+
+class UpstreamError(TriadError):
+    """A failure on the upstream's side; it does not blame the request."""
+
+    def __init__(self, upstream: str, message: str, *, code: int | None = None, data: Any = None) -> None:
+        super().__init__(message, data=data)
+        self.upstream = upstream
+        if code is not None:
+            self.code = code
+
+
+class UpstreamUnavailable(UpstreamError):
+    pass
+
+
+class UpstreamTimeout(UpstreamError):
+    code = REQUEST_TIMEOUT
+
+
+class UpstreamRefused(UpstreamError):
+    """The upstream answered with a JSON-RPC error; its code, message and data pass through."""
