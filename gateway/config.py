@@ -13,7 +13,7 @@ import typing
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
 from gateway._yaml import LineMap, YamlProblem, load_with_lines
 from gateway.errors import ConfigError
@@ -123,11 +123,17 @@ class UpstreamConfig(_Model):
             return self
         if self.url is None:
             raise ValueError("needs either a command (stdio) or a url (streamable-http, sse)")
-        if not re.match(r"^https?://[^/\s]+", self.url):
-            raise ValueError("url: not an http(s) URL")
         if self.transport == "stdio":
             raise ValueError("transport stdio needs a command")
         return self
+
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, url: str | None) -> str | None:
+        # The URL itself is not repeated in the message: it may carry a token.
+        if url is not None and not re.match(r"^https?://[^/\s]+", url):
+            raise ValueError("not an http(s) URL")
+        return url
 
     @property
     def kind(self) -> Transport:

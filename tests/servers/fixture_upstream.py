@@ -1,0 +1,202 @@
+"""A real MCP upstream for the tests, built on the SDK's low-level server so every wire detail is under control.
+
+    python fixture_upstream.py [--transport stdio|http|sse] [--name N] [--page-size K] [--extra-tools M]
+                               [--hang-initialize] [--prefix P]
+
+Over HTTP and SSE it binds 127.0.0.1 on a free port and prints `READY <port>` on stderr. Tools cover every
+content type (text, image, audio, embedded resource, resource link, structured with outputSchema, error), a slow
+tool, one that reports progress, one that kills the process mid-call, and one with a 70-character name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+from typing import Any
+
+import anyio
+import uvicorn
+from mcp.server import Server
+from mcp.server.sse import SseServerTransport
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Mount, Route
+
+PNG_1PX = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+WAV_BYTES = "UklGRiQAAABXQVZFZm10IBAAAAABAAEAQB8AAEAfAAABAAgAZGF0YQAAAAA="
+LONG_NAME = "a_tool_with_a_very_long_name_that_goes_beyond_the_sixty_four_limit_x"  # 70 characters
+
+
+def tool(name: str, description: str, properties: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "object", "properties": properties or {}}
+    return {"name": name, "description": description, "inputSchema": schema, **extra}
+
+
+def build_tools(prefix: str, extra: int) -> list[dict[str, Any]]:
+    text = {"text": {"type": "string"}}
+    tools = [
+        tool(f"{prefix}echo", "Echo the text.", text, title="Echo", annotations={"readOnlyHint": True},
+             icons=[{"src": "https://example.invalid/echo.png", "mimeType": "image/png"}],
+             _meta={"fixture/kind": "echo"}),
+        tool(f"{prefix}image", "An image."),
+        tool(f"{prefix}audio", "Some audio."),
+        tool(f"{prefix}embedded", "An embedded resource."),
+        tool(f"{prefix}link", "A resource link."),
+        tool(f"{prefix}structured", "Structured output.", {"n": {"type": "integer"}},
+             outputSchema={"type": "object", "properties": {"double": {"type": "integer"}}, "required": ["double"]}),
+        tool(f"{prefix}fail", "Always a tool error."),
+        tool(f"{prefix}slow", "Sleeps.", {"seconds": {"type": "number"}}),
+        tool(f"{prefix}progress", "Reports progress.", {"steps": {"type": "integer"}}),
+        tool(f"{prefix}die", "Exits the process mid-call."),
+        tool(f"{prefix}{LONG_NAME}", "A long name."),
+    ]
+    tools += [tool(f"{prefix}extra_{i}", f"Extra tool {i}.") for i in range(extra)]
+    return tools
+
+
+def page(items: list[dict[str, Any]], key: str, params: Any, size: int) -> dict[str, Any]:
+    cursor = getattr(params, "cursor", None) if params is not None else None
+    start = int(cursor) if cursor else 0
+    out: dict[str, Any] = {key: items[start:start + size]}
+    if start + size < len(items):
+        out["nextCursor"] = str(start + size)
+    return out
+
+
+def build_server(args: argparse.Namespace) -> Server[Any]:
+    tools = build_tools(args.prefix, args.extra_tools)
+    resources = [
+        {"uri": "fixture://static", "name": "static", "mimeType": "text/plain", "title": "Static text"},
+        {"uri": "fixture://blob", "name": "blob", "mimeType": "application/octet-stream"},
+    ]
+    templates = [{"uriTemplate": "fixture://items/{id}", "name": "item", "mimeType": "text/plain"}]
+    prompts = [{"name": f"{args.prefix}greet", "description": "Greets.",
+                "arguments": [{"name": "who", "required": True}]}]
+    size = args.page_size
+
+    async def list_tools(ctx: Any, params: Any) -> dict[str, Any]:
+        return page(tools, "tools", params, size)
+
+    async def list_resources(ctx: Any, params: Any) -> dict[str, Any]:
+        return page(resources, "resources", params, size)
+
+    async def list_templates(ctx: Any, params: Any) -> dict[str, Any]:
+        return page(templates, "resourceTemplates", params, size)
+
+    async def list_prompts(ctx: Any, params: Any) -> dict[str, Any]:
+        return page(prompts, "prompts", params, size)
+
+    async def call_tool(ctx: Any, params: Any) -> dict[str, Any]:
+        name = params.name.removeprefix(args.prefix)
+        arguments = params.arguments or {}
+        if name == "echo":
+            return {"content": [{"type": "text", "text": str(arguments.get("text", "")),
+                                 "annotations": {"audience": ["user"], "priority": 0.5}}],
+                    "_meta": {"fixture/upstream": args.name,
+                              "fixture/received-meta": (ctx.params or {}).get("_meta") or {}}}
+        if name == "image":
+            return {"content": [{"type": "image", "data": PNG_1PX, "mimeType": "image/png"}]}
+        if name == "audio":
+            return {"content": [{"type": "audio", "data": WAV_BYTES, "mimeType": "audio/wav"}]}
+        if name == "embedded":
+            return {"content": [{"type": "resource", "resource": {"uri": "fixture://static", "mimeType": "text/plain",
+                                                                  "text": "embedded text"}}]}
+        if name == "link":
+            return {"content": [{"type": "resource_link", "uri": "fixture://static", "name": "static"}]}
+        if name == "structured":
+            n = int(arguments.get("n", 0))
+            return {"content": [{"type": "text", "text": f'{{"double": {2 * n}}}'}], "structuredContent": {"double": 2 * n}}
+        if name == "fail":
+            return {"content": [{"type": "text", "text": "this tool always fails"}], "isError": True}
+        if name == "slow":
+            await anyio.sleep(float(arguments.get("seconds", 1)))
+            return {"content": [{"type": "text", "text": "done"}]}
+        if name == "progress":
+            steps = int(arguments.get("steps", 3))
+            for i in range(steps):
+                await ctx.session.report_progress(i + 1, steps, f"step {i + 1}")
+            return {"content": [{"type": "text", "text": f"{steps} steps"}]}
+        if name == "die":
+            os._exit(3)
+        return {"content": [{"type": "text", "text": f"called {params.name}"}]}
+
+    async def read_resource(ctx: Any, params: Any) -> dict[str, Any]:
+        uri = str(params.uri)
+        if uri == "fixture://static":
+            return {"contents": [{"uri": uri, "mimeType": "text/plain", "text": f"static text from {args.name}"}]}
+        if uri == "fixture://blob":
+            return {"contents": [{"uri": uri, "mimeType": "application/octet-stream", "blob": WAV_BYTES}]}
+        if uri.startswith("fixture://items/"):
+            return {"contents": [{"uri": uri, "mimeType": "text/plain", "text": f"item {uri.rsplit('/', 1)[1]}"}]}
+        from mcp.shared.exceptions import MCPError
+        raise MCPError(-32002, f"Resource not found: {uri}")
+
+    async def get_prompt(ctx: Any, params: Any) -> dict[str, Any]:
+        who = (params.arguments or {}).get("who", "world")
+        return {"description": "A greeting.",
+                "messages": [{"role": "user", "content": {"type": "text", "text": f"Hello, {who}!"}}]}
+
+    async def complete(ctx: Any, params: Any) -> dict[str, Any]:
+        return {"completion": {"values": ["alpha", "beta"], "total": 2, "hasMore": False}}
+
+    server = Server(args.name, version="1.0", on_list_tools=list_tools, on_call_tool=call_tool,
+                    on_list_resources=list_resources, on_list_resource_templates=list_templates,
+                    on_read_resource=read_resource, on_list_prompts=list_prompts, on_get_prompt=get_prompt,
+                    on_completion=complete)
+    if args.hang_initialize:
+        async def hang(ctx: Any, call_next: Any) -> Any:
+            if ctx.method == "initialize":
+                await anyio.sleep_forever()
+            return await call_next(ctx)
+        server.middleware.append(hang)
+    return server
+
+
+async def serve_http(server: Server[Any], transport: str) -> None:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    if transport == "http":
+        app = server.streamable_http_app(host="127.0.0.1")
+    else:
+        sse = SseServerTransport("/messages/")
+
+        async def handle_sse(request: Request) -> Response:
+            async with sse.connect_sse(request.scope, request.receive, request._send) as (read, write):
+                await server.run(read, write, server.create_initialization_options())
+            return Response()
+
+        app = Starlette(routes=[Route("/sse", endpoint=handle_sse), Mount("/messages/", app=sse.handle_post_message)])
+    userver = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    print(f"READY {port}", file=sys.stderr, flush=True)
+    await userver.serve(sockets=[sock])
+
+
+async def serve_stdio(server: Server[Any]) -> None:
+    from mcp.server.stdio import stdio_server
+
+    async with stdio_server() as (read, write):
+        await server.run(read, write, server.create_initialization_options())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--transport", choices=["stdio", "http", "sse"], default="stdio")
+    parser.add_argument("--name", default="fixture")
+    parser.add_argument("--prefix", default="", help="prepended to every tool and prompt name")
+    parser.add_argument("--page-size", type=int, default=1000)
+    parser.add_argument("--extra-tools", type=int, default=0)
+    parser.add_argument("--hang-initialize", action="store_true")
+    args = parser.parse_args()
+    server = build_server(args)
+    if args.transport == "stdio":
+        anyio.run(serve_stdio, server)
+    else:
+        anyio.run(serve_http, server, args.transport)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,143 @@
+"""Configuration: the example file, Claude Desktop's shape, interpolation, and `triad check` on broken files."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gateway.cli import main
+from gateway.config import load_config, parse_config, parse_duration
+from gateway.errors import ConfigError
+from tests.conftest import ROOT, TRIAD
+
+
+def test_example_config_loads() -> None:
+    config = load_config(ROOT / "config.example.yaml")
+    assert list(config.upstreams) == ["demo", "everything"]
+    assert config.upstreams["demo"].kind == "stdio"
+    assert config.resolve_cwd(config.upstreams["demo"]) == str(ROOT)
+    assert config.naming.prefix == "conditional"
+
+
+def test_claude_desktop_file_is_accepted_as_upstreams(tmp_path: Path) -> None:
+    path = tmp_path / "claude_desktop_config.json"
+    path.write_text(json.dumps({"mcpServers": {
+        "filesystem": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/tmp"],
+                       "env": {"DEBUG": 1, "VERBOSE": True}},
+        "remote": {"type": "http", "url": "https://example.com/mcp", "headers": {"X-Key": "abc"}},
+        "legacy": {"type": "sse", "url": "https://example.com/events"},
+        "cursor-style": {"url": "https://example.com/sse"},
+        "vscode-style": {"type": "stdio", "command": "node", "args": ["server.js"]},
+    }}))
+    config = load_config(path)
+    kinds = {name: up.kind for name, up in config.upstreams.items()}
+    assert kinds == {"filesystem": "stdio", "remote": "streamable-http", "legacy": "sse", "cursor-style": "sse",
+                     "vscode-style": "stdio"}
+    assert config.upstreams["filesystem"].env["DEBUG"].get_secret_value() == "1"
+    assert config.upstreams["filesystem"].env["VERBOSE"].get_secret_value() == "true"
+
+
+@pytest.mark.parametrize(("upstream", "kind"), [
+    ({"command": "x", "url": "http://h/sse", "transport": "sse"}, "stdio"),   # a command always means stdio
+    ({"url": "http://h/anything", "transport": "sse"}, "sse"),                 # then the explicit transport
+    ({"url": "http://h/mcp"}, "streamable-http"),
+    ({"url": "http://h/sse"}, "sse"),
+    ({"url": "http://h/sse/?x=1"}, "sse"),
+    ({"url": "http://h/other"}, "streamable-http"),
+    ({"url": "http://h/x", "transport": "streamableHttp"}, "streamable-http"),
+])
+def test_transport_precedence(upstream: dict[str, str], kind: str) -> None:
+    config = parse_config(json.dumps({"upstreams": {"u": upstream}}))
+    assert config.upstreams["u"].kind == kind
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("30s", 30), ("500ms", 0.5), ("2m", 120), ("1h", 3600), (5, 5),
+                                               ("1.5s", 1.5)])
+def test_durations(text: str | int, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+def test_interpolation_with_defaults_and_environment() -> None:
+    text = 'upstreams:\n  u: {url: "${BASE:-http://127.0.0.1:1}/mcp", headers: {A: "Bearer ${TOKEN}"}}\n'
+    config = parse_config(text, environ={"TOKEN": "s3cret"})
+    assert config.upstreams["u"].url == "http://127.0.0.1:1/mcp"
+    assert config.upstreams["u"].headers["A"].get_secret_value() == "Bearer s3cret"
+    assert "s3cret" not in repr(config)
+
+
+BROKEN = [
+    ("bad YAML", "upstreams: [1\n", "(top level): not valid YAML"),
+    ("top level not a mapping", "- a\n- b\n", "(top level): the top level must be a mapping of keys (line 1)"),
+    ("unknown key with suggestion", "listen:\n  host: 127.0.0.1\n  prot: 9\n",
+     "listen.prot: unknown key 'prot' (did you mean 'port'?) (line 3)"),
+    ("unknown top-level key", "upstreams: {}\nupstrams: {}\n",
+     "upstrams: unknown key 'upstrams' (did you mean 'upstreams'?) (line 2)"),
+    ("wrong type", "listen: {port: eighty}\n", "listen.port: Input should be a valid integer"),
+    ("port out of range", "listen: {port: 70000}\n", "listen.port: Input should be less than or equal to 65535"),
+    ("unset variable", "upstreams:\n  s:\n    url: http://h/mcp\n    headers: {A: \"${TRIAD_TEST_UNSET_VAR}\"}\n",
+     "upstreams.s.headers.A: environment variable TRIAD_TEST_UNSET_VAR is not set (and has no default) (line 4)"),
+    ("bad URL", "upstreams:\n  search:\n    url: ftp://search.example/mcp\n",
+     "upstreams.search.url: not an http(s) URL (line 3)"),
+    ("no command nor url", "upstreams:\n  empty: {timeout: 5s}\n",
+     "upstreams.empty: needs either a command (stdio) or a url (streamable-http, sse) (line 2)"),
+    ("bad duration", "upstreams:\n  s: {command: x, timeout: 10 parsecs}\n",
+     "upstreams.s.timeout: not a duration (use e.g. 30s, 500ms, 2m) (line 2)"),
+    ("zero duration", "upstreams:\n  s: {command: x, timeout: 0s}\n",
+     "upstreams.s.timeout: a duration must be greater than zero (line 2)"),
+    ("duplicate upstream after sanitising", "upstreams:\n  a.b: {command: x}\n  a-b: {command: y}\n",
+     "upstreams.a-b: same name as upstream 'a.b' once sanitised for tool names ('a-b') (line 3)"),
+    ("duplicate key", "upstreams:\n  a: {command: x}\n  a: {command: y}\n", "upstreams.a: duplicate key (line 3)"),
+    ("bad transport", "upstreams:\n  s: {url: 'http://h/mcp', transport: pigeon}\n",
+     "upstreams.s.transport: Input should be 'stdio', 'streamable-http' or 'sse' (line 2)"),
+    ("bad prefix mode", "naming: {prefix: sometimes}\n",
+     "naming.prefix: Input should be 'always', 'conditional' or 'never' (line 1)"),
+    ("name limit above the spec", "naming: {max_length: 500}\n",
+     "naming.max_length: Input should be less than or equal to 128 (line 1)"),
+    ("both upstreams and mcpServers", "upstreams: {}\nmcpServers: {}\n", "use either upstreams or mcpServers"),
+    ("empty token", "clients:\n  c: {token: ''}\n", "clients.c.token: token is empty (line 2)"),
+]
+
+
+@pytest.mark.parametrize(("case", "text", "expected"), BROKEN, ids=[b[0] for b in BROKEN])
+def test_check_reports_key_path_and_line(case: str, text: str, expected: str, tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "broken.yaml"
+    path.write_text(text)
+    assert main(["check", "-c", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert expected in err, err
+
+
+def test_check_reports_every_problem_at_once() -> None:
+    with pytest.raises(ConfigError) as raised:
+        parse_config("listen: {prot: 1}\nupstreams:\n  a: {}\n  b: {url: ftp://x}\nnaming: {prefix: x}\n")
+    assert len(raised.value.problems) == 4
+
+
+def test_check_never_prints_secret_values(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "secret.yaml"
+    path.write_text("upstreams:\n  s:\n    url: 'ftp://user:hunter2@h/mcp'\n    headers: {A: 12}\n"
+                    "    env: {K: {nested: hunter2}}\n")
+    assert main(["check", "-c", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "hunter2" not in err
+    assert "upstreams.s.url: not an http(s) URL" in err
+
+
+def test_check_of_a_missing_file(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", "-c", "/nonexistent/triad.yaml"]) == 1
+    assert "cannot read" in capsys.readouterr().err
+
+
+def test_check_command_exit_codes(tmp_path: Path) -> None:
+    good = subprocess.run([*TRIAD, "check", "-c", str(ROOT / "config.example.yaml")], capture_output=True, text=True)
+    assert good.returncode == 0, good.stderr
+    assert "valid" in good.stdout
+    bad_path = tmp_path / "bad.yaml"
+    bad_path.write_text("listen: {port: -1}\n")
+    bad = subprocess.run([*TRIAD, "check", "-c", str(bad_path)], capture_output=True, text=True)
+    assert bad.returncode == 1
+    assert "listen.port: Input should be greater than or equal to 0 (line 1)" in bad.stderr

@@ -1,0 +1,144 @@
+"""Exposed names: sanitising, limits, collisions, prefix modes, URIs (section 11.2, checklist item 6)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.config import NamingConfig
+from gateway.naming import (
+    assign_names,
+    expose_uri,
+    parse_exposed_uri,
+    prefix_active,
+    sanitize,
+    sanitize_server_names,
+)
+
+DEFAULT = NamingConfig()
+
+
+def names(catalog: dict[str, list[str]], naming: NamingConfig = DEFAULT, *, prefixed: bool = True,
+          reserved: tuple[str, ...] = ()) -> dict[tuple[str, str], str]:
+    parts = sanitize_server_names(list(catalog))
+    return dict(assign_names(catalog, naming, server_parts=parts, prefixed=prefixed, reserved=reserved).forward)
+
+
+@pytest.mark.parametrize(("raw", "expected"), [
+    ("echo", "echo"),
+    ("  padded  ", "padded"),
+    ("a.b/c d", "a-b-c-d"),
+    ("café", "caf-"),
+    ("日本", "--"),
+    ("emoji🙂", "emoji-"),
+    ("", "tool"),
+    ("   ", "tool"),
+    ("ok_-9", "ok_-9"),
+])
+def test_sanitize(raw: str, expected: str) -> None:
+    assert sanitize(raw, "tool") == expected
+
+
+@pytest.mark.parametrize(("servers", "expected"), [
+    (["github"], ["github"]),
+    (["", " "], ["mcp", "mcp-2"]),
+    (["9lives"], ["mcp-9lives"]),
+    (["my server"], ["my-server"]),
+    (["GitHub", "github", "GITHUB"], ["GitHub", "github-2", "GITHUB-3"]),
+    (["x" * 40], ["x" * 30]),
+    (["x" * 40, "x" * 35], ["x" * 30, "x" * 28 + "-2"]),
+    (["a.b", "a-b"], ["a-b", "a-b-2"]),
+])
+def test_server_parts(servers: list[str], expected: list[str]) -> None:
+    assert list(sanitize_server_names(servers).values()) == expected
+
+
+def test_prefixed_names() -> None:
+    assert names({"github": ["create_issue"], "fs": ["read"]}) == {
+        ("github", "create_issue"): "github__create_issue", ("fs", "read"): "fs__read"}
+
+
+def test_whole_name_is_cut_to_64_characters() -> None:
+    long = "t" * 100
+    [name] = names({"server": [long]}).values()
+    assert name == "server__" + "t" * (64 - len("server__"))
+    assert len(name) == 64
+
+
+def test_max_length_is_configurable_up_to_128() -> None:
+    long = "t" * 200
+    [name] = names({"s": [long]}, NamingConfig(max_length=128)).values()
+    assert len(name) == 128
+    with pytest.raises(ValueError):
+        NamingConfig(max_length=129)
+
+
+def test_collisions_across_case_get_suffixes_in_sorted_order() -> None:
+    result = names({"s": ["Echo", "echo", "ECHO"]})
+    assert result == {("s", "ECHO"): "s__ECHO", ("s", "Echo"): "s__Echo-2", ("s", "echo"): "s__echo-3"}
+
+
+def test_collision_after_sanitising() -> None:
+    assert names({"s": ["a.b", "a-b"]}) == {("s", "a-b"): "s__a-b", ("s", "a.b"): "s__a-b-2"}
+
+
+def test_collision_suffix_still_fits_64() -> None:
+    long_a, long_b = "x" * 70 + "a", "x" * 70 + "b"
+    result = names({"srv": [long_a, long_b]})
+    assert result[("srv", long_a)] == "srv__" + "x" * 59
+    assert result[("srv", long_b)] == "srv__" + "x" * 57 + "-2"
+    assert all(len(n) <= 64 for n in result.values())
+
+
+def test_reserved_names_are_never_reused_case_insensitively() -> None:
+    assert names({"s": ["Status"]}, prefixed=False, reserved=("status",)) == {("s", "Status"): "Status-2"}
+
+
+def test_unprefixed_names_across_upstreams_collide_in_sorted_order() -> None:
+    result = names({"b": ["echo"], "a": ["echo"]}, prefixed=False)
+    assert result == {("a", "echo"): "echo", ("b", "echo"): "echo-2"}
+
+
+def test_unprefixed_name_must_start_with_a_letter() -> None:
+    assert names({"s": ["1password"]}, prefixed=False) == {("s", "1password"): "tool-1password"}
+
+
+def test_mapping_is_stable_whatever_the_catalog_order() -> None:
+    first = names({"a": ["x", "y", "X"], "b": ["x"]})
+    second = names({"a": ["X", "y", "x"], "b": ["x"]})
+    assert first == second
+
+
+def test_reverse_lookup() -> None:
+    parts = sanitize_server_names(["gh"])
+    mapping = assign_names({"gh": ["a.b"]}, DEFAULT, server_parts=parts, prefixed=True)
+    assert mapping.resolve("gh__a-b") == ("gh", "a.b")
+    assert mapping.resolve("gh__nope") is None
+
+
+def test_custom_separator() -> None:
+    assert names({"gh": ["t"]}, NamingConfig(separator="_")) == {("gh", "t"): "gh_t"}
+
+
+@pytest.mark.parametrize(("mode", "count", "expected"), [
+    ("always", 1, True), ("never", 3, False), ("conditional", 1, False), ("conditional", 2, True),
+    ("conditional", 0, False),
+])
+def test_prefix_modes(mode: str, count: int, expected: bool) -> None:
+    assert prefix_active(NamingConfig(prefix=mode), count) is expected  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("uri", "exposed"), [
+    ("test://static", "test://srv/static"),
+    ("file:///etc/hosts", "file://srv//etc/hosts"),
+    ("urn:isbn:123", "urn:srv/isbn:123"),
+    ("test://template/{id}/data", "test://srv/template/{id}/data"),
+    ("no-scheme", "triad:srv/no-scheme"),
+])
+def test_uris_round_trip(uri: str, exposed: str) -> None:
+    assert expose_uri(uri, "srv") == exposed
+    assert parse_exposed_uri(exposed) == ("srv", uri)
+
+
+def test_unparseable_uri() -> None:
+    assert parse_exposed_uri("test://") is None
+    assert parse_exposed_uri("plain") is None
