@@ -108,7 +108,8 @@ def build_server(args: argparse.Namespace) -> Server[Any]:
             return {"content": [{"type": "resource_link", "uri": "fixture://static", "name": "static"}]}
         if name == "structured":
             n = int(arguments.get("n", 0))
-            return {"content": [{"type": "text", "text": f'{{"double": {2 * n}}}'}], "structuredContent": {"double": 2 * n}}
+            return {"content": [{"type": "text", "text": f'{{"double": {2 * n}}}'}],
+                    "structuredContent": {"double": 2 * n}}
         if name == "fail":
             return {"content": [{"type": "text", "text": "this tool always fails"}], "isError": True}
         if name == "slow":
