@@ -156,9 +156,10 @@ def build_server(args: argparse.Namespace) -> Server[Any]:
     return server
 
 
-async def serve_http(server: Server[Any], transport: str) -> None:
+async def serve_http(server: Server[Any], transport: str, port: int) -> None:
     sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port))
     port = sock.getsockname()[1]
     if transport == "http":
         app = server.streamable_http_app(host="127.0.0.1")
@@ -191,12 +192,13 @@ def main() -> None:
     parser.add_argument("--page-size", type=int, default=1000)
     parser.add_argument("--extra-tools", type=int, default=0)
     parser.add_argument("--hang-initialize", action="store_true")
+    parser.add_argument("--port", type=int, default=0, help="HTTP/SSE port (default: a free one)")
     args = parser.parse_args()
     server = build_server(args)
     if args.transport == "stdio":
         anyio.run(serve_stdio, server)
     else:
-        anyio.run(serve_http, server, args.transport)
+        anyio.run(serve_http, server, args.transport, args.port)
 
 
 if __name__ == "__main__":
