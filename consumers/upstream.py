@@ -34,6 +34,7 @@ RAW = TypeAdapter(dict[str, Any])
 CLIENT_INFO = types.Implementation(name="triad", version="0.1.0")
 BACKOFF_START = 0.5
 BACKOFF_MAX = 30.0
+PING_TIMEOUT = 10.0
 MAX_LIST_PAGES = 1000
 """A bound on pages per list, in case an upstream invents a new cursor forever."""
 
@@ -76,6 +77,7 @@ class Upstream:
         self._session: ClientSession | None = None
         self._wake = anyio.Event()
         self._relist = False
+        self._suspect = False
         self._stopping = False
 
     def __repr__(self) -> str:
@@ -109,6 +111,10 @@ class Upstream:
         self._stopping = True
         self._wake.set()
 
+    def _suspect_connection(self) -> None:
+        self._suspect = True
+        self._wake.set()
+
     def request_relist(self) -> None:
         self._relist = True
         self._wake.set()
@@ -139,16 +145,31 @@ class Upstream:
             raise UpstreamTimeout(self.name, f"did not finish initialize and listing within {self.config.timeout:g}s")
 
     async def _serve(self, session: ClientSession, watch: EOFWatch) -> None:
+        """Wait for work: a re-list, a suspected connection, a stop, the stream's end, or a quiet interval."""
         watch.on_eof = lambda: self._wake.set()  # the event is replaced after each wake-up
         while not self._stopping and not watch.closed:
-            await self._wait_wake()
-            if self._relist and not self._stopping and not watch.closed:
+            with anyio.move_on_after(self.config.ping_interval) as quiet:
+                await self._wait_wake()
+            if self._stopping or watch.closed:
+                break
+            if quiet.cancelled_caught or self._suspect:
+                self._suspect = False
+                await self._ping(session)
+            if self._relist:
                 self._relist = False
                 assert self.catalog is not None
                 with anyio.fail_after(self.config.timeout):
                     self.catalog = await self._list_catalog(session, None)
                 logger.info("upstream %s re-listed: %d tools", self.name, len(self.catalog.tools))
                 self._on_change(self)
+
+    async def _ping(self, session: ClientSession) -> None:
+        """An HTTP upstream that went away leaves no trace on an idle session; a ping finds out."""
+        try:
+            with anyio.fail_after(min(self.config.timeout, PING_TIMEOUT)):
+                await session.send_ping()
+        except Exception as exc:  # any failure of the ping means the connection is not usable
+            raise UpstreamUnavailable(self.name, f"did not answer ping ({describe_failure(exc)})") from None
 
     async def _list_catalog(self, session: ClientSession, init: types.InitializeResult | None) -> Catalog:
         if init is None:
@@ -212,10 +233,13 @@ class Upstream:
             return await session.send_request(request, RAW, request_read_timeout_seconds=self.config.timeout,
                                               progress_callback=progress)
         except MCPError as exc:
+            if exc.error.code == types.CONNECTION_CLOSED:
+                self._suspect_connection()
             raise map_mcp_error(self.name, method, exc, self.config.timeout) from None
         except ValidationError:
             raise UpstreamError(self.name, f"upstream {self.name!r} sent a malformed {method} result") from None
         except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream) as exc:
+            self._suspect_connection()
             raise UpstreamUnavailable(self.name, f"upstream {self.name!r} connection failed during {method}: "
                                       f"{type(exc).__name__}") from None
 

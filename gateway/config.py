@@ -29,6 +29,8 @@ from gateway.errors import ConfigError
 
 DEFAULT_PORT = 8765
 DEFAULT_UPSTREAM_TIMEOUT = 60.0
+DEFAULT_PING_INTERVAL = 15.0
+"""How often an idle upstream is pinged; a missed ping means the connection is gone and is re-opened."""
 DEFAULT_PAGE_SIZE = 200
 DEFAULT_MAX_NAME_LENGTH = 64
 SPEC_MAX_NAME_LENGTH = 128
@@ -106,6 +108,7 @@ class UpstreamConfig(_Model):
     headers: dict[str, WireString] = {}
     transport: Transport | None = None
     timeout: Duration = DEFAULT_UPSTREAM_TIMEOUT
+    ping_interval: Duration = DEFAULT_PING_INTERVAL
     enabled: bool = True
     tools: ToolFilter = ToolFilter()
 

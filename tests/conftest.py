@@ -61,14 +61,15 @@ class Proc:
         with self._changed:
             return "".join(self._lines)
 
-    def wait_for(self, pattern: str, timeout: float = 60) -> re.Match[str]:
+    def wait_for(self, pattern: str, timeout: float = 60, count: int = 1) -> re.Match[str]:
+        """The `count`-th line matching `pattern` (waiting for it)."""
         regex = re.compile(pattern)
         deadline = time.monotonic() + timeout
         with self._changed:
             while True:
-                for line in self._lines:
-                    if match := regex.search(line):
-                        return match
+                matches = [m for m in map(regex.search, self._lines) if m]
+                if len(matches) >= count:
+                    return matches[count - 1]
                 if self.popen.poll() is not None and not self._pump_thread.is_alive():
                     raise AssertionError(f"process exited ({self.popen.returncode}) before printing {pattern!r}:\n"
                                          + "".join(self._lines))
@@ -120,8 +121,8 @@ def start_triad(procs: list[Proc], config: Path, *, wait_ready: int = 0) -> str:
                 env={"TRIAD_TEST_MARK": RUN_MARKER})
     procs.append(proc)
     port = proc.wait_for(r"listening on http://127\.0\.0\.1:(\d+)/mcp").group(1)
-    for _ in range(wait_ready):
-        proc.wait_for(r"upstream \S+ ready")
+    if wait_ready:
+        proc.wait_for(r"upstream \S+ ready", count=wait_ready)
     return f"http://127.0.0.1:{port}/mcp"
 
 

@@ -42,11 +42,32 @@ async def http_session(url: str, **kwargs: Any) -> AsyncIterator[ClientSession]:
         yield session
 
 
+class ListChanges:
+    """A message handler that remembers `tools/list_changed`; `wait_for_tools(n)` lists until n tools are there."""
+
+    def __init__(self) -> None:
+        self.event = anyio.Event()
+        self.count = 0
+
+    async def __call__(self, message: Any) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            self.count += 1
+            self.event.set()
+
+    async def wait_for_tools(self, session: ClientSession, n: int) -> list[dict[str, Any]]:
+        with anyio.fail_after(60):
+            while True:
+                self.event = anyio.Event()  # reset before listing, so a change after the list still wakes us
+                if len(tools := await all_tools(session)) >= n:
+                    return tools
+                await self.event.wait()
+
+
 @asynccontextmanager
-async def triad_stdio_session(config: Path, *extra: str) -> AsyncIterator[ClientSession]:
+async def triad_stdio_session(config: Path, *extra: str, **kwargs: Any) -> AsyncIterator[ClientSession]:
     params = StdioServerParameters(command=PYTHON, args=["-m", "gateway.cli", "stdio", "-c", str(config), *extra],
                                    cwd=str(ROOT))
-    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+    async with stdio_client(params) as (read, write), ClientSession(read, write, **kwargs) as session:
         await session.initialize()
         yield session
 
@@ -130,10 +151,9 @@ async def test_every_transport_behind_one_stdio_exposer(procs: list[Proc], tmp_p
         "viahttp": {"url": http_url},
         "viasse": {"url": sse_url},
     }})
-    async with triad_stdio_session(config) as session:
-        with anyio.fail_after(60):
-            while len(await all_tools(session)) < 33:
-                await anyio.sleep(0.2)
+    changes = ListChanges()
+    async with triad_stdio_session(config, message_handler=changes) as session:
+        await changes.wait_for_tools(session, 33)  # upstreams come up after the client: list_changed tells it
         for upstream in ("viastdio", "viahttp", "viasse"):
             result = await call(session, f"{upstream}__echo", {"text": upstream})
             assert result["content"][0]["text"] == upstream

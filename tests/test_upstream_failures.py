@@ -1,0 +1,148 @@
+"""One bad upstream never takes the others down: down at start, hanging in initialize, dying mid-call, too slow.
+And no child process outlives `triad serve`."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import anyio
+import mcp_types as types
+import pytest
+from mcp.shared.exceptions import MCPError
+
+from tests.conftest import (
+    FIXTURE,
+    PYTHON,
+    RUN_MARKER,
+    TRIAD,
+    Proc,
+    marker,
+    start_triad,
+    stdio_upstream,
+    surviving_processes,
+    write_config,
+)
+from tests.test_gateway_e2e import ListChanges, call, http_session
+
+pytestmark = pytest.mark.anyio
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def failing_config(tmp_path: Path) -> Path:
+    return write_config(tmp_path, {"upstreams": {
+        "healthy": stdio_upstream("healthy"),
+        "down": {"url": f"http://127.0.0.1:{closed_port()}/mcp", "timeout": "3s"},
+        "hanging": stdio_upstream("hanging", "--hang-initialize", timeout="2s"),
+        "missing": {"command": "/nonexistent/mcp-server", "timeout": "3s"},
+    }})
+
+
+async def test_down_and_hanging_upstreams_do_not_block_the_healthy_one(procs: list[Proc], tmp_path: Path) -> None:
+    url = start_triad(procs, failing_config(tmp_path))
+    procs[-1].wait_for(r"upstream healthy ready")
+    async with http_session(url) as via:
+        result = await call(via, "healthy__echo", {"text": "still here"})
+        assert result["content"][0]["text"] == "still here"
+
+
+def test_plan_shows_why_upstreams_are_missing(tmp_path: Path) -> None:
+    done = subprocess.run([*TRIAD, "plan", "-c", str(failing_config(tmp_path)), "--json"], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    states = {name: (up["state"], up["reason"]) for name, up in report["upstreams"].items()}
+    assert states["healthy"] == ("ready", "")
+    assert states["down"][0] == "down" and "ConnectError" in states["down"][1]
+    assert states["hanging"] == ("down", "did not finish initialize and listing within 2s")
+    assert states["missing"] == ("down", "command not found: /nonexistent/mcp-server")
+    assert "healthy__echo" in [t["name"] for t in report["visible"]]
+    text = subprocess.run([*TRIAD, "plan", "-c", str(failing_config(tmp_path))], capture_output=True, text=True,
+                          timeout=60)
+    assert "did not finish initialize and listing within 2s" in text.stdout
+    assert "healthy__echo" in text.stdout
+
+
+async def test_upstream_dying_mid_call_gets_an_error_naming_it_and_comes_back(procs: list[Proc],
+                                                                              tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"upstreams": {"a": stdio_upstream("die-a"), "b": stdio_upstream("die-b")}})
+    url = start_triad(procs, config, wait_ready=2)
+    changes = ListChanges()
+    async with http_session(url, message_handler=changes) as via:
+        with pytest.raises(MCPError) as raised:
+            await call(via, "a__die")
+        assert "upstream 'a'" in raised.value.error.message
+        assert (await call(via, "b__echo", {"text": "b lives"}))["content"][0]["text"] == "b lives"
+        with anyio.fail_after(60):  # the supervisor restarts the child; its tools come back with list_changed
+            while True:
+                changes.event = anyio.Event()
+                try:
+                    result = await call(via, "a__echo", {"text": "a is back"})
+                    break
+                except MCPError:
+                    await changes.event.wait()
+        assert result["content"][0]["text"] == "a is back"
+        assert changes.count >= 1
+
+
+async def test_tools_of_a_down_upstream_are_hidden_and_refused_like_unknown_ones(procs: list[Proc],
+                                                                                tmp_path: Path) -> None:
+    port = closed_port()
+    fixture = Proc([PYTHON, str(FIXTURE), "--transport", "http", "--port", str(port), "--name", marker("hid-a")])
+    fixture.wait_for(r"READY")
+    config = write_config(tmp_path, {"upstreams": {"a": {"url": f"http://127.0.0.1:{port}/mcp", "ping_interval": "1s"},
+                                                   "b": stdio_upstream("hid-b")}})
+    url = start_triad(procs, config, wait_ready=2)
+    changes = ListChanges()
+    async with http_session(url, message_handler=changes) as via:
+        assert "a__echo" in [t["name"] for t in await changes.wait_for_tools(via, 22)]
+        changes.event = anyio.Event()
+        fixture.terminate()  # the upstream goes away and stays away: its tools move to the hidden list
+        with anyio.fail_after(30):
+            while "a__echo" in [t.name for t in (await via.list_tools()).tools]:
+                await changes.event.wait()
+                changes.event = anyio.Event()
+        with pytest.raises(MCPError) as raised:
+            await call(via, "a__echo")
+        assert raised.value.error.code == types.INVALID_PARAMS
+        assert raised.value.error.message == "Unknown tool: a__echo"
+        assert (await call(via, "b__echo", {"text": "b"}))["content"][0]["text"] == "b"
+        restarted = Proc([PYTHON, str(FIXTURE), "--transport", "http", "--port", str(port), "--name",
+                          marker("hid-a2")])
+        procs.append(restarted)
+        restarted.wait_for(r"READY")
+        await changes.wait_for_tools(via, 22)  # it reconnects on its own, and the tools come back
+        assert (await call(via, "a__echo", {"text": "back"}))["content"][0]["text"] == "back"
+
+
+async def test_upstream_timeout_names_the_upstream_and_the_session_survives(procs: list[Proc],
+                                                                            tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"upstreams": {"fx": stdio_upstream("slow", timeout="1s")}})
+    url = start_triad(procs, config, wait_ready=1)
+    async with http_session(url) as via:
+        with pytest.raises(MCPError) as raised:
+            await call(via, "slow", {"seconds": 30})
+        assert raised.value.error.code == types.REQUEST_TIMEOUT
+        assert raised.value.error.message == "upstream 'fx' did not answer tools/call within 1s"
+        assert (await call(via, "echo", {"text": "ok"}))["content"][0]["text"] == "ok"
+
+
+def test_sigterm_leaves_no_child_process(procs: list[Proc], tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"upstreams": {"a": stdio_upstream("sig-a"), "b": stdio_upstream("sig-b")}})
+    start_triad(procs, config, wait_ready=2)
+    triad = procs[-1]
+    children = surviving_processes(f"{RUN_MARKER}-sig-")
+    assert len(children) == 2, children
+    assert triad.terminate() == 0, triad.stderr
+    deadline = time.monotonic() + 5
+    while surviving_processes(f"{RUN_MARKER}-sig-") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert surviving_processes(f"{RUN_MARKER}-sig-") == []
