@@ -9,7 +9,7 @@ the request, and the caller's identity is left in the ASGI scope for the server 
 from __future__ import annotations
 
 import contextlib
-import ipaddress
+import dataclasses
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -23,21 +23,13 @@ from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from exposers.server import IDENTITY_SCOPE_KEY, GatewayServer
+from gateway.config import is_loopback
 from gateway.dispatch import Dispatcher
-from gateway.identity import LOCAL, identity_for_token, requires_token
+from gateway.identity import LOCAL, Identity, identity_for, identity_for_token, requires_token, run_list
 
 SESSION_IDLE_TIMEOUT = 1800.0
 MAX_SESSIONS = 10_000
 MAX_REQUEST_BODY = 4 * 2**20
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def security_settings(host: str) -> TransportSecuritySettings | None:
@@ -50,10 +42,16 @@ def security_settings(host: str) -> TransportSecuritySettings | None:
     )
 
 
+RUN_LIST_HEADER = "x-triad-tools"
+RUN_LIST_QUERY = "tools"
+
+
 class BearerAuth:
     """Maps `Authorization: Bearer <token>` to a configured client; 401 with `WWW-Authenticate` otherwise.
 
-    When no client has a token, every caller is the `local` client (loopback development use)."""
+    When no client has a token, every caller is the `local` client (loopback development use); with tokens, a
+    request without one acts as `anonymous:` if the config names such a client. The session's run-level allow
+    list (header `X-Triad-Tools` or query parameter `tools`) joins the identity here."""
 
     def __init__(self, app: ASGIApp, dispatcher: Dispatcher) -> None:
         self.app = app
@@ -64,13 +62,14 @@ class BearerAuth:
             await self.app(scope, receive, send)
             return
         config = self.dispatcher.config
-        if not requires_token(config):
-            scope[IDENTITY_SCOPE_KEY] = LOCAL
-            await self.app(scope, receive, send)
-            return
-        header = Request(scope).headers.get("authorization", "")
-        scheme, _, token = header.partition(" ")
-        identity = identity_for_token(config, token.strip()) if scheme.lower() == "bearer" and token else None
+        request = Request(scope)
+        identity: Identity | None = LOCAL
+        header = request.headers.get("authorization", "")
+        if requires_token(config):
+            scheme, _, token = header.partition(" ")
+            identity = identity_for_token(config, token.strip()) if scheme.lower() == "bearer" and token else None
+            if identity is None and not header and config.anonymous is not None:
+                identity = identity_for(config, config.anonymous)
         if identity is None:
             error = "invalid_token" if header else "invalid_request"
             response = JSONResponse(
@@ -80,7 +79,9 @@ class BearerAuth:
             )
             await response(scope, receive, send)
             return
-        scope[IDENTITY_SCOPE_KEY] = identity
+        sent = (request.headers.get(RUN_LIST_HEADER), request.query_params.get(RUN_LIST_QUERY))
+        run_lists = tuple(run_list(value) for value in sent if value is not None)
+        scope[IDENTITY_SCOPE_KEY] = dataclasses.replace(identity, run_lists=run_lists) if run_lists else identity
         await self.app(scope, receive, send)
 
 

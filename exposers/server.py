@@ -12,6 +12,7 @@ with its traceback and becomes INTERNAL_ERROR without details.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -25,7 +26,7 @@ from mcp.shared.exceptions import MCPError
 from exposers.notify import Notifier
 from gateway.dispatch import Dispatcher
 from gateway.errors import TriadError, UpstreamRefused
-from gateway.identity import Identity
+from gateway.identity import Identity, infer_provider
 
 logger = logging.getLogger("triad.exposer")
 
@@ -57,13 +58,13 @@ class GatewayServer(Server[Any]):
 
 def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: Identity) -> GatewayServer:
     def identity_of(ctx: ServerRequestContext[Any]) -> Identity:
-        request = ctx.request
-        scope = getattr(request, "scope", None)
-        if scope is not None:
-            found = scope.get(IDENTITY_SCOPE_KEY)
-            if isinstance(found, Identity):
-                return found
-        return default_identity
+        identity = default_identity
+        scope = getattr(ctx.request, "scope", None)
+        if scope is not None and isinstance(found := scope.get(IDENTITY_SCOPE_KEY), Identity):
+            identity = found
+        if identity.provider is None and (provider := infer_provider(dispatcher.config, client_name(ctx))):
+            identity = dataclasses.replace(identity, provider=provider)
+        return identity
 
     def raw(ctx: ServerRequestContext[Any]) -> dict[str, Any]:
         return dict(ctx.params or {})
@@ -126,6 +127,17 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
 
     server.middleware.append(track_and_render)
     return server
+
+
+def client_name(ctx: ServerRequestContext[Any]) -> str | None:
+    """The client's self-declared name: from the handshake, or from a 2026-07-28 request's envelope."""
+    connection = getattr(ctx.session, "_connection", None)
+    params = getattr(connection, "client_params", None)
+    if params is not None:
+        return params.client_info.name
+    meta = (ctx.params or {}).get("_meta")
+    info = meta.get("io.modelcontextprotocol/clientInfo") if isinstance(meta, dict) else None
+    return info.get("name") if isinstance(info, dict) else None
 
 
 _RESULT_TYPED = frozenset({"tools/call", "resources/read", "prompts/get", "completion/complete", "tools/list",

@@ -7,6 +7,7 @@ never printed: error messages name the key path and line, not the value.
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import re
 import types as pytypes
 import typing
@@ -68,6 +69,15 @@ def _stringify(value: Any) -> Any:
 
 
 WireString = Annotated[SecretStr, BeforeValidator(_stringify)]
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 class _Model(BaseModel):
@@ -164,6 +174,42 @@ class NamingConfig(_Model):
     max_length: int = Field(default=DEFAULT_MAX_NAME_LENGTH, ge=8, le=SPEC_MAX_NAME_LENGTH)
 
 
+class ToolRule(_Model):
+    """One policy layer's rule: `*` globs, exact names, `group:<name>`. An absent or empty allow allows all."""
+
+    allow: tuple[str, ...] | None = None
+    deny: tuple[str, ...] = ()
+    also_allow: tuple[str, ...] = ()
+
+
+class PolicyConfig(_Model):
+    profile: ToolRule | None = None
+    profiles: dict[str, ToolRule] = {}
+    use: str | None = None
+    agents: dict[str, ToolRule] = {}
+    providers: dict[str, ToolRule] = {}
+    groups: dict[str, ToolRule] = {}
+    gateway_deny: tuple[str, ...] = ()
+    gateway_allow: tuple[str, ...] = ()
+    """Names lifted from the built-in deny list that applies when listening on a non-loopback address."""
+    owner_only: tuple[str, ...] = ()
+    tool_groups: dict[str, tuple[str, ...]] = {}
+    provider_map: dict[str, str] = {}
+    """clientInfo.name -> provider, for clients whose config does not fix `provider` (added to the defaults)."""
+
+    @model_validator(mode="after")
+    def _check_profile(self) -> PolicyConfig:
+        if self.use is not None:
+            if self.profile is not None:
+                raise ValueError("use either profile or use (a named profile), not both")
+            if self.use not in self.profiles:
+                raise ValueError(f"use: no profile named {self.use!r} under policy.profiles")
+        return self
+
+    def active_profile(self) -> ToolRule | None:
+        return self.profiles[self.use] if self.use is not None else self.profile
+
+
 class ClientConfig(_Model):
     token: SecretStr | None = None
     agent: str | None = None
@@ -171,6 +217,7 @@ class ClientConfig(_Model):
     model: str | None = None
     groups: tuple[str, ...] = ()
     owner: bool = False
+    tools: ToolRule | None = None
 
 
 class TriadConfig(_Model):
@@ -178,6 +225,9 @@ class TriadConfig(_Model):
     upstreams: dict[str, UpstreamConfig] = {}
     naming: NamingConfig = NamingConfig()
     clients: dict[str, ClientConfig] = {}
+    anonymous: str | None = None
+    """The client that HTTP requests without a token act as, when tokens are configured (default: refused)."""
+    policy: PolicyConfig = PolicyConfig()
     page_size: int = Field(default=DEFAULT_PAGE_SIZE, ge=1, le=10_000)
     source: Path | None = Field(default=None, exclude=True)
 
@@ -237,6 +287,9 @@ def parse_config(text: str, *, source: Path | None = None, environ: dict[str, st
 def _semantic_problems(config: TriadConfig, lines: LineMap) -> list[str]:
     """Checks that span several keys (pydantic validates one value at a time)."""
     problems = []
+    if config.anonymous is not None and config.anonymous not in config.clients:
+        problems.append(_format(("anonymous",), f"no client named {config.anonymous!r} under clients",
+                                lines.get(("anonymous",))))
     raw_seen: dict[str, str] = {}
     for name in config.upstreams:
         key = re.sub(r"[^A-Za-z0-9_-]", "-", name.strip()).lower()

@@ -24,9 +24,9 @@ from anyio.abc import TaskGroup
 from consumers import UpstreamPool
 from exposers import build_app, build_server, serve_stdio
 from exposers.notify import Notifier
-from gateway.config import TriadConfig
+from gateway.config import TriadConfig, is_loopback
 from gateway.dispatch import Dispatcher
-from gateway.identity import Identity
+from gateway.identity import LOCAL, Identity
 
 logger = logging.getLogger("triad")
 
@@ -41,7 +41,8 @@ class Gateway:
 
 
 @contextlib.asynccontextmanager
-async def running_gateway(config: TriadConfig) -> AsyncIterator[Gateway]:
+async def running_gateway(config: TriadConfig, host: str | None = None) -> AsyncIterator[Gateway]:
+    """`host` is where the exposer listens (default: the config's); off loopback the remote deny list applies."""
     dispatcher: Dispatcher | None = None
 
     def on_change(upstream: Any) -> None:
@@ -49,7 +50,7 @@ async def running_gateway(config: TriadConfig) -> AsyncIterator[Gateway]:
             dispatcher.on_upstream_change(upstream)
 
     pool = UpstreamPool(config, on_change)
-    dispatcher = Dispatcher(config, pool)
+    dispatcher = Dispatcher(config, pool, remote=not is_loopback(host or config.listen.host))
     dispatcher.rebuild()
     notifier = Notifier(dispatcher)
     async with anyio.create_task_group() as tg:
@@ -72,8 +73,8 @@ class _Uvicorn(uvicorn.Server):
 
 
 async def serve_http(config: TriadConfig, host: str, port: int) -> None:
-    async with running_gateway(config) as gw:
-        server = build_server(gw.dispatcher, gw.notifier, Identity("anonymous"))
+    async with running_gateway(config, host) as gw:
+        server = build_server(gw.dispatcher, gw.notifier, LOCAL)
         app = build_app(server, gw.dispatcher, host)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)

@@ -10,6 +10,7 @@ Nothing on the call path scans the registry or awaits anything but the upstream.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -19,23 +20,30 @@ import mcp_types as types
 from consumers import ProgressFn, Upstream, UpstreamPool
 from gateway.catalog import UpstreamSnapshot, build_upstream_sources
 from gateway.config import TriadConfig
-from gateway.errors import UnknownName, UpstreamUnavailable
-from gateway.identity import Identity
+from gateway.errors import InvalidRequest, UnknownName, UpstreamUnavailable
+from gateway.identity import Identity, run_list
 from gateway.naming import parse_exposed_uri
 from gateway.registry import EMPTY_REGISTRY, Registry, build_registry
 from gateway.views import ClientView, build_view, paginate
+from policy import Pipeline
 
 logger = logging.getLogger("triad.dispatch")
 
 ERA_META_PREFIX = "io.modelcontextprotocol/"
 """The 2026-07-28 per-request envelope; never forwarded across the hop (an upstream of the other era rejects it)."""
+RUN_LIST_META_KEY = "triad/tools"
+"""A request's own run-level allow list (layer 7); Triad's business, never forwarded."""
+MAX_CACHED_VIEWS = 1024
+"""Views are cached per distinct identity (run-level lists included); past this many, the cache starts over."""
 
 
 def forwardable_meta(meta: Any) -> dict[str, Any] | None:
-    """The client's `_meta` minus the era envelope and its progress token (the upstream hop has its own)."""
+    """The client's `_meta` minus the era envelope, its progress token (the upstream hop has its own) and
+    Triad's run-level list."""
     if not isinstance(meta, Mapping):
         return None
-    out = {k: v for k, v in meta.items() if not k.startswith(ERA_META_PREFIX) and k != "progressToken"}
+    out = {k: v for k, v in meta.items()
+           if not k.startswith(ERA_META_PREFIX) and k not in ("progressToken", RUN_LIST_META_KEY)}
     return out or None
 
 
@@ -49,10 +57,12 @@ def clean_result(result: dict[str, Any]) -> dict[str, Any]:
 
 
 class Dispatcher:
-    def __init__(self, config: TriadConfig, pool: UpstreamPool) -> None:
+    def __init__(self, config: TriadConfig, pool: UpstreamPool, *, remote: bool = False) -> None:
         self.config = config
         self.pool = pool
+        self.pipeline = Pipeline(config.policy, {cid: c.tools for cid, c in config.clients.items()}, remote=remote)
         self.registry: Registry = EMPTY_REGISTRY
+        self.denied_calls = 0
         self._views: dict[Identity, ClientView] = {}
         self._listeners: list[Callable[[Registry], None]] = []
 
@@ -78,8 +88,31 @@ class Dispatcher:
         registry = self.registry
         view = self._views.get(identity)
         if view is None or view.version != registry.version:
-            view = self._views[identity] = build_view(registry, identity)
+            if len(self._views) >= MAX_CACHED_VIEWS:
+                self._views = {}
+            view = self._views[identity] = build_view(registry, identity, self.pipeline)
         return view
+
+    def _request_view(self, identity: Identity, params: Mapping[str, Any]) -> ClientView:
+        """The view for one request: the caller's, narrowed by the request's own run-level list if it has one."""
+        meta = params.get("_meta")
+        if isinstance(meta, Mapping) and RUN_LIST_META_KEY in meta:
+            patterns = meta[RUN_LIST_META_KEY]
+            if isinstance(patterns, str):
+                patterns = run_list(patterns)
+            if not isinstance(patterns, list | tuple) or not all(isinstance(p, str) for p in patterns):
+                raise InvalidRequest(f"_meta[{RUN_LIST_META_KEY!r}] must be a list of tool patterns")
+            identity = dataclasses.replace(identity, run_lists=(*identity.run_lists, tuple(patterns)))
+        return self.view(identity)
+
+    def _refuse_tool(self, view: ClientView, name: Any) -> UnknownName:
+        """Hidden and unknown names get the same answer; a policy denial is counted and logged with its layer."""
+        for descriptor, decision in view.denied:
+            if descriptor.name == name and (step := decision.denied_by) is not None:
+                self.denied_calls += 1
+                logger.info("denied call: client %s tool %s by %s", view.identity.client_id, name, step.describe())
+                break
+        return UnknownName(f"Unknown tool: {name}")
 
     def offered(self) -> set[str]:
         """Capability families to advertise: what connected upstreams offer, plus everything while one is still
@@ -114,9 +147,10 @@ class Dispatcher:
     async def call_tool(self, identity: Identity, params: Mapping[str, Any], progress: ProgressFn | None = None
                         ) -> dict[str, Any]:
         name = params.get("name")
-        entry = self.view(identity).tools.get(name) if isinstance(name, str) else None
+        view = self._request_view(identity, params)
+        entry = view.tools.get(name) if isinstance(name, str) else None
         if entry is None:
-            raise UnknownName(f"Unknown tool: {name}")
+            raise self._refuse_tool(view, name)
         upstream = self._upstream(entry.executor.id)
         request = types.CallToolRequest(params=types.CallToolRequestParams(
             name=entry.executor.tool, arguments=params.get("arguments"), _meta=forwardable_meta(params.get("_meta"))))
@@ -126,7 +160,7 @@ class Dispatcher:
         uri = params.get("uri")
         if not isinstance(uri, str):
             raise UnknownName(f"Unknown resource: {uri}")
-        owner, raw = self._route_uri(identity, uri)
+        owner, raw = self._route_uri(self._request_view(identity, params), uri)
         request = types.ReadResourceRequest(params=types.ReadResourceRequestParams(
             uri=raw, _meta=forwardable_meta(params.get("_meta"))))
         result = clean_result(await self._upstream(owner).request(request))
@@ -138,7 +172,7 @@ class Dispatcher:
 
     async def get_prompt(self, identity: Identity, params: Mapping[str, Any]) -> dict[str, Any]:
         name = params.get("name")
-        entry = self.view(identity).prompts.get(name) if isinstance(name, str) else None
+        entry = self._request_view(identity, params).prompts.get(name) if isinstance(name, str) else None
         if entry is None:
             raise UnknownName(f"Unknown prompt: {name}")
         request = types.GetPromptRequest(params=types.GetPromptRequestParams(
@@ -149,8 +183,9 @@ class Dispatcher:
         ref = params.get("ref")
         if not isinstance(ref, Mapping):
             raise UnknownName("Unknown completion reference")
+        view = self._request_view(identity, params)
         if ref.get("type") == "ref/prompt":
-            entry = self.view(identity).prompts.get(ref.get("name"))  # type: ignore[arg-type]
+            entry = view.prompts.get(ref.get("name"))  # type: ignore[arg-type]
             if entry is None:
                 raise UnknownName(f"Unknown prompt: {ref.get('name')}")
             owner, raw_ref = entry.upstream, {**ref, "name": entry.raw}
@@ -158,16 +193,16 @@ class Dispatcher:
             uri = ref.get("uri")
             if not isinstance(uri, str):
                 raise UnknownName(f"Unknown resource: {uri}")
-            owner, raw_uri = self._route_uri(identity, uri)
+            owner, raw_uri = self._route_uri(view, uri)
             raw_ref = {**ref, "uri": raw_uri}
         request = types.CompleteRequest(params=types.CompleteRequestParams.model_validate(
             {**params, "ref": raw_ref, "_meta": forwardable_meta(params.get("_meta"))}))
         return clean_result(await self._upstream(owner).request(request))
 
-    def _route_uri(self, identity: Identity, uri: str) -> tuple[str, str]:
+    def _route_uri(self, view: ClientView, uri: str) -> tuple[str, str]:
         """(upstream, raw URI) for an exposed URI or URI template expansion; unknown looks like hidden."""
         registry = self.registry
-        visible = self.view(identity).visible_upstreams
+        visible = view.visible_upstreams
         if registry.uri_owners:
             parsed = parse_exposed_uri(uri)
             owner = registry.uri_owners.get(parsed[0]) if parsed else None

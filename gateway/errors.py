@@ -5,7 +5,7 @@
      ├── ToolPlanContractError       the planner refused a descriptor set (duplicate name, missing executor)
      ├── UnknownName   (-32602)      unknown *or hidden* tool, prompt or resource: the same answer for both
      ├── StaleCursor   (-32602)      a pagination cursor from an older registry version
-     ├── Forbidden     (-32602)      denied by policy; rendered exactly like UnknownName
+     ├── InvalidRequest (-32602)     a request Triad cannot make sense of (e.g. a malformed run-level list)
      └── UpstreamError (-32603)      something went wrong on the upstream's side
           ├── UpstreamUnavailable    not connected, or the connection closed mid-call
           ├── UpstreamTimeout (-32001) no answer within the upstream's timeout
@@ -59,6 +59,10 @@ class UnknownName(TriadError):
 
 
 class StaleCursor(TriadError):
+    code = INVALID_PARAMS
+
+
+class InvalidRequest(TriadError):
     code = INVALID_PARAMS
 
 

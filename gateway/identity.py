@@ -7,22 +7,26 @@ Over HTTP the exposer maps a bearer token to a configured client; over stdio the
 from __future__ import annotations
 
 import hmac
-from dataclasses import dataclass
+from collections.abc import Mapping
 
 from gateway.config import TriadConfig
+from policy import Identity
 
 LOCAL_CLIENT = "local"
+DEFAULT_PROVIDER_MAP: Mapping[str, str] = {
+    "claude-ai": "anthropic",
+    "claude-code": "anthropic",
+    "claude-desktop": "anthropic",
+    "openai-mcp": "openai",
+    "codex-mcp-client": "openai",
+    "gemini-cli-mcp-client": "google",
+    "grok": "xai",
+}
+"""clientInfo.name -> LLM provider, used when a client's config does not fix `provider`; `policy.provider_map`
+adds to and overrides these."""
 
-
-@dataclass(frozen=True, slots=True)
-class Identity:
-    client_id: str
-    agent: str | None = None
-    provider: str | None = None
-    model: str | None = None
-    groups: tuple[str, ...] = ()
-    owner: bool = False
-
+__all__ = ["LOCAL", "Identity", "identity_for", "identity_for_token", "infer_provider", "requires_token",
+           "run_list"]
 
 LOCAL = Identity(LOCAL_CLIENT, owner=True)
 
@@ -54,3 +58,15 @@ def identity_for_token(config: TriadConfig, token: str) -> Identity | None:
 def requires_token(config: TriadConfig) -> bool:
     """HTTP requires a bearer token as soon as any client has one configured."""
     return any(client.token is not None for client in config.clients.values())
+
+
+def infer_provider(config: TriadConfig, client_name: str | None) -> str | None:
+    if not client_name:
+        return None
+    name = client_name.strip().lower()
+    return config.policy.provider_map.get(name) or DEFAULT_PROVIDER_MAP.get(name)
+
+
+def run_list(value: str) -> tuple[str, ...]:
+    """`a, b*` -> ("a", "b*"); an empty value is an empty list, which denies everything."""
+    return tuple(part.strip() for part in value.split(",") if part.strip())

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.errors import StaleCursor
-from gateway.identity import Identity
 from gateway.planner import PlanEntry, ToolPlan, build_plan
-from gateway.registry import PromptEntry, Registry
+from gateway.registry import PromptEntry, Registry, ToolDescriptor
+from policy import Decision, Identity, Pipeline, ToolFacts
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,8 @@ class ClientView:
     version: int
     identity: Identity
     plan: ToolPlan
+    denied: tuple[tuple[ToolDescriptor, Decision], ...]
+    """Available tools the policy hides from this caller, with the decision that says why."""
     tools: Mapping[str, PlanEntry]
     tools_wire: tuple[dict[str, Any], ...]
     resources_wire: tuple[dict[str, Any], ...]
@@ -42,10 +44,29 @@ class ClientView:
         )
 
 
-def build_view(registry: Registry, identity: Identity) -> ClientView:
+def tool_facts(descriptor: ToolDescriptor) -> ToolFacts:
+    executor = descriptor.executor
+    upstream, raw = (executor.id, executor.tool) if executor is not None and executor.kind == "mcp" else ("", "")
+    return ToolFacts.from_annotations(descriptor.name, upstream, raw, descriptor.annotations)
+
+
+def build_view(registry: Registry, identity: Identity, pipeline: Pipeline) -> ClientView:
     plan = build_plan(registry.tools.values(), registry.context)
-    tools = {entry.descriptor.name: entry for entry in plan.visible}
-    ready = {key.removeprefix("upstream:") for key, state in registry.context.values.items() if state == "ready"}
+    allowed: list[PlanEntry] = []
+    denied: list[tuple[ToolDescriptor, Decision]] = []
+    for entry in plan.visible:
+        decision = pipeline.decide(identity, tool_facts(entry.descriptor))
+        if decision.allowed:
+            allowed.append(entry)
+        else:
+            denied.append((entry.descriptor, decision))
+    tools = {entry.descriptor.name: entry for entry in allowed}
+    # An upstream's resources and prompts are visible when the caller may use at least one of its tools, or when
+    # it has no tools at all (then tool policy has nothing to say about it).
+    with_tools = {d.executor.id for d in registry.tools.values() if d.executor is not None}
+    seen = {entry.executor.id for entry in allowed}
+    ready = {key.removeprefix("upstream:") for key, state in registry.context.values.items() if state == "ready"
+             and (key.removeprefix("upstream:") in seen or key.removeprefix("upstream:") not in with_tools)}
     resources = tuple(dict(r.wire) for r in registry.resources.values() if r.upstream in ready)
     templates = tuple(dict(t.wire) for t in registry.templates if t.upstream in ready)
     prompts = {name: p for name, p in registry.prompts.items() if p.upstream in ready}
@@ -53,8 +74,9 @@ def build_view(registry: Registry, identity: Identity) -> ClientView:
         version=registry.version,
         identity=identity,
         plan=plan,
+        denied=tuple(denied),
         tools=tools,
-        tools_wire=tuple(entry.descriptor.to_wire() for entry in plan.visible),
+        tools_wire=tuple(entry.descriptor.to_wire() for entry in allowed),
         resources_wire=resources,
         templates_wire=templates,
         prompts=prompts,

@@ -1,5 +1,7 @@
-"""Policy: patterns and the allow/deny decisions built on them. Imports nothing of gateway's call path."""
+"""Policy: patterns and groups, and the seven-layer allow/deny pipeline with its decision traces."""
 
-from policy.patterns import Glob, compile_glob, compile_globs, first_match
+from policy.patterns import Glob, ToolFacts, compile_glob, compile_globs, compile_patterns, first_match
+from policy.pipeline import LAYER_NAMES, Decision, Identity, Pipeline, Step
 
-__all__ = ["Glob", "compile_glob", "compile_globs", "first_match"]
+__all__ = ["LAYER_NAMES", "Decision", "Glob", "Identity", "Pipeline", "Step", "ToolFacts", "compile_glob",
+           "compile_globs", "compile_patterns", "first_match"]

@@ -1,14 +1,43 @@
-"""Glob patterns as OpenClaw matches them (reference section 8.2): `*` is the only wildcard.
+"""Patterns as OpenClaw matches them (reference section 8.2), plus Triad's groups.
 
-`*` alone matches everything; a pattern without `*` matches exactly; otherwise the pattern is regex-escaped and
-each `*` becomes `.*`, anchored at both ends (`?` and `[]` are literals). Both sides are trimmed and lowercased.
+A glob has `*` as its only wildcard: `*` alone matches everything; a pattern without `*` matches exactly;
+otherwise the pattern is regex-escaped, each `*` becomes `.*`, anchored at both ends (`?` and `[]` are
+literals). Both sides are trimmed and lowercased, so matching ignores case. Empty patterns are dropped.
+
+Groups: `group:<upstream>` (every tool of that upstream), `group:readonly` (annotated `readOnlyHint: true`),
+`group:destructive` (not read-only and `destructiveHint` not false — the spec's default is destructive), and the
+user's `policy.tool_groups`, which expand to their own patterns. A tool is matched by its exposed name and by its
+`upstream:raw` form.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
+
+BUILTIN_GROUPS = frozenset({"readonly", "destructive"})
+
+
+@dataclass(frozen=True, slots=True)
+class ToolFacts:
+    """What a pattern can see of a tool."""
+
+    name: str
+    upstream: str = ""
+    raw: str = ""
+    read_only: bool = False
+    destructive: bool = True
+
+    @classmethod
+    def from_annotations(cls, name: str, upstream: str, raw: str, annotations: Mapping[str, Any] | None) -> ToolFacts:
+        notes = annotations or {}
+        read_only = notes.get("readOnlyHint") is True
+        return cls(name, upstream, raw, read_only, not read_only and notes.get("destructiveHint") is not False)
+
+    def forms(self) -> tuple[str, ...]:
+        return (self.name.lower(), f"{self.upstream}:{self.raw}".lower()) if self.upstream else (self.name.lower(),)
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,11 +46,31 @@ class Glob:
     _exact: str | None
     _regex: re.Pattern[str] | None
 
-    def matches(self, name: str) -> bool:
-        name = name.strip().lower()
+    def matches_text(self, text: str) -> bool:
+        text = text.strip().lower()
         if self._regex is not None:
-            return self._regex.fullmatch(name) is not None
-        return name == self._exact
+            return self._regex.fullmatch(text) is not None
+        return text == self._exact
+
+    def matches(self, tool: ToolFacts) -> bool:
+        return any(self.matches_text(form) for form in tool.forms())
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    pattern: str
+    kind: str  # "upstream", "readonly", "destructive"
+    value: str = ""
+
+    def matches(self, tool: ToolFacts) -> bool:
+        if self.kind == "readonly":
+            return tool.read_only
+        if self.kind == "destructive":
+            return tool.destructive
+        return tool.upstream.lower() == self.value
+
+
+Matcher = Glob | Group
 
 
 def compile_glob(pattern: str) -> Glob | None:
@@ -41,6 +90,36 @@ def compile_globs(patterns: Iterable[str]) -> tuple[Glob, ...]:
 
 def first_match(globs: Iterable[Glob], *names: str) -> Glob | None:
     for glob in globs:
-        if any(glob.matches(name) for name in names):
+        if any(glob.matches_text(name) for name in names):
             return glob
+    return None
+
+
+def compile_patterns(patterns: Iterable[str], tool_groups: Mapping[str, Iterable[str]],
+                     _expanding: frozenset[str] = frozenset()) -> tuple[Matcher, ...]:
+    """Compile globs and groups; a user group expands to its own patterns (a group that includes itself stops)."""
+    out: list[Matcher] = []
+    groups = {k.lower(): v for k, v in tool_groups.items()}
+    for pattern in patterns:
+        normalized = pattern.strip().lower()
+        if normalized.startswith("group:"):
+            name = normalized.removeprefix("group:")
+            if name in groups:
+                if name not in _expanding:
+                    out += compile_patterns(groups[name], tool_groups, _expanding | {name})
+            elif name in BUILTIN_GROUPS:
+                out.append(Group(pattern, name))
+            else:
+                out.append(Group(pattern, "upstream", name))
+            continue
+        glob = compile_glob(pattern)
+        if glob is not None:
+            out.append(glob)
+    return tuple(out)
+
+
+def first_matcher(matchers: Iterable[Matcher], tool: ToolFacts) -> Matcher | None:
+    for matcher in matchers:
+        if matcher.matches(tool):
+            return matcher
     return None

@@ -12,6 +12,7 @@ from gateway.errors import StaleCursor
 from gateway.identity import LOCAL
 from gateway.registry import ExecutorRef, OwnerRef, ToolDescriptor, ToolSource, build_registry
 from gateway.views import build_view, paginate
+from policy import Pipeline
 
 
 def tool(name: str, owner: OwnerRef) -> ToolDescriptor:
@@ -54,7 +55,7 @@ def test_upstream_tools_are_named_filtered_and_hidden_when_their_upstream_is_dow
     })
     registry = build_registry(1, built.sources, built.context)
     assert sorted(registry.tools) == ["alpha__echo", "beta__keep_a"]
-    view = build_view(registry, LOCAL)
+    view = build_view(registry, LOCAL, Pipeline(CONFIG.policy, {}))
     assert list(view.tools) == ["beta__keep_a"]
     [hidden] = view.plan.hidden
     assert hidden.descriptor.name == "alpha__echo"
