@@ -1,4 +1,4 @@
-"""The `triad` command line: serve, stdio, check, plan. Each verb exits non-zero with a clear message on bad input."""
+"""The `triad` command line: serve, stdio, check, plan, explain. Bad input: a clear message, a non-zero exit."""
 
 from __future__ import annotations
 
@@ -6,16 +6,12 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from typing import Any
 
 import anyio
 
 from gateway.config import TriadConfig, load_config
 from gateway.errors import ConfigError, ToolPlanContractError
 from gateway.identity import identity_for
-
-PLAN_MARGIN = 5.0
-"""Extra seconds `triad plan` waits beyond the slowest upstream timeout before reporting what it has."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -41,6 +37,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     plan.add_argument("--client", help="show this client's view (default: local)")
     plan.add_argument("--json", action="store_true", help="print JSON instead of text")
 
+    explain = verbs.add_parser("explain", help="the policy decision for one tool, layer by layer (exit 1: hidden)")
+    _config_arg(explain)
+    explain.add_argument("--client", required=True, help="the configured client (or local)")
+    explain.add_argument("tool", help="the exposed tool name")
+    explain.add_argument("--json", action="store_true", help="print JSON instead of text")
+
     args = parser.parse_args(argv)
     try:
         config = load_config(args.config)
@@ -50,6 +52,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"  {problem}", file=sys.stderr)
         return 1
     if args.verb == "check":
+        for warning in policy_warnings(config):
+            print(f"warning: {warning}", file=sys.stderr)
         print(f"{args.config}: valid ({len(config.upstreams)} upstream(s), {len(config.clients)} client(s))")
         return 0
     from gateway import daemon  # imported late: `check` must not pay for uvicorn and the SDK server
@@ -70,68 +74,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         daemon.configure_logging(args.log_level)
         anyio.run(daemon.serve_stdio_client, config, identity)
         return 0
+    from gateway import report as reports
+
     daemon.configure_logging("ERROR")
+    tool = args.tool if args.verb == "explain" else None
     try:
-        report = anyio.run(_plan, config, identity)
+        report = anyio.run(reports.collect, config, identity, tool)
     except ToolPlanContractError as exc:
         print(f"triad: {exc.contract_code}: {exc.message}", file=sys.stderr)
         return 1
-    print(json.dumps(report, indent=2) if args.json else _format_plan(report))
-    return 0
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(reports.format_explain(report) if tool is not None else reports.format_plan(report))
+    return 0 if tool is None or report["visible"] else 1
+
+
+def policy_warnings(config: TriadConfig) -> list[str]:
+    from gateway.naming import prefix_active, sanitize_server_names
+    from policy.lint import unknown_patterns
+
+    upstreams = config.enabled_upstreams()
+    prefixed = prefix_active(config.naming, len(upstreams))
+    return unknown_patterns(config.policy, {cid: c.tools for cid, c in config.clients.items()},
+                            sanitize_server_names(list(upstreams)), config.naming.separator if prefixed else None)
 
 
 def _config_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-c", "--config", required=True, help="the Triad YAML config file")
-
-
-async def _plan(config: TriadConfig, identity: Any) -> dict[str, Any]:
-    from consumers import wait_settled_or_timeout
-    from gateway.daemon import running_gateway
-
-    async with running_gateway(config) as gw:
-        longest = max((up.timeout for up in config.enabled_upstreams().values()), default=0.0)
-        await wait_settled_or_timeout(gw.pool, longest + PLAN_MARGIN)
-        view = gw.dispatcher.view(identity)
-        upstreams = {name: {"state": up.state.value, "reason": up.reason, "transport": up.config.kind}
-                     for name, up in gw.pool.upstreams.items()}
-        return {
-            "client": identity.client_id,
-            "registry_version": view.version,
-            "upstreams": upstreams,
-            "visible": [{"name": e.descriptor.name, "upstream": e.executor.id, "tool": e.executor.tool}
-                        for e in view.plan.visible],
-            "hidden": [{"name": h.descriptor.name, "owner": str(h.descriptor.owner),
-                        "diagnostics": [_explain(d.as_dict(), upstreams) for d in h.diagnostics]}
-                       for h in view.plan.hidden],
-            "registry_diagnostics": [d.message for d in gw.dispatcher.registry.diagnostics],
-        }
-
-
-def _explain(diagnostic: dict[str, Any], upstreams: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Name the upstream and its failure when a tool is hidden because its upstream is not ready."""
-    key = (diagnostic.get("signal") or {}).get("key", "")
-    if key.startswith("upstream:"):
-        name = key.removeprefix("upstream:")
-        state = upstreams.get(name, {})
-        reason = f": {state['reason']}" if state.get("reason") else ""
-        diagnostic = {**diagnostic, "message": f"upstream {name!r} is {state.get('state', 'unknown')}{reason}"}
-    return diagnostic
-
-
-def _format_plan(report: dict[str, Any]) -> str:
-    lines = [f"client {report['client']} (registry version {report['registry_version']})", "", "upstreams:"]
-    for name, up in report["upstreams"].items():
-        reason = f"  ({up['reason']})" if up["reason"] else ""
-        lines.append(f"  {name:<24} {up['state']:<9} {up['transport']}{reason}")
-    lines += ["", f"visible tools ({len(report['visible'])}):"]
-    lines += [f"  {t['name']:<40} {t['upstream']}:{t['tool']}" for t in report["visible"]]
-    lines += ["", f"hidden tools ({len(report['hidden'])}):"]
-    for hidden in report["hidden"]:
-        reasons = "; ".join(f"{d['reason']}: {d['message']}" for d in hidden["diagnostics"])
-        lines.append(f"  {hidden['name']:<40} {reasons}")
-    if report["registry_diagnostics"]:
-        lines += ["", "registry:"] + [f"  {m}" for m in report["registry_diagnostics"]]
-    return "\n".join(lines)
 
 
 if __name__ == "__main__":

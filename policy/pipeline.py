@@ -97,7 +97,9 @@ class Pipeline:
             steps.append(_apply(5, self._gateway, tool))
         if self._owner_only:
             match = first_matcher(self._owner_only, tool)
-            if match is not None:
+            if match is None:
+                steps.append(Step(6, "owner_only", True, None, "allowed: not an owner-only tool"))
+            else:
                 ok = caller.owner
                 steps.append(Step(6, "owner_only", ok, match.pattern,
                                   f"{'allowed: caller is an owner' if ok else 'denied: owners only'} "
@@ -151,7 +153,8 @@ def _apply(layer: int, rule: CompiledRule, tool: ToolFacts) -> Step:
     if denied is not None:
         return Step(layer, rule.source, False, denied.pattern, f"denied by {denied.pattern!r}")
     if rule.allow is None:
-        return Step(layer, rule.source, True, None, "allowed: no allow list")
+        detail = "allowed: no deny pattern matches" if rule.deny else "allowed: no allow list"
+        return Step(layer, rule.source, True, None, detail)
     allowed = first_matcher(rule.allow, tool)
     if allowed is None:
         return Step(layer, rule.source, False, None, "denied: not in the allow list")

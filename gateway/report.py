@@ -1,0 +1,124 @@
+"""What `triad plan` and `triad explain` print: a client's view, and one tool's decision layer by layer.
+
+Both connect to every upstream (bounded by their timeouts), build the registry, and report; nothing is served.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from consumers import wait_settled_or_timeout
+from gateway.config import TriadConfig
+from gateway.daemon import running_gateway
+from gateway.views import ClientView, tool_facts
+from policy import LAYER_NAMES, Decision, Identity, ToolFacts
+
+PLAN_MARGIN = 5.0
+"""Extra seconds to wait beyond the slowest upstream timeout before reporting what is there."""
+
+
+async def collect(config: TriadConfig, identity: Identity, tool: str | None = None) -> dict[str, Any]:
+    async with running_gateway(config) as gw:
+        longest = max((up.timeout for up in config.enabled_upstreams().values()), default=0.0)
+        await wait_settled_or_timeout(gw.pool, longest + PLAN_MARGIN)
+        view = gw.dispatcher.view(identity)
+        upstreams = {name: {"state": up.state.value, "reason": up.reason, "transport": up.config.kind}
+                     for name, up in gw.pool.upstreams.items()}
+        if tool is not None:
+            return explain(view, tool, gw.dispatcher.pipeline.decide, upstreams)
+        return plan_report(view, upstreams, [d.message for d in gw.dispatcher.registry.diagnostics])
+
+
+def plan_report(view: ClientView, upstreams: dict[str, Any], registry_notes: list[str]) -> dict[str, Any]:
+    hidden = [{"name": h.descriptor.name, "owner": str(h.descriptor.owner),
+               "diagnostics": [_upstream_reason(d.as_dict(), upstreams) for d in h.diagnostics]}
+              for h in view.plan.hidden]
+    hidden += [{"name": d.name, "owner": str(d.owner), "diagnostics": [_policy_reason(decision)]}
+               for d, decision in view.denied]
+    return {
+        "client": view.identity.client_id,
+        "registry_version": view.version,
+        "upstreams": upstreams,
+        "visible": [{"name": e.descriptor.name, "upstream": e.executor.id, "tool": e.executor.tool}
+                    for e in view.tools.values()],
+        "hidden": sorted(hidden, key=lambda h: h["name"].casefold()),
+        "registry_diagnostics": registry_notes,
+    }
+
+
+def explain(view: ClientView, name: str, decide: Any, upstreams: dict[str, Any]) -> dict[str, Any]:
+    descriptor = view.tools[name].descriptor if name in view.tools else None
+    availability: list[dict[str, Any]] = []
+    for hidden in view.plan.hidden:
+        if hidden.descriptor.name == name:
+            descriptor = hidden.descriptor
+            availability = [_upstream_reason(d.as_dict(), upstreams) for d in hidden.diagnostics]
+    for denied, _decision in view.denied:
+        if denied.name == name:
+            descriptor = denied
+    facts = tool_facts(descriptor) if descriptor is not None else ToolFacts(name)
+    decision: Decision = decide(view.identity, facts)
+    visible = descriptor is not None and not availability and decision.allowed
+    applied = {step.layer for step in decision.steps}
+    layers = [{"layer": s.layer, "name": LAYER_NAMES[s.layer], "source": s.source, "allowed": s.allowed,
+               "pattern": s.pattern, "detail": s.detail} for s in decision.steps]
+    layers += [{"layer": n, "name": LAYER_NAMES[n], "source": None, "allowed": True, "pattern": None,
+                "detail": "no rule applies to this client"} for n in LAYER_NAMES if n not in applied]
+    return {
+        "client": view.identity.client_id,
+        "tool": name,
+        "known": descriptor is not None,
+        "upstream": facts.upstream or None,
+        "raw": facts.raw or None,
+        "availability": availability,
+        "layers": sorted(layers, key=lambda layer: layer["layer"]),
+        "visible": visible,
+    }
+
+
+def _upstream_reason(diagnostic: dict[str, Any], upstreams: dict[str, Any]) -> dict[str, Any]:
+    """Name the upstream and its failure when a tool is hidden because its upstream is not ready."""
+    key = (diagnostic.get("signal") or {}).get("key", "")
+    if key.startswith("upstream:"):
+        upstream = key.removeprefix("upstream:")
+        state = upstreams.get(upstream, {})
+        reason = f": {state['reason']}" if state.get("reason") else ""
+        diagnostic = {**diagnostic, "message": f"upstream {upstream!r} is {state.get('state', 'unknown')}{reason}"}
+    return diagnostic
+
+
+def _policy_reason(decision: Decision) -> dict[str, Any]:
+    step = decision.denied_by
+    assert step is not None
+    return {"reason": "policy-denied", "layer": step.layer, "pattern": step.pattern, "message": step.describe()}
+
+
+def format_plan(report: dict[str, Any]) -> str:
+    lines = [f"client {report['client']} (registry version {report['registry_version']})", "", "upstreams:"]
+    for name, up in report["upstreams"].items():
+        reason = f"  ({up['reason']})" if up["reason"] else ""
+        lines.append(f"  {name:<24} {up['state']:<9} {up['transport']}{reason}")
+    lines += ["", f"visible tools ({len(report['visible'])}):"]
+    lines += [f"  {t['name']:<40} {t['upstream']}:{t['tool']}" for t in report["visible"]]
+    lines += ["", f"hidden tools ({len(report['hidden'])}):"]
+    for hidden in report["hidden"]:
+        reasons = "; ".join(f"{d['reason']}: {d['message']}" for d in hidden["diagnostics"])
+        lines.append(f"  {hidden['name']:<40} {reasons}")
+    if report["registry_diagnostics"]:
+        lines += ["", "registry:"] + [f"  {m}" for m in report["registry_diagnostics"]]
+    return "\n".join(lines)
+
+
+def format_explain(report: dict[str, Any]) -> str:
+    where = f" (upstream {report['upstream']}, raw name {report['raw']})" if report["upstream"] else ""
+    lines = [f"tool {report['tool']}{where} for client {report['client']}"]
+    if not report["known"]:
+        lines.append("  not in the registry: no connected upstream offers this name")
+    for diagnostic in report["availability"]:
+        lines.append(f"  availability: {diagnostic['reason']}: {diagnostic['message']}")
+    for layer in report["layers"]:
+        mark = "pass" if layer["allowed"] else "DENY"
+        source = f" [{layer['source']}]" if layer["source"] else ""
+        lines.append(f"  {mark}  layer {layer['layer']} {layer['name']}{source}: {layer['detail']}")
+    lines.append(f"decision: {'visible' if report['visible'] else 'hidden'}")
+    return "\n".join(lines)

@@ -1,0 +1,61 @@
+"""Static checks of policy patterns for `triad check`: a pattern that can never match is almost always a typo.
+
+Without connecting, Triad cannot know every tool name, but it knows the upstreams: `group:<name>` must name an
+upstream, a built-in group or a `tool_groups` entry; `<upstream>:<tool>` must name an upstream; and a prefixed
+pattern (`<part><separator>...`) must start like one of the upstreams' exposed prefixes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+
+from gateway.config import PolicyConfig, ToolRule
+from policy.patterns import BUILTIN_GROUPS, compile_glob
+
+
+def unknown_patterns(policy: PolicyConfig, client_rules: Mapping[str, ToolRule | None],
+                     upstream_parts: Mapping[str, str], separator: str | None) -> list[str]:
+    """Warnings as `key.path: pattern 'p' matches nothing (why)`; `separator` is None when names are not
+    prefixed (then a pattern's head says nothing about its upstream)."""
+    upstreams = {name.lower() for name in upstream_parts}
+    groups = {name.lower() for name in policy.tool_groups}
+    heads = [compile_glob(part + separator) for part in upstream_parts.values()] if separator is not None else []
+    warnings = []
+    for path, pattern in _patterns(policy, client_rules):
+        normalized = pattern.strip().lower()
+        why = None
+        if normalized.startswith("group:"):
+            name = normalized.removeprefix("group:")
+            if name not in upstreams and name not in groups and name not in BUILTIN_GROUPS:
+                why = f"no upstream, built-in group or tool_groups entry is called {name!r}"
+        elif ":" in normalized and "*" not in normalized.split(":", 1)[0]:
+            if normalized.split(":", 1)[0] not in upstreams:
+                why = f"no upstream is called {normalized.split(':', 1)[0]!r}"
+        elif separator is not None and separator in normalized:
+            head = normalized.split(separator, 1)[0] + separator
+            if "*" not in head and not any(h is not None and h.matches_text(head) for h in heads):
+                why = f"no upstream's tools start with {head!r}"
+        if why is not None:
+            warnings.append(f"{path}: pattern {pattern!r} matches nothing ({why})")
+    return warnings
+
+
+def _patterns(policy: PolicyConfig, client_rules: Mapping[str, ToolRule | None]) -> Iterator[tuple[str, str]]:
+    rules: list[tuple[str, ToolRule | None]] = [("policy.profile", policy.profile)]
+    rules += [(f"policy.profiles.{k}", r) for k, r in policy.profiles.items()]
+    rules += [(f"policy.agents.{k}", r) for k, r in policy.agents.items()]
+    rules += [(f"policy.providers.{k}", r) for k, r in policy.providers.items()]
+    rules += [(f"policy.groups.{k}", r) for k, r in policy.groups.items()]
+    rules += [(f"clients.{k}.tools", r) for k, r in client_rules.items()]
+    for path, rule in rules:
+        if rule is None:
+            continue
+        for key in ("allow", "deny", "also_allow"):
+            for pattern in getattr(rule, key) or ():
+                yield f"{path}.{key}", pattern
+    for key in ("gateway_deny", "owner_only"):
+        for pattern in getattr(policy, key):
+            yield f"policy.{key}", pattern
+    for name, patterns in policy.tool_groups.items():
+        for pattern in patterns:
+            yield f"policy.tool_groups.{name}", pattern
