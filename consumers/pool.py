@@ -1,28 +1,48 @@
-"""The pool: every configured upstream, keyed by name, started concurrently.
+"""The pool: every configured upstream, keyed by name, started concurrently, changed live on reload.
 
 Ownership: the daemon creates the pool and calls `start(task_group)` with its root task group; each upstream's
-owner task runs there, so one slow or failing upstream never delays the others. `stop()` asks every owner task
-to close its session (which ends stdio children and their process trees); cancelling the task group does the
-same under anyio's shielded cleanup.
+owner task runs there, so one slow or failing upstream never delays the others. `apply(config)` makes a reload's
+diff: an upstream whose connection settings did not change keeps its session (and child process) and takes the
+new call settings at once; a changed one is started anew and swapped in when it is ready (the old one serves
+until then); a removed one takes no new calls, finishes its in-flight calls within the grace period, then
+closes. `stop()` asks every owner task to close its session (which ends stdio children and their trees).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup
 
-from consumers.upstream import Upstream
-from gateway.config import TriadConfig
+from consumers.upstream import Upstream, UpstreamState
+from gateway.config import TriadConfig, UpstreamConfig
+
+logger = logging.getLogger("triad.pool")
+
+RETIRE_GRACE = 30.0
+"""How long a removed or replaced upstream may finish its in-flight calls before it is closed."""
+
+
+def connection_key(config: UpstreamConfig, cwd: str | None) -> tuple[Any, ...]:
+    """What a live connection depends on; other settings (timeouts, tool filters) apply without reconnecting."""
+    secrets = lambda values: tuple(sorted((k, v.get_secret_value()) for k, v in values.items()))  # noqa: E731
+    return (config.kind, config.command, config.args, secrets(config.env), cwd, config.url, secrets(config.headers))
 
 
 class UpstreamPool:
-    def __init__(self, config: TriadConfig, on_change: Callable[[Upstream], None]) -> None:
-        self._upstreams: dict[str, Upstream] = {
-            name: Upstream(name, up, config.resolve_cwd(up), on_change)
-            for name, up in config.enabled_upstreams().items()
-        }
+    def __init__(self, config: TriadConfig, on_change: Callable[[Upstream], None],
+                 retire_grace: float = RETIRE_GRACE) -> None:
+        self._on_change = on_change
+        self._retire_grace = retire_grace
+        self._task_group: TaskGroup | None = None
+        self._upstreams: dict[str, Upstream] = {}
+        self._pending: dict[str, Upstream] = {}
+        """Replacements started by a reload, swapped in when ready."""
+        for name, up in config.enabled_upstreams().items():
+            self._upstreams[name] = Upstream(name, up, config.resolve_cwd(up), self._changed)
 
     @property
     def upstreams(self) -> Mapping[str, Upstream]:
@@ -32,16 +52,71 @@ class UpstreamPool:
         return self._upstreams.get(name)
 
     def start(self, task_group: TaskGroup) -> None:
+        self._task_group = task_group
         for upstream in self._upstreams.values():
-            task_group.start_soon(upstream.run, name=f"upstream:{upstream.name}")
+            self._run(upstream)
+
+    def _run(self, upstream: Upstream) -> None:
+        assert self._task_group is not None, "the pool was not started"
+        self._task_group.start_soon(upstream.run, name=f"upstream:{upstream.name}")
+
+    def apply(self, config: TriadConfig) -> dict[str, list[str]]:
+        """Make the reload's diff; returns what happened, by kind, for the log."""
+        wanted = config.enabled_upstreams()
+        diff: dict[str, list[str]] = {"kept": [], "updated": [], "replaced": [], "added": [], "removed": []}
+        for name in list(self._upstreams):
+            if name not in wanted:
+                diff["removed"].append(name)
+                self._retire(self._upstreams.pop(name), "removed by a config reload")
+        for name in list(self._pending):
+            if name not in wanted:
+                self._pending.pop(name).stop()
+        for name, up in wanted.items():
+            cwd = config.resolve_cwd(up)
+            current = self._pending.get(name) or self._upstreams.get(name)
+            if current is not None and connection_key(current.config, current.cwd) == connection_key(up, cwd):
+                diff["kept" if current.config == up else "updated"].append(name)
+                current.config = up
+                continue
+            fresh = Upstream(name, up, cwd, self._changed)
+            if name in self._pending:
+                self._pending.pop(name).stop()
+            if name in self._upstreams and self._upstreams[name].state is UpstreamState.READY:
+                self._pending[name] = fresh  # the old connection serves until the new one is ready
+                diff["replaced"].append(name)
+            else:
+                if name in self._upstreams:
+                    self._retire(self._upstreams[name], "replaced by a config reload")
+                    diff["replaced"].append(name)
+                else:
+                    diff["added"].append(name)
+                self._upstreams[name] = fresh
+            self._run(fresh)
+        # keep the configured order: names are assigned in config order
+        self._upstreams = {name: self._upstreams[name] for name in wanted if name in self._upstreams}
+        return diff
+
+    def _changed(self, upstream: Upstream) -> None:
+        pending = self._pending.get(upstream.name)
+        if pending is upstream and upstream.state is UpstreamState.READY:
+            del self._pending[upstream.name]
+            self._retire(self._upstreams[upstream.name], "replaced by a config reload")
+            self._upstreams[upstream.name] = upstream
+            logger.info("upstream %s: new connection settings are live", upstream.name)
+        if upstream is self._upstreams.get(upstream.name):
+            self._on_change(upstream)
+
+    def _retire(self, upstream: Upstream, reason: str) -> None:
+        assert self._task_group is not None
+        self._task_group.start_soon(upstream.retire, reason, self._retire_grace, name=f"retire:{upstream.name}")
 
     async def wait_settled(self) -> None:
         """Until every upstream has connected or failed once (each bounded by its own timeout)."""
-        for upstream in self._upstreams.values():
+        for upstream in list(self._upstreams.values()):
             await upstream.settled.wait()
 
     def stop(self) -> None:
-        for upstream in self._upstreams.values():
+        for upstream in [*self._upstreams.values(), *self._pending.values()]:
             upstream.stop()
 
 

@@ -66,7 +66,8 @@ class Upstream:
                  on_change: Callable[[Upstream], None]) -> None:
         self.name = name
         self.config = config
-        self._cwd = cwd
+        """Replaced in place by a reload that keeps the connection (timeouts, tool filters)."""
+        self.cwd = cwd
         self._on_change = on_change
         self.state = UpstreamState.STARTING
         self.reason = "connecting"
@@ -79,6 +80,10 @@ class Upstream:
         self._relist = False
         self._suspect = False
         self._stopping = False
+        self._retired: str | None = None
+        self._in_flight = 0
+        self._idle = anyio.Event()
+        self._idle.set()
 
     def __repr__(self) -> str:
         return f"Upstream({self.name!r}, {self.config.kind}, {self.state.value})"
@@ -111,6 +116,18 @@ class Upstream:
         self._stopping = True
         self._wake.set()
 
+    async def retire(self, reason: str, grace: float) -> None:
+        """Take no new calls, let in-flight ones finish (at most `grace` seconds), then close.
+
+        Called by the pool, in a task of its own, when a reload removes or replaces this upstream."""
+        self._retired = reason
+        with anyio.move_on_after(grace):
+            await self._idle.wait()
+        if self._in_flight:
+            logger.warning("upstream %s: %d call(s) still running after the %gs grace period; closing", self.name,
+                           self._in_flight, grace)
+        self.stop()
+
     def _suspect_connection(self) -> None:
         self._suspect = True
         self._wake.set()
@@ -126,7 +143,7 @@ class Upstream:
     async def _connect_and_serve(self) -> None:
         with anyio.CancelScope() as connect_scope:
             connect_scope.deadline = anyio.current_time() + self.config.timeout
-            async with open_transport(self.name, self.config, self._cwd) as (read, write):
+            async with open_transport(self.name, self.config, self.cwd) as (read, write):
                 watch = EOFWatch(read)
                 async with ClientSession(watch, write, client_info=CLIENT_INFO,
                                          message_handler=self._on_message) as session:
@@ -224,30 +241,53 @@ class Upstream:
     # -- calls from other tasks ----------------------------------------------------------------------------------
 
     async def request(self, request: Any, *, progress: ProgressFn | None = None) -> dict[str, Any]:
-        """Send one request on the live session and return the raw result dict (no output-schema check)."""
+        """Send one request on the live session and return the raw result dict (no output-schema check).
+
+        The deadline is the upstream's `timeout`, pushed back by each progress notification up to
+        `max_call_time`; on expiry the request is cancelled upstream (the SDK sends `notifications/cancelled`)."""
         session = self._session
         method = request.method
+        if self._retired is not None:
+            raise UpstreamUnavailable(self.name, f"upstream {self.name!r} was {self._retired}")
         if session is None or self.state is not UpstreamState.READY:
             raise UpstreamUnavailable(self.name, f"upstream {self.name!r} is not connected ({self.reason})")
+        timeout, cap = self.config.timeout, self.config.max_call_time
+        start = anyio.current_time()
+
+        async def on_progress(value: float, total: float | None, message: str | None) -> None:
+            scope.deadline = min(anyio.current_time() + timeout, start + max(cap, timeout))
+            if progress is not None:
+                await progress(value, total, message)
+
+        self._in_flight += 1
+        self._idle = anyio.Event() if self._in_flight == 1 else self._idle
         try:
-            return await session.send_request(request, RAW, request_read_timeout_seconds=self.config.timeout,
-                                              progress_callback=progress)
+            with anyio.CancelScope(deadline=start + timeout) as scope:
+                return await session.send_request(request, RAW, progress_callback=on_progress)
+            raise UpstreamTimeout(self.name, f"upstream {self.name!r} did not answer {method} within "
+                                  + (f"{timeout:g}s" if scope.deadline - start <= timeout else
+                                     f"{timeout:g}s of its last progress (after {anyio.current_time() - start:.3g}s)"))
         except MCPError as exc:
             if exc.error.code == types.CONNECTION_CLOSED:
                 self._suspect_connection()
-            raise map_mcp_error(self.name, method, exc, self.config.timeout) from None
+                if self._retired is not None:
+                    raise UpstreamUnavailable(self.name, f"upstream {self.name!r} was {self._retired} and its "
+                                              f"grace period ran out during {method}") from None
+            raise map_mcp_error(self.name, method, exc) from None
         except ValidationError:
             raise UpstreamError(self.name, f"upstream {self.name!r} sent a malformed {method} result") from None
         except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream) as exc:
             self._suspect_connection()
             raise UpstreamUnavailable(self.name, f"upstream {self.name!r} connection failed during {method}: "
                                       f"{type(exc).__name__}") from None
+        finally:
+            self._in_flight -= 1
+            if not self._in_flight:
+                self._idle.set()
 
 
-def map_mcp_error(name: str, method: str, exc: MCPError, timeout: float) -> UpstreamError:
+def map_mcp_error(name: str, method: str, exc: MCPError) -> UpstreamError:
     error = exc.error
-    if error.code == types.REQUEST_TIMEOUT:
-        return UpstreamTimeout(name, f"upstream {name!r} did not answer {method} within {timeout:g}s")
     if error.code == types.CONNECTION_CLOSED:
         return UpstreamUnavailable(name, f"upstream {name!r} closed the connection during {method}")
     return UpstreamRefused(name, error.message, code=error.code, data=error.data)

@@ -26,6 +26,7 @@ from exposers.server import IDENTITY_SCOPE_KEY, GatewayServer
 from gateway.config import is_loopback
 from gateway.dispatch import Dispatcher
 from gateway.identity import LOCAL, Identity, identity_for, identity_for_token, requires_token, run_list
+from gateway.reload import Reloader
 
 SESSION_IDLE_TIMEOUT = 1800.0
 MAX_SESSIONS = 10_000
@@ -85,7 +86,7 @@ class BearerAuth:
         await self.app(scope, receive, send)
 
 
-def build_app(server: GatewayServer, dispatcher: Dispatcher, host: str) -> Starlette:
+def build_app(server: GatewayServer, dispatcher: Dispatcher, host: str, reloader: Reloader | None = None) -> Starlette:
     security = security_settings(host)
     manager = StreamableHTTPSessionManager(
         app=server,
@@ -108,10 +109,22 @@ def build_app(server: GatewayServer, dispatcher: Dispatcher, host: str) -> Starl
         upstreams = {name: {"state": up.state.value, **({"reason": up.reason} if up.reason else {})}
                      for name, up in dispatcher.pool.upstreams.items()}
         ready = sum(1 for u in upstreams.values() if u["state"] == "ready")
-        body: dict[str, Any] = {"ready": ready > 0 or not upstreams, "upstreams": upstreams,
-                                "registry_version": dispatcher.registry.version,
+        body: dict[str, Any] = {"ready": ready >= min(dispatcher.config.min_ready, len(upstreams)),
+                                "upstreams": upstreams, "registry_version": dispatcher.registry.version,
                                 "tools": len(dispatcher.registry.tools)}
+        if reloader is not None:
+            body["reload"] = reloader.status.as_dict()
         return JSONResponse(body, status_code=200 if body["ready"] else 503)
+
+    async def admin_reload(request: Request) -> Response:
+        identity = request.scope.get(IDENTITY_SCOPE_KEY)
+        if not isinstance(identity, Identity) or not identity.owner:
+            return JSONResponse({"error": "only owner clients may reload the config"}, status_code=403)
+        if reloader is None:
+            return JSONResponse({"error": "this daemon was not started from a config file"}, status_code=409)
+        result = await reloader.reload(f"POST /admin/reload by {identity.client_id}")
+        return JSONResponse({"ok": result.ok, "errors": result.errors, "changes": result.changes},
+                            status_code=200 if result.ok else 422)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
@@ -125,6 +138,7 @@ def build_app(server: GatewayServer, dispatcher: Dispatcher, host: str) -> Starl
             Mount("/messages/", app=BearerAuth(sse.handle_post_message, dispatcher)),
             Route("/healthz", endpoint=healthz),
             Route("/readyz", endpoint=readyz),
+            Route("/admin/reload", endpoint=BearerAuth(_endpoint(admin_reload), dispatcher), methods=["POST"]),
         ],
         lifespan=lifespan,
     )

@@ -30,6 +30,8 @@ from gateway.errors import ConfigError
 
 DEFAULT_PORT = 8765
 DEFAULT_UPSTREAM_TIMEOUT = 60.0
+DEFAULT_MAX_CALL_TIME = 600.0
+"""The hard cap on one call whose deadline keeps being pushed back by progress notifications."""
 DEFAULT_PING_INTERVAL = 15.0
 """How often an idle upstream is pinged; a missed ping means the connection is gone and is re-opened."""
 DEFAULT_PAGE_SIZE = 200
@@ -118,6 +120,7 @@ class UpstreamConfig(_Model):
     headers: dict[str, WireString] = {}
     transport: Transport | None = None
     timeout: Duration = DEFAULT_UPSTREAM_TIMEOUT
+    max_call_time: Duration = DEFAULT_MAX_CALL_TIME
     ping_interval: Duration = DEFAULT_PING_INTERVAL
     enabled: bool = True
     tools: ToolFilter = ToolFilter()
@@ -228,6 +231,8 @@ class TriadConfig(_Model):
     anonymous: str | None = None
     """The client that HTTP requests without a token act as, when tokens are configured (default: refused)."""
     policy: PolicyConfig = PolicyConfig()
+    min_ready: int = Field(default=1, ge=0)
+    """`/readyz` answers 200 once this many upstreams are ready (or all of them, if there are fewer)."""
     page_size: int = Field(default=DEFAULT_PAGE_SIZE, ge=1, le=10_000)
     source: Path | None = Field(default=None, exclude=True)
 

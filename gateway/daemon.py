@@ -13,7 +13,7 @@ import logging
 import signal
 import socket
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +27,7 @@ from exposers.notify import Notifier
 from gateway.config import TriadConfig, is_loopback
 from gateway.dispatch import Dispatcher
 from gateway.identity import LOCAL, Identity
+from gateway.reload import Reloader
 
 logger = logging.getLogger("triad")
 
@@ -37,12 +38,15 @@ class Gateway:
     pool: UpstreamPool
     dispatcher: Dispatcher
     notifier: Notifier
+    reloader: Reloader | None
     task_group: TaskGroup
 
 
 @contextlib.asynccontextmanager
-async def running_gateway(config: TriadConfig, host: str | None = None) -> AsyncIterator[Gateway]:
-    """`host` is where the exposer listens (default: the config's); off loopback the remote deny list applies."""
+async def running_gateway(config: TriadConfig, host: str | None = None, *,
+                          watch: bool = False) -> AsyncIterator[Gateway]:
+    """`host` is where the exposer listens (default: the config's); off loopback the remote deny list applies.
+    With `watch`, the config file is watched and reloaded on change."""
     dispatcher: Dispatcher | None = None
 
     def on_change(upstream: Any) -> None:
@@ -53,13 +57,18 @@ async def running_gateway(config: TriadConfig, host: str | None = None) -> Async
     dispatcher = Dispatcher(config, pool, remote=not is_loopback(host or config.listen.host))
     dispatcher.rebuild()
     notifier = Notifier(dispatcher)
+    reloader = Reloader(config.source, config, pool, dispatcher) if config.source is not None else None
     async with anyio.create_task_group() as tg:
         tg.start_soon(notifier.run, name="notifier")
         pool.start(tg)
+        if watch and reloader is not None:
+            tg.start_soon(reloader.watch, name="config-watch")
         try:
-            yield Gateway(config, pool, dispatcher, notifier, tg)
+            yield Gateway(config, pool, dispatcher, notifier, reloader, tg)
         finally:
             pool.stop()
+            if reloader is not None:
+                reloader.stop()
             tg.cancel_scope.cancel()
 
 
@@ -73,9 +82,9 @@ class _Uvicorn(uvicorn.Server):
 
 
 async def serve_http(config: TriadConfig, host: str, port: int) -> None:
-    async with running_gateway(config, host) as gw:
+    async with running_gateway(config, host, watch=True) as gw:
         server = build_server(gw.dispatcher, gw.notifier, LOCAL)
-        app = build_app(server, gw.dispatcher, host)
+        app = build_app(server, gw.dispatcher, host, gw.reloader)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -87,7 +96,7 @@ async def serve_http(config: TriadConfig, host: str, port: int) -> None:
         actual_port = sock.getsockname()[1]
         userver = _Uvicorn(uvicorn.Config(app, log_config=None, lifespan="on", access_log=False,
                                           timeout_graceful_shutdown=5))
-        gw.task_group.start_soon(_stop_on_signals, userver)
+        gw.task_group.start_soon(_handle_signals, _stopper(userver), gw.reloader)
         shown = f"[{host}]" if ":" in host else host
         logger.info("listening on http://%s:%d/mcp (legacy SSE at /sse); %d upstream(s): %s", shown, actual_port,
                     len(gw.pool.upstreams), ", ".join(gw.pool.upstreams) or "none")
@@ -96,26 +105,29 @@ async def serve_http(config: TriadConfig, host: str, port: int) -> None:
 
 
 async def serve_stdio_client(config: TriadConfig, identity: Identity) -> None:
-    async with running_gateway(config) as gw:
+    async with running_gateway(config, watch=True) as gw:
         server = build_server(gw.dispatcher, gw.notifier, identity)
-        gw.task_group.start_soon(_cancel_on_signals, gw.task_group)
+        gw.task_group.start_soon(_handle_signals, gw.task_group.cancel_scope.cancel, gw.reloader)
         await serve_stdio(server)
 
 
-async def _stop_on_signals(userver: uvicorn.Server) -> None:
-    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+def _stopper(userver: uvicorn.Server) -> Callable[[], None]:
+    def stop() -> None:
+        if userver.should_exit:
+            userver.force_exit = True  # a second signal: stop waiting for open connections
+        userver.should_exit = True
+    return stop
+
+
+async def _handle_signals(stop: Callable[[], None], reloader: Reloader | None) -> None:
+    """SIGHUP reloads the config; SIGTERM and SIGINT stop the exposer."""
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         async for signum in signals:
             logger.info("received %s", signal.Signals(signum).name)
-            if userver.should_exit:
-                userver.force_exit = True
-            userver.should_exit = True
-
-
-async def _cancel_on_signals(task_group: TaskGroup) -> None:
-    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async for _ in signals:
-            task_group.cancel_scope.cancel()
-            return
+            if signum != signal.SIGHUP:
+                stop()
+            elif reloader is not None:
+                await reloader.reload("SIGHUP")
 
 
 def configure_logging(level: str = "INFO") -> None:

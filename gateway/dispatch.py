@@ -56,11 +56,16 @@ def clean_result(result: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+def _pipeline(config: TriadConfig, remote: bool) -> Pipeline:
+    return Pipeline(config.policy, {cid: c.tools for cid, c in config.clients.items()}, remote=remote)
+
+
 class Dispatcher:
     def __init__(self, config: TriadConfig, pool: UpstreamPool, *, remote: bool = False) -> None:
         self.config = config
         self.pool = pool
-        self.pipeline = Pipeline(config.policy, {cid: c.tools for cid, c in config.clients.items()}, remote=remote)
+        self._remote = remote
+        self.pipeline = _pipeline(config, remote)
         self.registry: Registry = EMPTY_REGISTRY
         self.denied_calls = 0
         self._views: dict[Identity, ClientView] = {}
@@ -73,6 +78,11 @@ class Dispatcher:
 
     def on_upstream_change(self, _upstream: Upstream) -> None:
         self.rebuild()
+
+    def apply_config(self, config: TriadConfig) -> Registry:
+        """A reload: policy, naming, clients and page size apply to the next request; one rebuild."""
+        self.config, self.pipeline = config, _pipeline(config, self._remote)
+        return self.rebuild()
 
     def rebuild(self) -> Registry:
         snapshots = {name: UpstreamSnapshot(up.catalog, up.state.value, up.reason)

@@ -100,7 +100,12 @@ async def test_results_through_triad_equal_the_upstreams_own(procs: list[Proc], 
     url = start_triad(procs, config, wait_ready=1)
     async with http_session(upstream) as direct, http_session(url) as via:
         for name, arguments in WIRE_CASES:
-            assert await call(via, name, arguments) == await call(direct, name, arguments), name
+            through = await call(via, name, arguments)
+            if name == "echo":
+                # Triad asks every upstream for progress (its own token on its own hop) so that progress can push
+                # a call's deadline back; the echo fixture reports the _meta it received, so drop that token.
+                assert isinstance(through["_meta"]["fixture/received-meta"].pop("progressToken"), int)
+            assert through == await call(direct, name, arguments), name
         for uri in ("fixture://static", "fixture://blob", "fixture://items/42"):
             request = types.ReadResourceRequest(params=types.ReadResourceRequestParams(uri=uri))
             assert await via.send_request(request, RAW) == await direct.send_request(request, RAW), uri
