@@ -51,12 +51,12 @@ def env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @asynccontextmanager
-async def session_as(url: str, token: str | None, headers: dict[str, str] | None = None
-                     ) -> AsyncIterator[ClientSession]:
+async def session_as(url: str, token: str | None, headers: dict[str, str] | None = None,
+                     **kwargs: Any) -> AsyncIterator[ClientSession]:
     sent = {**({"Authorization": f"Bearer {token}"} if token else {}), **(headers or {})}
     async with (httpx2.AsyncClient(headers=sent) as http,
                 streamable_http_client(url, http_client=http) as (read, write),
-                ClientSession(read, write) as session):
+                ClientSession(read, write, **kwargs) as session):
         await session.initialize()
         yield session
 

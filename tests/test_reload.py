@@ -1,0 +1,163 @@
+"""Hot reload with connected clients and calls in flight: add, remove, change; policy; broken files; editors."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+import yaml
+from mcp.shared.exceptions import MCPError
+
+from tests.conftest import Proc, start_triad, stdio_upstream, write_config
+from tests.test_gateway_e2e import ListChanges, all_tools, call, http_session
+from tests.test_policy_e2e import session_as
+
+pytestmark = pytest.mark.anyio
+
+
+def base_config() -> dict[str, Any]:
+    return {"upstreams": {"a": stdio_upstream("rl-a"), "b": stdio_upstream("rl-b")}}
+
+
+def rewrite(path: Path, config: dict[str, Any]) -> None:
+    """Write the way editors do: a temporary file renamed over the original."""
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(yaml.safe_dump(config, sort_keys=False))
+    os.replace(temporary, path)
+
+
+async def test_add_remove_and_change_upstreams_while_a_call_is_in_flight(procs: list[Proc], tmp_path: Path) -> None:
+    path = write_config(tmp_path, base_config())
+    url = start_triad(procs, path, wait_ready=2)
+    triad = procs[-1]
+    changes = ListChanges()
+    async with http_session(url, message_handler=changes) as via:
+        await changes.wait_for_tools(via, 22)
+        slow_result: dict[str, Any] = {}
+
+        async def slow_call() -> None:
+            slow_result.update(await call(via, "b__slow", {"seconds": 2}))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(slow_call)
+            await anyio.sleep(0.3)  # the call is in flight on b
+            new = {"upstreams": {
+                "a": stdio_upstream("rl-a", "--prefix", "new_"),   # changed: a new child with new tool names
+                "c": stdio_upstream("rl-c"),                        # added
+            }}                                                      # b removed
+            rewrite(path, new)
+            triad.wait_for(r"reloaded config \(file changed\)")
+        assert slow_result["content"][0]["text"] == "done"  # b finished its call within the grace period
+        with anyio.fail_after(30):
+            while True:
+                changes.event = anyio.Event()
+                names = {t["name"] for t in await all_tools(via)}
+                if "a__new_echo" in names and "c__echo" in names:
+                    break
+                await changes.event.wait()
+        assert not any(n.startswith("b__") for n in names)
+        assert "a__echo" not in names
+        assert (await call(via, "a__new_echo", {"text": "new a"}))["content"][0]["text"] == "new a"
+        assert (await call(via, "c__echo", {"text": "c"}))["content"][0]["text"] == "c"
+        with pytest.raises(MCPError) as raised:
+            await call(via, "b__echo", {"text": "gone"})
+        assert raised.value.error.message == "Unknown tool: b__echo"
+    assert "still running after" not in triad.stderr
+
+
+async def test_unchanged_upstreams_keep_their_session_and_child(procs: list[Proc], tmp_path: Path) -> None:
+    path = write_config(tmp_path, base_config())
+    url = start_triad(procs, path, wait_ready=2)
+    triad = procs[-1]
+    async with http_session(url) as via:
+        before = await call(via, "a__echo", {"text": "x"})
+        config = base_config()
+        config["upstreams"]["a"]["timeout"] = "45s"  # a call setting: applied without reconnecting
+        config["page_size"] = 5
+        rewrite(path, config)
+        triad.wait_for(r"reloaded config \(file changed\): updated a;")
+        assert len((await via.list_tools()).tools) == 5
+        after = await call(via, "a__echo", {"text": "x"})
+        assert after["_meta"]["fixture/upstream"] == before["_meta"]["fixture/upstream"]
+        assert after["content"] == before["content"]
+    assert triad.stderr.count("upstream a ready") == 1
+
+
+async def test_policy_change_notifies_only_the_sessions_whose_view_changed(procs: list[Proc], tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRIAD_TEST_T1", "token-one-1111")
+    monkeypatch.setenv("TRIAD_TEST_T2", "token-two-2222")
+    config = {**base_config(), "clients": {"one": {"token": "${TRIAD_TEST_T1}", "agent": "one"},
+                                          "two": {"token": "${TRIAD_TEST_T2}", "agent": "two"}}}
+    path = write_config(tmp_path, config)
+    url = start_triad(procs, path, wait_ready=2)
+    triad = procs[-1]
+    one_changes, two_changes = ListChanges(), ListChanges()
+    async with (session_as(url, "token-one-1111", message_handler=one_changes) as one,
+                session_as(url, "token-two-2222", message_handler=two_changes) as two):
+        assert "a__image" in {t.name for t in (await one.list_tools()).tools}
+        await two.list_tools()
+        rewrite(path, {**config, "policy": {"agents": {"one": {"deny": ["a__image"]}}}})
+        triad.wait_for(r"reloaded config")
+        with anyio.fail_after(10):
+            await one_changes.event.wait()
+        assert "a__image" not in {t.name for t in (await one.list_tools()).tools}
+        assert "a__image" in {t.name for t in (await two.list_tools()).tools}
+        with pytest.raises(MCPError):
+            await call(one, "a__image")  # type: ignore[arg-type]
+        await anyio.sleep(0.5)  # give a wrong notification time to arrive
+        assert two_changes.count == 0 and one_changes.count == 1
+
+
+@pytest.mark.parametrize(("broken", "logged"), [
+    ("upstreams: [oops\n", "not valid YAML"),
+    ("upstreams:\n  a: {command: x, timeout: forever}\n", "upstreams.a.timeout: not a duration"),
+])
+async def test_invalid_config_on_reload_changes_nothing(procs: list[Proc], tmp_path: Path, broken: str,
+                                                       logged: str) -> None:
+    path = write_config(tmp_path, base_config())
+    url = start_triad(procs, path, wait_ready=2)
+    triad = procs[-1]
+    async with http_session(url) as via:
+        path.write_text(broken)
+        triad.wait_for(r"reload \(file changed\) refused")
+        assert logged in triad.stderr
+        assert (await call(via, "b__echo", {"text": "still"}))["content"][0]["text"] == "still"
+        async with httpx2.AsyncClient() as http:
+            ready = (await http.get(url.replace("/mcp", "/readyz"))).json()
+        assert ready["reload"]["failures"] == 1 and logged in " ".join(ready["reload"]["last_error"])
+        assert ready["upstreams"]["a"]["state"] == "ready"
+
+
+async def test_sighup_and_admin_endpoint_reload(procs: list[Proc], tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRIAD_TEST_OWNER", "owner-token-3333")
+    monkeypatch.setenv("TRIAD_TEST_USER", "user-token-4444")
+    config = {**base_config(), "clients": {"boss": {"token": "${TRIAD_TEST_OWNER}", "owner": True},
+                                          "user": {"token": "${TRIAD_TEST_USER}"}}}
+    path = write_config(tmp_path, config)
+    url = start_triad(procs, path, wait_ready=2)
+    triad = procs[-1]
+    triad.popen.send_signal(signal.SIGHUP)
+    triad.wait_for(r"reloaded config \(SIGHUP\)")
+    admin = url.replace("/mcp", "/admin/reload")
+    async with httpx2.AsyncClient() as http:
+        refused = await http.post(admin, headers={"Authorization": "Bearer user-token-4444"})
+        assert refused.status_code == 403
+        assert (await http.post(admin)).status_code == 401
+        done = await http.post(admin, headers={"Authorization": "Bearer owner-token-3333"})
+        assert done.status_code == 200 and done.json()["ok"] is True
+        assert done.json()["changes"]["kept"] == ["a", "b"]
+    triad.wait_for(r"reloaded config \(POST /admin/reload by boss\)")
+
+
+async def test_changing_listen_says_a_restart_is_needed(procs: list[Proc], tmp_path: Path) -> None:
+    path = write_config(tmp_path, base_config())
+    start_triad(procs, path, wait_ready=2)
+    rewrite(path, {**base_config(), "listen": {"port": 9999}})
+    procs[-1].wait_for(r"listen changed .* it takes effect on restart only")
