@@ -81,6 +81,8 @@ class Upstream:
         self._suspect = False
         self._stopping = False
         self._retired: str | None = None
+        self._new_session = anyio.Event()
+        """Set (and replaced) whenever the session changes, so a retried call can wait for the next one."""
         self._in_flight = 0
         self._idle = anyio.Event()
         self._idle.set()
@@ -101,7 +103,7 @@ class Upstream:
                 self._set_state(UpstreamState.DOWN, describe_failure(exc))
                 logger.warning("upstream %s is down: %s", self.name, self.reason)
             finally:
-                self._session = None
+                self._set_session(None)
             self.settled.set()
             if self._stopping:
                 break
@@ -128,6 +130,11 @@ class Upstream:
                            self._in_flight, grace)
         self.stop()
 
+    def _set_session(self, session: ClientSession | None) -> None:
+        self._session = session
+        self._new_session.set()
+        self._new_session = anyio.Event()
+
     def _suspect_connection(self) -> None:
         self._suspect = True
         self._wake.set()
@@ -151,7 +158,7 @@ class Upstream:
                     catalog = await self._list_catalog(session, init)
                     connect_scope.deadline = math.inf  # connected: from here on only calls have deadlines
                     self.catalog = catalog
-                    self._session = session
+                    self._set_session(session)
                     self._set_state(UpstreamState.READY, "")
                     self.settled.set()
                     logger.info("upstream %s ready: %d tools, %d resources, %d prompts (%s)", self.name,
@@ -240,12 +247,28 @@ class Upstream:
 
     # -- calls from other tasks ----------------------------------------------------------------------------------
 
-    async def request(self, request: Any, *, progress: ProgressFn | None = None) -> dict[str, Any]:
+    async def request(self, request: Any, *, progress: ProgressFn | None = None,
+                      retry_safe: bool = False) -> dict[str, Any]:
         """Send one request on the live session and return the raw result dict (no output-schema check).
 
         The deadline is the upstream's `timeout`, pushed back by each progress notification up to
-        `max_call_time`; on expiry the request is cancelled upstream (the SDK sends `notifications/cancelled`)."""
+        `max_call_time`; on expiry the request is cancelled upstream (the SDK sends `notifications/cancelled`).
+        When the upstream says the session is gone (an HTTP upstream that restarted), the session is opened anew,
+        and a request that is safe to repeat (`retry_safe`) is sent once more on the new session."""
         session = self._session
+        try:
+            return await self._send(session, request, progress)
+        except UpstreamSessionGone:
+            if not retry_safe:
+                raise
+            with anyio.move_on_after(self.config.timeout):
+                while self._session is session or self._session is None:
+                    await self._new_session.wait()
+            logger.info("upstream %s: retrying %s on a new session", self.name, request.method)
+            return await self._send(self._session, request, progress)
+
+    async def _send(self, session: ClientSession | None, request: Any, progress: ProgressFn | None
+                    ) -> dict[str, Any]:
         method = request.method
         if self._retired is not None:
             raise UpstreamUnavailable(self.name, f"upstream {self.name!r} was {self._retired}")
@@ -268,12 +291,18 @@ class Upstream:
                                   + (f"{timeout:g}s" if scope.deadline - start <= timeout else
                                      f"{timeout:g}s of its last progress (after {anyio.current_time() - start:.3g}s)"))
         except MCPError as exc:
+            if _session_gone(exc) and self.config.kind == "streamable-http":
+                self._suspect_connection()
+                raise UpstreamSessionGone(self.name, f"upstream {self.name!r} lost its session (it restarted?) "
+                                          f"during {method}; reconnecting") from None
             if exc.error.code == types.CONNECTION_CLOSED:
                 self._suspect_connection()
                 if self._retired is not None:
                     raise UpstreamUnavailable(self.name, f"upstream {self.name!r} was {self._retired} and its "
                                               f"grace period ran out during {method}") from None
-            raise map_mcp_error(self.name, method, exc) from None
+                raise UpstreamSessionGone(self.name, f"upstream {self.name!r} closed the connection during "
+                                          f"{method}") from None
+            raise map_mcp_error(self.name, exc) from None
         except ValidationError:
             raise UpstreamError(self.name, f"upstream {self.name!r} sent a malformed {method} result") from None
         except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream) as exc:
@@ -286,10 +315,18 @@ class Upstream:
                 self._idle.set()
 
 
-def map_mcp_error(name: str, method: str, exc: MCPError) -> UpstreamError:
+class UpstreamSessionGone(UpstreamUnavailable):
+    """The connection or session went away under a request (a child that exited, an HTTP upstream that restarted
+    and answers 404 "Session not found"); a new one is being opened, and a request safe to repeat may be."""
+
+
+def _session_gone(exc: MCPError) -> bool:
+    return exc.error.code == types.INVALID_REQUEST and exc.error.message in ("Session not found",
+                                                                            "Session terminated")
+
+
+def map_mcp_error(name: str, exc: MCPError) -> UpstreamError:
     error = exc.error
-    if error.code == types.CONNECTION_CLOSED:
-        return UpstreamUnavailable(name, f"upstream {name!r} closed the connection during {method}")
     return UpstreamRefused(name, error.message, code=error.code, data=error.data)
 
 

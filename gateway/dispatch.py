@@ -164,7 +164,9 @@ class Dispatcher:
         upstream = self._upstream(entry.executor.id)
         request = types.CallToolRequest(params=types.CallToolRequestParams(
             name=entry.executor.tool, arguments=params.get("arguments"), _meta=forwardable_meta(params.get("_meta"))))
-        return clean_result(await upstream.request(request, progress=progress))
+        notes = entry.descriptor.annotations or {}
+        safe = notes.get("readOnlyHint") is True or notes.get("idempotentHint") is True
+        return clean_result(await upstream.request(request, progress=progress, retry_safe=safe))
 
     async def read_resource(self, identity: Identity, params: Mapping[str, Any]) -> dict[str, Any]:
         uri = params.get("uri")
@@ -173,7 +175,7 @@ class Dispatcher:
         owner, raw = self._route_uri(self._request_view(identity, params), uri)
         request = types.ReadResourceRequest(params=types.ReadResourceRequestParams(
             uri=raw, _meta=forwardable_meta(params.get("_meta"))))
-        result = clean_result(await self._upstream(owner).request(request))
+        result = clean_result(await self._upstream(owner).request(request, retry_safe=True))
         if raw != uri and isinstance(result.get("contents"), list):
             # Contents name the URI the client asked for, so it can match them to its request.
             result["contents"] = [{**c, "uri": uri} if isinstance(c, dict) and c.get("uri") == raw else c
@@ -187,7 +189,7 @@ class Dispatcher:
             raise UnknownName(f"Unknown prompt: {name}")
         request = types.GetPromptRequest(params=types.GetPromptRequestParams(
             name=entry.raw, arguments=params.get("arguments"), _meta=forwardable_meta(params.get("_meta"))))
-        return clean_result(await self._upstream(entry.upstream).request(request))
+        return clean_result(await self._upstream(entry.upstream).request(request, retry_safe=True))
 
     async def complete(self, identity: Identity, params: Mapping[str, Any]) -> dict[str, Any]:
         ref = params.get("ref")
@@ -207,7 +209,7 @@ class Dispatcher:
             raw_ref = {**ref, "uri": raw_uri}
         request = types.CompleteRequest(params=types.CompleteRequestParams.model_validate(
             {**params, "ref": raw_ref, "_meta": forwardable_meta(params.get("_meta"))}))
-        return clean_result(await self._upstream(owner).request(request))
+        return clean_result(await self._upstream(owner).request(request, retry_safe=True))
 
     def _route_uri(self, view: ClientView, uri: str) -> tuple[str, str]:
         """(upstream, raw URI) for an exposed URI or URI template expansion; unknown looks like hidden."""

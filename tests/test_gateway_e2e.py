@@ -29,7 +29,7 @@ from tests.conftest import (
     stdio_upstream,
     write_config,
 )
-from tests.servers.fixture_upstream import LONG_NAME
+from tests.servers.fixture_upstream import LONG_NAME, TOOL_COUNT
 
 pytestmark = pytest.mark.anyio
 RAW = TypeAdapter(dict[str, Any])
@@ -138,7 +138,7 @@ async def test_pagination_upstream_pages_of_3_and_downstream_pages_of_2(procs: l
         assert len(first["tools"]) == 2 and "nextCursor" in first
         via_names = [t["name"] for t in await all_tools(via)]
         direct_names = [t["name"] for t in await all_tools(direct)]
-        assert len(direct_names) == 17
+        assert len(direct_names) == TOOL_COUNT + 6
         expected = sorted(n[:64] for n in direct_names)  # the one 70-character name is cut to 64
         assert sorted(via_names) == expected and len(set(via_names)) == len(via_names)
         templates = await via.send_request(types.ListResourceTemplatesRequest(), RAW)
@@ -158,7 +158,7 @@ async def test_every_transport_behind_one_stdio_exposer(procs: list[Proc], tmp_p
     }})
     changes = ListChanges()
     async with triad_stdio_session(config, message_handler=changes) as session:
-        await changes.wait_for_tools(session, 33)  # upstreams come up after the client: list_changed tells it
+        await changes.wait_for_tools(session, 3 * TOOL_COUNT)  # list_changed says when they are up
         for upstream in ("viastdio", "viahttp", "viasse"):
             result = await call(session, f"{upstream}__echo", {"text": upstream})
             assert result["content"][0]["text"] == upstream

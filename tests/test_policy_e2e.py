@@ -16,6 +16,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from tests.conftest import TRIAD, Proc, start_triad, stdio_upstream, write_config
+from tests.servers.fixture_upstream import TOOL_COUNT
 from tests.test_gateway_e2e import call
 
 pytestmark = pytest.mark.anyio
@@ -186,7 +187,7 @@ async def test_anonymous_access_maps_to_a_named_client_when_the_config_allows_it
     url = start_triad(procs, config, wait_ready=2)
     async with session_as(url, None) as guest, session_as(url, TOKENS["TRIAD_TEST_IDE_TOKEN"]) as ide:
         assert await names(guest) == {"gx__echo"}
-        assert len(await names(ide)) == 22
+        assert len(await names(ide)) == 2 * TOOL_COUNT
     async with httpx2.AsyncClient() as http:  # a wrong token is still refused: anonymous is for no token at all
         response = await http.post(url, json={}, headers={"Authorization": "Bearer nope"})
         assert response.status_code == 401

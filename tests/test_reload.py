@@ -14,6 +14,7 @@ import yaml
 from mcp.shared.exceptions import MCPError
 
 from tests.conftest import Proc, start_triad, stdio_upstream, write_config
+from tests.servers.fixture_upstream import TOOL_COUNT
 from tests.test_gateway_e2e import ListChanges, all_tools, call, http_session
 from tests.test_policy_e2e import session_as
 
@@ -37,7 +38,7 @@ async def test_add_remove_and_change_upstreams_while_a_call_is_in_flight(procs: 
     triad = procs[-1]
     changes = ListChanges()
     async with http_session(url, message_handler=changes) as via:
-        await changes.wait_for_tools(via, 22)
+        await changes.wait_for_tools(via, 2 * TOOL_COUNT)
         slow_result: dict[str, Any] = {}
 
         async def slow_call() -> None:

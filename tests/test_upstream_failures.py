@@ -26,6 +26,7 @@ from tests.conftest import (
     surviving_processes,
     write_config,
 )
+from tests.servers.fixture_upstream import TOOL_COUNT
 from tests.test_gateway_e2e import ListChanges, call, http_session
 
 pytestmark = pytest.mark.anyio
@@ -103,7 +104,7 @@ async def test_tools_of_a_down_upstream_are_hidden_and_refused_like_unknown_ones
     url = start_triad(procs, config, wait_ready=2)
     changes = ListChanges()
     async with http_session(url, message_handler=changes) as via:
-        assert "a__echo" in [t["name"] for t in await changes.wait_for_tools(via, 22)]
+        assert "a__echo" in [t["name"] for t in await changes.wait_for_tools(via, 2 * TOOL_COUNT)]
         changes.event = anyio.Event()
         fixture.terminate()  # the upstream goes away and stays away: its tools move to the hidden list
         with anyio.fail_after(30):
@@ -119,7 +120,7 @@ async def test_tools_of_a_down_upstream_are_hidden_and_refused_like_unknown_ones
                           marker("hid-a2")])
         procs.append(restarted)
         restarted.wait_for(r"READY")
-        await changes.wait_for_tools(via, 22)  # it reconnects on its own, and the tools come back
+        await changes.wait_for_tools(via, 2 * TOOL_COUNT)  # it reconnects on its own, and the tools come back
         assert (await call(via, "a__echo", {"text": "back"}))["content"][0]["text"] == "back"
 
 
@@ -146,3 +147,79 @@ def test_sigterm_leaves_no_child_process(procs: list[Proc], tmp_path: Path) -> N
     while surviving_processes(f"{RUN_MARKER}-sig-") and time.monotonic() < deadline:
         time.sleep(0.1)
     assert surviving_processes(f"{RUN_MARKER}-sig-") == []
+
+
+async def test_http_upstream_that_restarts_loses_its_session_and_safe_calls_are_retried(procs: list[Proc],
+                                                                                       tmp_path: Path) -> None:
+    port = closed_port()
+
+    def start_upstream(name: str) -> Proc:
+        proc = Proc([PYTHON, str(FIXTURE), "--transport", "http", "--port", str(port), "--name", marker(name)])
+        procs.append(proc)
+        proc.wait_for(r"READY")
+        return proc
+
+    first = start_upstream("restart-1")
+    config = write_config(tmp_path, {"upstreams": {"fx": {"url": f"http://127.0.0.1:{port}/mcp",
+                                                          "ping_interval": "1h", "timeout": "5s"}}})
+    url = start_triad(procs, config, wait_ready=1)
+    triad = procs[-1]
+    async with http_session(url) as via:
+        assert (await call(via, "echo", {"text": "1"}))["_meta"]["fixture/upstream"].endswith("restart-1")
+        first.terminate()
+        second = start_upstream("restart-2")
+        # echo is annotated read-only: safe to repeat, so it is retried once on a new session
+        result = await call(via, "echo", {"text": "2"})
+        assert result["_meta"]["fixture/upstream"].endswith("restart-2")
+        second.terminate()
+        start_upstream("restart-3")
+        with pytest.raises(MCPError) as raised:  # no annotations: not safe to repeat, so the caller decides
+            await call(via, "image")
+        # which of the two the caller sees depends on whether the old stream or the new 404 is noticed first
+        assert raised.value.error.message in ("upstream 'fx' lost its session (it restarted?) during tools/call; "
+                                              "reconnecting", "upstream 'fx' closed the connection during tools/call")
+        with anyio.fail_after(30):
+            while True:
+                try:
+                    assert (await call(via, "image"))["content"][0]["type"] == "image"
+                    break
+                except MCPError:
+                    await anyio.sleep(0.2)
+    assert "retrying tools/call on a new session" in triad.stderr
+
+
+async def test_malformed_json_rpc_from_an_upstream(procs: list[Proc], tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"upstreams": {"bad": stdio_upstream("garbage", timeout="2s"),
+                                                   "good": stdio_upstream("garbage-ok")}})
+    url = start_triad(procs, config, wait_ready=2)
+    async with http_session(url) as via:
+        with pytest.raises(MCPError) as raised:
+            await call(via, "bad__garbage")
+        assert "upstream 'bad'" in raised.value.error.message
+        assert (await call(via, "good__echo", {"text": "ok"}))["content"][0]["text"] == "ok"
+        assert (await call(via, "bad__echo", {"text": "still"}))["content"][0]["text"] == "still"
+
+
+async def test_an_upstream_flooding_notifications_does_not_stall_others(procs: list[Proc], tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"upstreams": {"noisy": stdio_upstream("flood"),
+                                                   "quiet": stdio_upstream("flood-quiet")}})
+    url = start_triad(procs, config, wait_ready=2)
+    seen: list[float] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append(progress)
+
+    async with http_session(url) as via, http_session(url) as other:
+        results: dict[str, str] = {}
+
+        async def flood() -> None:
+            result = await via.call_tool("noisy__flood", {"count": 3000}, progress_callback=on_progress)
+            results["flood"] = result.content[0].text  # type: ignore[union-attr]
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(flood)
+            for i in range(20):
+                reply = await call(other, "quiet__echo", {"text": str(i)})
+                assert reply["content"][0]["text"] == str(i)
+        assert results["flood"] == "flooded 3000"
+        assert seen[-1] == 3000 and len(seen) == 3000

@@ -11,6 +11,7 @@ tool, one that reports progress, one that kills the process mid-call, and one wi
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import socket
 import sys
@@ -51,10 +52,15 @@ def build_tools(prefix: str, extra: int) -> list[dict[str, Any]]:
         tool(f"{prefix}slow", "Sleeps.", {"seconds": {"type": "number"}}),
         tool(f"{prefix}progress", "Reports progress.", {"steps": {"type": "integer"}}),
         tool(f"{prefix}die", "Exits the process mid-call."),
+        tool(f"{prefix}garbage", "Writes malformed JSON-RPC on stdout (stdio only), then never answers."),
+        tool(f"{prefix}flood", "Sends many log and progress notifications.", {"count": {"type": "integer"}}),
         tool(f"{prefix}{LONG_NAME}", "A long name."),
     ]
     tools += [tool(f"{prefix}extra_{i}", f"Extra tool {i}.") for i in range(extra)]
     return tools
+
+
+TOOL_COUNT = len(build_tools("", 0))
 
 
 def page(items: list[dict[str, Any]], key: str, params: Any, size: int) -> dict[str, Any]:
@@ -122,6 +128,19 @@ def build_server(args: argparse.Namespace) -> Server[Any]:
             return {"content": [{"type": "text", "text": f"{steps} steps"}]}
         if name == "die":
             os._exit(3)
+        if name == "garbage":
+            sys.stdout.buffer.write(b"this is not json\n")
+            sys.stdout.buffer.write(b'{"jsonrpc": "2.0", "id": %s, "result": "not an object"}\n'
+                                    % json.dumps(ctx.request_id).encode())
+            sys.stdout.buffer.write(b'{"jsonrpc": "1.0", "method": 5}\n')
+            sys.stdout.buffer.flush()
+            await anyio.sleep_forever()
+        if name == "flood":
+            count = int(arguments.get("count", 1000))
+            for i in range(count):
+                await ctx.session.send_log_message("info", f"line {i}", related_request_id=ctx.request_id)
+                await ctx.session.report_progress(i + 1, count)
+            return {"content": [{"type": "text", "text": f"flooded {count}"}]}
         return {"content": [{"type": "text", "text": f"called {params.name}"}]}
 
     async def read_resource(ctx: Any, params: Any) -> dict[str, Any]:
