@@ -23,6 +23,7 @@ from mcp import ClientSession
 from mcp.shared.exceptions import MCPError
 from pydantic import TypeAdapter, ValidationError
 
+from consumers._breaker import CircuitBreaker
 from consumers._streams import EOFWatch
 from consumers.transports import open_transport
 from gateway.config import UpstreamConfig
@@ -83,6 +84,7 @@ class Upstream:
         self._retired: str | None = None
         self._new_session = anyio.Event()
         """Set (and replaced) whenever the session changes, so a retried call can wait for the next one."""
+        self._breaker = CircuitBreaker(config.circuit_breaker.failures, config.circuit_breaker.cooldown)
         self._in_flight = 0
         self._idle = anyio.Event()
         self._idle.set()
@@ -256,23 +258,46 @@ class Upstream:
         When the upstream says the session is gone (an HTTP upstream that restarted), the session is opened anew,
         and a request that is safe to repeat (`retry_safe`) is sent once more on the new session."""
         session = self._session
+        wait = self._breaker.admit(anyio.current_time())
+        if wait is not None:
+            raise UpstreamUnavailable(self.name, f"upstream {self.name!r} is failing: {self._breaker.failures} calls "
+                                      f"in a row failed; the next try is in {wait:.0f}s (circuit breaker)")
         try:
-            return await self._send(session, request, progress)
-        except UpstreamSessionGone:
-            if not retry_safe:
-                raise
-            with anyio.move_on_after(self.config.timeout):
-                while self._session is session or self._session is None:
-                    await self._new_session.wait()
-            logger.info("upstream %s: retrying %s on a new session", self.name, request.method)
-            return await self._send(self._session, request, progress)
+            try:
+                result = await self._send(session, request, progress)
+            except UpstreamSessionGone:
+                if not retry_safe:
+                    raise
+                with anyio.move_on_after(self.config.timeout):
+                    while self._session is session or self._session is None:
+                        await self._new_session.wait()
+                logger.info("upstream %s: retrying %s on a new session", self.name, request.method)
+                result = await self._send(self._session, request, progress)
+        except UpstreamRefused:
+            self._record(True)  # the upstream is alive and answered; the error is its answer
+            raise
+        except UpstreamError:
+            self._record(False)
+            raise
+        self._record(True)
+        return result
+
+    def _record(self, ok: bool) -> None:
+        was_open = self._breaker.is_open
+        self._breaker.record(ok, anyio.current_time())
+        if self._breaker.is_open and not was_open:
+            logger.warning("upstream %s: circuit open after %d failed calls; calls fail fast for %gs", self.name,
+                           self._breaker.failures, self._breaker.cooldown)
+            self._set_state(UpstreamState.DEGRADED, f"circuit open after {self._breaker.failures} failed calls")
+        elif was_open and not self._breaker.is_open and self.state is UpstreamState.DEGRADED:
+            self._set_state(UpstreamState.READY, "")
 
     async def _send(self, session: ClientSession | None, request: Any, progress: ProgressFn | None
                     ) -> dict[str, Any]:
         method = request.method
         if self._retired is not None:
             raise UpstreamUnavailable(self.name, f"upstream {self.name!r} was {self._retired}")
-        if session is None or self.state is not UpstreamState.READY:
+        if session is None or self.state not in (UpstreamState.READY, UpstreamState.DEGRADED):
             raise UpstreamUnavailable(self.name, f"upstream {self.name!r} is not connected ({self.reason})")
         timeout, cap = self.config.timeout, self.config.max_call_time
         start = anyio.current_time()

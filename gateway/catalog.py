@@ -19,7 +19,9 @@ from gateway.naming import assign_names, expose_uri, prefix_active, sanitize_ser
 from gateway.registry import ExecutorRef, OwnerRef, PromptEntry, ResourceEntry, ToolDescriptor, ToolSource
 from policy import compile_globs, first_match
 
-READY = "ready"
+SERVING = ("ready", "degraded")
+"""Upstream states whose tools are visible: a degraded upstream (circuit open) still lists its tools, and its
+calls fail fast with a clear error until the next trial."""
 
 
 def upstream_context_key(upstream: str) -> str:
@@ -61,7 +63,8 @@ def build_upstream_sources(config: TriadConfig, snapshots: Mapping[str, Upstream
     sources: list[ToolSource] = []
     for name in upstreams:
         catalog = _catalog(snapshots, name)
-        availability = {"kind": "context", "key": upstream_context_key(name), "equals": READY}
+        key = upstream_context_key(name)
+        availability = {"anyOf": [{"kind": "context", "key": key, "equals": state} for state in SERVING]}
         tools = [_descriptor(name, tool_names.exposed(name, t["name"]), t, availability)
                  for t in tools_by_upstream[name]]
         part = server_parts[name]

@@ -98,6 +98,13 @@ class ToolFilter(_Model):
     exclude: tuple[str, ...] = ()
 
 
+class CircuitBreakerConfig(_Model):
+    """After `failures` consecutive failed calls, calls fail fast for `cooldown`, then one trial call goes."""
+
+    failures: int = Field(default=5, ge=1)
+    cooldown: Duration = 30.0
+
+
 Transport = Literal["stdio", "streamable-http", "sse"]
 
 _TRANSPORT_SPELLINGS: dict[str, Transport] = {
@@ -122,6 +129,7 @@ class UpstreamConfig(_Model):
     timeout: Duration = DEFAULT_UPSTREAM_TIMEOUT
     max_call_time: Duration = DEFAULT_MAX_CALL_TIME
     ping_interval: Duration = DEFAULT_PING_INTERVAL
+    circuit_breaker: CircuitBreakerConfig = CircuitBreakerConfig()
     enabled: bool = True
     tools: ToolFilter = ToolFilter()
 

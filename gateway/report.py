@@ -5,9 +5,11 @@ Both connect to every upstream (bounded by their timeouts), build the registry, 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from consumers import wait_settled_or_timeout
+from gateway.availability import Diagnostic
 from gateway.config import TriadConfig
 from gateway.daemon import running_gateway
 from gateway.views import ClientView, tool_facts
@@ -31,8 +33,7 @@ async def collect(config: TriadConfig, identity: Identity, tool: str | None = No
 
 def plan_report(view: ClientView, upstreams: dict[str, Any], registry_notes: list[str]) -> dict[str, Any]:
     hidden = [{"name": h.descriptor.name, "owner": str(h.descriptor.owner),
-               "diagnostics": [_upstream_reason(d.as_dict(), upstreams) for d in h.diagnostics]}
-              for h in view.plan.hidden]
+               "diagnostics": _upstream_reasons(h.diagnostics, upstreams)} for h in view.plan.hidden]
     hidden += [{"name": d.name, "owner": str(d.owner), "diagnostics": [_policy_reason(decision)]}
                for d, decision in view.denied]
     return {
@@ -52,7 +53,7 @@ def explain(view: ClientView, name: str, decide: Any, upstreams: dict[str, Any])
     for hidden in view.plan.hidden:
         if hidden.descriptor.name == name:
             descriptor = hidden.descriptor
-            availability = [_upstream_reason(d.as_dict(), upstreams) for d in hidden.diagnostics]
+            availability = _upstream_reasons(hidden.diagnostics, upstreams)
     for denied, _decision in view.denied:
         if denied.name == name:
             descriptor = denied
@@ -76,15 +77,21 @@ def explain(view: ClientView, name: str, decide: Any, upstreams: dict[str, Any])
     }
 
 
-def _upstream_reason(diagnostic: dict[str, Any], upstreams: dict[str, Any]) -> dict[str, Any]:
-    """Name the upstream and its failure when a tool is hidden because its upstream is not ready."""
-    key = (diagnostic.get("signal") or {}).get("key", "")
-    if key.startswith("upstream:"):
-        upstream = key.removeprefix("upstream:")
-        state = upstreams.get(upstream, {})
-        reason = f": {state['reason']}" if state.get("reason") else ""
-        diagnostic = {**diagnostic, "message": f"upstream {upstream!r} is {state.get('state', 'unknown')}{reason}"}
-    return diagnostic
+def _upstream_reasons(diagnostics: Sequence[Diagnostic], upstreams: dict[str, Any]) -> list[dict[str, Any]]:
+    """Name the upstream and its failure when a tool is hidden because its upstream is not serving (one line per
+    upstream, though its availability expression fails once per serving state)."""
+    out: list[dict[str, Any]] = []
+    for diagnostic in (d.as_dict() for d in diagnostics):
+        key = (diagnostic.get("signal") or {}).get("key", "")
+        if key.startswith("upstream:"):
+            upstream = key.removeprefix("upstream:")
+            state = upstreams.get(upstream, {})
+            reason = f": {state['reason']}" if state.get("reason") else ""
+            message = f"upstream {upstream!r} is {state.get('state', 'unknown')}{reason}"
+            diagnostic = {**diagnostic, "message": message}
+        if all(d["message"] != diagnostic["message"] for d in out):
+            out.append(diagnostic)
+    return out
 
 
 def _policy_reason(decision: Decision) -> dict[str, Any]:

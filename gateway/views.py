@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.catalog import SERVING
 from gateway.errors import StaleCursor
 from gateway.planner import PlanEntry, ToolPlan, build_plan
 from gateway.registry import PromptEntry, Registry, ToolDescriptor
@@ -65,7 +66,7 @@ def build_view(registry: Registry, identity: Identity, pipeline: Pipeline) -> Cl
     # it has no tools at all (then tool policy has nothing to say about it).
     with_tools = {d.executor.id for d in registry.tools.values() if d.executor is not None}
     seen = {entry.executor.id for entry in allowed}
-    ready = {key.removeprefix("upstream:") for key, state in registry.context.values.items() if state == "ready"
+    ready = {key.removeprefix("upstream:") for key, state in registry.context.values.items() if state in SERVING
              and (key.removeprefix("upstream:") in seen or key.removeprefix("upstream:") not in with_tools)}
     resources = tuple(dict(r.wire) for r in registry.resources.values() if r.upstream in ready)
     templates = tuple(dict(t.wire) for t in registry.templates if t.upstream in ready)

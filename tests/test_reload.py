@@ -13,7 +13,7 @@ import pytest
 import yaml
 from mcp.shared.exceptions import MCPError
 
-from tests.conftest import Proc, start_triad, stdio_upstream, write_config
+from tests.conftest import Proc, marker, start_triad, stdio_upstream, surviving_processes, write_config
 from tests.servers.fixture_upstream import TOOL_COUNT
 from tests.test_gateway_e2e import ListChanges, all_tools, call, http_session
 from tests.test_policy_e2e import session_as
@@ -69,6 +69,9 @@ async def test_add_remove_and_change_upstreams_while_a_call_is_in_flight(procs: 
             await call(via, "b__echo", {"text": "gone"})
         assert raised.value.error.message == "Unknown tool: b__echo"
     assert "still running after" not in triad.stderr
+    with anyio.fail_after(10):  # the removed upstream's child and the replaced one's old child are gone
+        while surviving_processes(marker("rl-b")) or len(surviving_processes(marker("rl-a"))) > 1:  # noqa: ASYNC110 (the process table has no event)
+            await anyio.sleep(0.1)
 
 
 async def test_unchanged_upstreams_keep_their_session_and_child(procs: list[Proc], tmp_path: Path) -> None:

@@ -223,3 +223,21 @@ async def test_an_upstream_flooding_notifications_does_not_stall_others(procs: l
                 assert reply["content"][0]["text"] == str(i)
         assert results["flood"] == "flooded 3000"
         assert seen[-1] == 3000 and len(seen) == 3000
+
+
+async def test_circuit_breaker_fails_fast_then_tries_again(procs: list[Proc], tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"upstreams": {"fx": stdio_upstream(
+        "breaker", timeout="1s", circuit_breaker={"failures": 2, "cooldown": "2s"})}})
+    url = start_triad(procs, config, wait_ready=1)
+    async with http_session(url) as via:
+        for _ in range(2):
+            with pytest.raises(MCPError) as raised:
+                await call(via, "slow", {"seconds": 30})
+            assert raised.value.error.code == types.REQUEST_TIMEOUT
+        with pytest.raises(MCPError) as raised:
+            await call(via, "echo", {"text": "x"})
+        assert raised.value.error.message.startswith("upstream 'fx' is failing: 2 calls in a row failed")
+        assert "circuit breaker" in raised.value.error.message
+        await anyio.sleep(2.2)  # the cool-down; then one trial call goes through and closes the circuit
+        assert (await call(via, "echo", {"text": "back"}))["content"][0]["text"] == "back"
+        assert (await call(via, "echo", {"text": "again"}))["content"][0]["text"] == "again"
