@@ -88,6 +88,8 @@ async def serve_http(config: TriadConfig, host: str, port: int) -> None:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        # Accepted connections inherit this; without it, a keep-alive client waits out delayed ACKs (~40 ms).
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
             sock.bind((host, port))
         except OSError as exc:

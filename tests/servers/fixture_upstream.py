@@ -178,6 +178,7 @@ def build_server(args: argparse.Namespace) -> Server[Any]:
 async def serve_http(server: Server[Any], transport: str, port: int) -> None:
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.bind(("127.0.0.1", port))
     port = sock.getsockname()[1]
     if transport == "http":

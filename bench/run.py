@@ -1,0 +1,395 @@
+"""Triad's benchmark: the gateway against direct calls, a transparent pipe, and peer proxies. Loopback only.
+
+    make bench              (sets up bench/.venv-* for the peers, then runs this script)
+    python bench/run.py [--calls N] [--skip-peers] [--out bench/results]
+
+Prints a Markdown table and writes JSON rows to bench/results/. Every process it starts is stopped at the end.
+Figures per row: sequential p50/p99 (raw JSON-RPC driver), calls/s with 8 and 32 concurrent sessions, the proxy
+process's CPU time per forwarded call and its peak RSS. The fleet part starts 50 upstreams x 100 tools behind
+Triad and measures start-to-ready, `tools/list` over 5,000 tools, the upstream requests that listing caused, and
+Triad's RSS with 1,000 idle HTTP sessions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import yaml
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+PY = sys.executable
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+PEERS = {"mcp-proxy": HERE / ".venv-mcp-proxy" / "bin", "fastmcp": HERE / ".venv-fastmcp" / "bin"}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Process:
+    def __init__(self, args: list[str], log: Path, env: dict[str, str] | None = None) -> None:
+        self.log = log
+        self.started = time.perf_counter()
+        self.popen = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=log.open("w"), stdin=subprocess.DEVNULL,
+                                      env={**os.environ, **(env or {})}, cwd=ROOT)
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def cpu_seconds(self) -> float:
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+    def memory(self, key: str) -> float:
+        """VmHWM (peak) or VmRSS, in MB."""
+        match = re.search(rf"^{key}:\s+(\d+) kB", Path(f"/proc/{self.pid}/status").read_text(), re.M)
+        return int(match.group(1)) / 1024 if match else float("nan")
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.terminate()
+            try:
+                self.popen.wait(10)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait()
+
+
+class RawSession:
+    """A lean JSON-RPC-over-HTTP client: one keep-alive connection, one parse per response."""
+
+    def __init__(self, http: httpx2.AsyncClient, url: str) -> None:
+        self.http, self.url, self.headers, self.next_id = http, url, dict(ACCEPT), 0
+
+    async def request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        self.next_id += 1
+        body = {"jsonrpc": "2.0", "id": self.next_id, "method": method, **({"params": params} if params else {})}
+        response = await self.http.post(self.url, json=body, headers=self.headers)
+        if "mcp-session-id" in response.headers:
+            self.headers["Mcp-Session-Id"] = response.headers["mcp-session-id"]
+        text = response.text
+        if response.headers.get("content-type", "").startswith("text/event-stream"):
+            text = next(line[5:] for line in text.splitlines() if line.startswith("data:"))
+        message = json.loads(text)
+        if "error" in message:
+            raise RuntimeError(f"{method}: {message['error']}")
+        return message["result"]
+
+    async def open(self) -> RawSession:
+        await self.request("initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
+                                          "clientInfo": {"name": "bench", "version": "1"}})
+        self.headers["MCP-Protocol-Version"] = "2025-11-25"
+        await self.http.post(self.url, json={"jsonrpc": "2.0", "method": "notifications/initialized"},
+                             headers=self.headers)
+        return self
+
+    async def call(self, tool: str) -> None:
+        result = await self.request("tools/call", {"name": tool, "arguments": {"text": "hello"}})
+        assert result["content"][0]["text"] == "hello", result
+
+
+async def wait_listening(url: str, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    async with httpx2.AsyncClient() as http:
+        while True:
+            try:
+                await RawSession(http, url).open()
+                return
+            except (httpx2.HTTPError, RuntimeError, StopIteration, json.JSONDecodeError):
+                if time.monotonic() > deadline:
+                    raise
+                await anyio.sleep(0.1)
+
+
+async def sequential(url: str, tool: str, calls: int) -> list[float]:
+    async with httpx2.AsyncClient() as http:
+        session = await RawSession(http, url).open()
+        for _ in range(20):
+            await session.call(tool)  # warm-up
+        times = []
+        for _ in range(calls):
+            start = time.perf_counter()
+            await session.call(tool)
+            times.append((time.perf_counter() - start) * 1000)
+        return times
+
+
+async def concurrent(url: str, tool: str, sessions: int, calls_each: int) -> float:
+    limits = httpx2.Limits(max_connections=sessions, max_keepalive_connections=sessions)
+    async with httpx2.AsyncClient(limits=limits, timeout=60) as http:
+        opened = [await RawSession(http, url).open() for _ in range(sessions)]
+
+        async def run(session: RawSession) -> None:
+            for _ in range(calls_each):
+                await session.call(tool)
+
+        start = time.perf_counter()
+        async with anyio.create_task_group() as tg:
+            for session in opened:
+                tg.start_soon(run, session)
+        return sessions * calls_each / (time.perf_counter() - start)
+
+
+async def sdk_sequential(url: str, tool: str, calls: int) -> float:
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    async with streamable_http_client(url) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        times = []
+        for i in range(calls + 10):
+            start = time.perf_counter()
+            await session.call_tool(tool, {"text": "hello"})
+            if i >= 10:
+                times.append((time.perf_counter() - start) * 1000)
+        return statistics.median(times)
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]
+
+
+async def measure(name: str, url: str, proxy: Process | None, calls: int, sdk: bool) -> dict[str, Any]:
+    row: dict[str, Any] = {"row": name}
+    cpu_before = proxy.cpu_seconds() if proxy else 0.0
+    times = await sequential(url, "echo", calls)
+    forwarded = calls + 20
+    row["p50_ms"], row["p99_ms"] = statistics.median(times), percentile(times, 99)
+    slow = await sequential(url, "echo_slow", max(calls // 3, 50))
+    forwarded += len(slow) + 20
+    row["slow_p50_ms"] = statistics.median(slow)
+    row["rps_8"] = await concurrent(url, "echo", 8, max(calls // 8, 20))
+    row["rps_32"] = await concurrent(url, "echo", 32, max(calls // 16, 10))
+    forwarded += 8 * max(calls // 8, 20) + 32 * max(calls // 16, 10)
+    if proxy is not None:
+        row["cpu_ms_per_call"] = (proxy.cpu_seconds() - cpu_before) * 1000 / forwarded
+        row["peak_rss_mb"] = proxy.memory("VmHWM")
+    if sdk:
+        row["sdk_p50_ms"] = await sdk_sequential(url, "echo", max(calls // 3, 50))
+    print(f"  measured {name}", file=sys.stderr)
+    return row
+
+
+def triad_config(tmp: Path, upstreams: dict[str, Any], **extra: Any) -> Path:
+    path = tmp / f"triad-{len(list(tmp.iterdir()))}.yaml"
+    path.write_text(yaml.safe_dump({"upstreams": upstreams, **extra}))
+    return path
+
+
+def start_triad(tmp: Path, config: Path, log_level: str = "WARNING") -> tuple[Process, str]:
+    port = free_port()
+    proc = Process([PY, "-m", "gateway.cli", "serve", "-c", str(config), "--port", str(port), "--log-level",
+                    log_level], tmp / f"triad-{port}.log")
+    return proc, f"http://127.0.0.1:{port}/mcp"
+
+
+@contextmanager
+def processes() -> Iterator[list[Process]]:
+    started: list[Process] = []
+    try:
+        yield started
+    finally:
+        for proc in reversed(started):
+            proc.stop()
+
+
+async def call_rows(tmp: Path, calls: int, skip_peers: bool) -> list[dict[str, Any]]:
+    rows = []
+    with processes() as started:
+        up_port = free_port()
+        started.append(Process([PY, str(HERE / "echo_upstream.py"), "--http", str(up_port)], tmp / "upstream.log"))
+        upstream = f"http://127.0.0.1:{up_port}/mcp"
+        await wait_listening(upstream)
+        rows.append(await measure("direct (SDK upstream, HTTP)", upstream, None, calls, sdk=True))
+
+        pipe_port = free_port()
+        pipe = Process([PY, str(HERE / "pipe.py"), upstream, str(pipe_port)], tmp / "pipe.log")
+        started.append(pipe)
+        await wait_listening(f"http://127.0.0.1:{pipe_port}/mcp")
+        rows.append(await measure("transparent pipe -> HTTP", f"http://127.0.0.1:{pipe_port}/mcp", pipe, calls, False))
+
+        triad, url = start_triad(tmp, triad_config(tmp, {"echo": {"url": upstream}}))
+        started.append(triad)
+        await start_to_ready(triad, url, 1)
+        rows.append(await measure("Triad -> HTTP", url, triad, calls, sdk=True))
+
+        stdio_upstream = {"echo": {"command": PY, "args": [str(HERE / "echo_upstream.py")]}}
+        triad_stdio, url = start_triad(tmp, triad_config(tmp, stdio_upstream))
+        started.append(triad_stdio)
+        await start_to_ready(triad_stdio, url, 1)
+        rows.append(await measure("Triad -> stdio", url, triad_stdio, calls, sdk=False))
+
+        if not skip_peers and (PEERS["mcp-proxy"] / "mcp-proxy").exists():
+            port = free_port()
+            proxy = Process([str(PEERS["mcp-proxy"] / "mcp-proxy"), "--host", "127.0.0.1", "--port", str(port), "--",
+                             str(PEERS["mcp-proxy"] / "python"), str(HERE / "echo_upstream.py")], tmp / "mcp-proxy.log")
+            started.append(proxy)
+            await wait_listening(f"http://127.0.0.1:{port}/mcp")
+            rows.append(await measure("mcp-proxy -> stdio", f"http://127.0.0.1:{port}/mcp", proxy, calls, False))
+        if not skip_peers and (PEERS["fastmcp"] / "python").exists():
+            port = free_port()
+            proxy = Process([str(PEERS["fastmcp"] / "python"), str(HERE / "fastmcp_proxy.py"), upstream, str(port)],
+                            tmp / "fastmcp.log")
+            started.append(proxy)
+            await wait_listening(f"http://127.0.0.1:{port}/mcp")
+            rows.append(await measure("FastMCP proxy -> HTTP", f"http://127.0.0.1:{port}/mcp", proxy, calls, False))
+    return rows
+
+
+async def fleet_rows(tmp: Path) -> dict[str, Any]:
+    fleet = {f"fleet{i:02d}": {"command": PY, "args": [str(HERE / "fleet_upstream.py")]} for i in range(50)}
+    out: dict[str, Any] = {}
+    with processes() as started:
+        # one upstream on its own: spawn, initialize, list (what Triad waits for, per upstream)
+        solo, solo_url = start_triad(tmp, triad_config(tmp, {"solo": fleet["fleet00"]}), "INFO")
+        started.append(solo)
+        out["single_upstream_start_to_ready_s"] = await start_to_ready(solo, solo_url, 1)
+        solo.stop()
+
+        triad, url = start_triad(tmp, triad_config(tmp, fleet, page_size=200), "INFO")
+        started.append(triad)
+        out["fleet_start_to_ready_s"] = await start_to_ready(triad, url, 50)
+        lists_before = triad.log.read_text().count("fleet-request tools/list")
+        async with httpx2.AsyncClient(timeout=60) as http:
+            session = await RawSession(http, url).open()
+            await list_all(session)  # warm-up: views and pages are computed once per registry version
+            times, pages, first_page = [], 0, []
+            for _ in range(20):
+                start = time.perf_counter()
+                tools, pages = await list_all(session)
+                times.append((time.perf_counter() - start) * 1000)
+                start = time.perf_counter()
+                await session.request("tools/list")
+                first_page.append((time.perf_counter() - start) * 1000)
+            out["fleet_tools"] = tools
+            out["fleet_pages"] = pages
+            out["fleet_list_all_pages_ms"] = statistics.median(times)
+            out["fleet_list_one_page_ms"] = statistics.median(first_page)
+        out["fleet_upstream_requests_during_lists"] = (triad.log.read_text().count("fleet-request tools/list")
+                                                       - lists_before)
+        out["fleet_rss_mb"] = triad.memory("VmRSS")
+        async with httpx2.AsyncClient(timeout=60, limits=httpx2.Limits(max_connections=50)) as http:
+            idle = []
+            for batch in range(20):
+                async with anyio.create_task_group() as tg:
+                    for _ in range(50):
+                        session = RawSession(http, url)
+                        idle.append(session)
+                        tg.start_soon(session.open)
+                del batch
+            out["fleet_rss_1000_sessions_mb"] = triad.memory("VmRSS")
+
+        port = free_port()
+        direct = Process([PY, str(HERE / "echo_upstream.py"), "--http", str(port), "--extra-tools", "98"],
+                         tmp / "direct100.log")
+        started.append(direct)
+        direct_url = f"http://127.0.0.1:{port}/mcp"
+        await wait_listening(direct_url)
+        async with httpx2.AsyncClient() as http:
+            session = await RawSession(http, direct_url).open()
+            times = []
+            for _ in range(20):
+                start = time.perf_counter()
+                result = await session.request("tools/list")
+                times.append((time.perf_counter() - start) * 1000)
+            assert len(result["tools"]) == 100
+            out["direct_list_100_tools_ms"] = statistics.median(times)
+    return out
+
+
+async def list_all(session: RawSession) -> tuple[int, int]:
+    tools, pages, cursor = 0, 0, None
+    while True:
+        page = await session.request("tools/list", {"cursor": cursor} if cursor else None)
+        tools, pages = tools + len(page["tools"]), pages + 1
+        if not (cursor := page.get("nextCursor")):
+            return tools, pages
+
+
+async def start_to_ready(proc: Process, url: str, count: int) -> float:
+    """Seconds from the process's start until `count` upstreams are ready (polled on /readyz every 10 ms)."""
+    readyz = url.replace("/mcp", "/readyz")
+    async with httpx2.AsyncClient() as http:
+        while True:
+            try:
+                body = (await http.get(readyz)).json()
+                if sum(u["state"] == "ready" for u in body["upstreams"].values()) >= count:
+                    break
+            except httpx2.HTTPError:
+                pass
+            if proc.popen.poll() is not None:
+                raise RuntimeError(f"triad exited: {proc.log.read_text()[-2000:]}")
+            await anyio.sleep(0.01)
+    return time.perf_counter() - proc.started
+
+def table(rows: list[dict[str, Any]]) -> str:
+    base = next(r for r in rows if r["row"].startswith("direct"))
+    pipe = next((r for r in rows if r["row"].startswith("transparent")), None)
+    head = ("| row | p50 ms | p99 ms | added p50 ms | slow p50 ms | calls/s 8 | calls/s 32 | CPU ms/call | peak RSS MB "
+            "| SDK p50 ms |")
+    lines = [head, "|" + "---|" * 10]
+    for r in rows:
+        added = r["p50_ms"] - base["p50_ms"]
+        lines.append(f"| {r['row']} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {added:+.2f} | {r['slow_p50_ms']:.2f} "
+                     f"| {r['rps_8']:.0f} | {r['rps_32']:.0f} | {r.get('cpu_ms_per_call', float('nan')):.2f} "
+                     f"| {r.get('peak_rss_mb', float('nan')):.0f} | {r.get('sdk_p50_ms', float('nan')):.2f} |")
+    if pipe is not None:
+        lines += ["", "Ratios to the transparent pipe (hop vs hop: added p50 and CPU per call; throughput at 32):", ""]
+        pipe_added = pipe["p50_ms"] - base["p50_ms"]
+        pipe_slow_added = pipe["slow_p50_ms"] - base["slow_p50_ms"]
+        for r in rows:
+            if "cpu_ms_per_call" not in r or r is pipe:
+                continue
+            lines.append(f"- {r['row']}: added p50 x{(r['p50_ms'] - base['p50_ms']) / pipe_added:.2f} (slow upstream "
+                         f"x{(r['slow_p50_ms'] - base['slow_p50_ms']) / pipe_slow_added:.2f}), CPU/call "
+                         f"x{r['cpu_ms_per_call'] / pipe['cpu_ms_per_call']:.2f}, calls/s at 32 "
+                         f"x{r['rps_32'] / pipe['rps_32']:.2f}, p50 vs direct x{r['p50_ms'] / base['p50_ms']:.2f}")
+    return "\n".join(lines)
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--calls", type=int, default=300, help="sequential calls per row (default 300)")
+    parser.add_argument("--skip-peers", action="store_true", help="leave out mcp-proxy and FastMCP")
+    parser.add_argument("--skip-fleet", action="store_true")
+    parser.add_argument("--out", type=Path, default=HERE / "results")
+    args = parser.parse_args()
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="triad-bench-") as tmp_name:
+        tmp = Path(tmp_name)
+        rows = await call_rows(tmp, args.calls, args.skip_peers)
+        fleet = {} if args.skip_fleet else await fleet_rows(tmp)
+    print(table(rows))
+    if fleet:
+        print("\nFleet (50 upstreams x 100 tools behind Triad):\n")
+        for key, value in fleet.items():
+            print(f"- {key}: {value:.3f}" if isinstance(value, float) else f"- {key}: {value}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    (args.out / f"bench-{stamp}.json").write_text(json.dumps({"rows": rows, "fleet": fleet}, indent=2))
+    print(f"\n({time.perf_counter() - started:.0f}s; JSON in {args.out}/bench-{stamp}.json)")
+
+
+if __name__ == "__main__":
+    anyio.run(main)
