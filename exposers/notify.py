@@ -32,9 +32,9 @@ class Notifier:
     def __init__(self, dispatcher: Dispatcher) -> None:
         self.bus = InMemorySubscriptionBus()
         self._dispatcher = dispatcher
-        self._connections: dict[Any, tuple[Identity, tuple[Any, ...]]] = {}
+        self._connections: dict[Any, tuple[Identity, tuple[int, int, int]]] = {}
         self._dirty = anyio.Event()
-        self._modern_seen = dispatcher.view(LOCAL).fingerprint()
+        self._modern_seen = dispatcher.view(LOCAL).fingerprint
         dispatcher.add_listener(self._on_registry)
 
     @property
@@ -44,7 +44,7 @@ class Notifier:
     def track(self, connection: Any, identity: Identity) -> None:
         if connection in self._connections or connection.protocol_version in MODERN_PROTOCOL_VERSIONS:
             return
-        self._connections[connection] = (identity, self._dispatcher.view(identity).fingerprint())
+        self._connections[connection] = (identity, self._dispatcher.view(identity).fingerprint)
         connection.exit_stack.callback(self._connections.pop, connection, None)
 
     def _on_registry(self, _registry: Registry) -> None:
@@ -58,7 +58,7 @@ class Notifier:
 
     async def _push(self) -> None:
         for connection, (identity, before) in list(self._connections.items()):
-            after = self._dispatcher.view(identity).fingerprint()
+            after = self._dispatcher.view(identity).fingerprint
             if after == before:
                 continue
             self._connections[connection] = (identity, after)
@@ -71,7 +71,7 @@ class Notifier:
                     await connection.send_prompt_list_changed()
             except Exception as exc:  # a client that went away must not stop the others' notifications
                 logger.debug("could not notify a session: %s", exc)
-        after = self._dispatcher.view(LOCAL).fingerprint()
+        after = self._dispatcher.view(LOCAL).fingerprint
         before, self._modern_seen = self._modern_seen, after
         events = [event for changed, event in zip((after[i] != before[i] for i in range(3)),
                   (ToolsListChanged(), ResourcesListChanged(), PromptsListChanged()), strict=True) if changed]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,15 +35,9 @@ class ClientView:
     prompts: Mapping[str, PromptEntry]
     prompts_wire: tuple[dict[str, Any], ...]
     visible_upstreams: frozenset[str]
-
-    def fingerprint(self) -> tuple[tuple[str, ...], ...]:
-        """What a client would notice changing: used to send `list_changed` only to sessions whose view changed."""
-        return (
-            tuple(repr(sorted(t.items())) for t in self.tools_wire),
-            tuple(r.get("uri", "") for r in self.resources_wire)
-            + tuple(t.get("uriTemplate", "") for t in self.templates_wire),
-            tuple(repr(sorted(p.items())) for p in self.prompts_wire),
-        )
+    fingerprint: tuple[int, int, int]
+    """What a client would notice changing (tools, resources, prompts), computed once per view: sessions keep
+    only these three numbers, and get `list_changed` only for the lists whose number changed."""
 
 
 def tool_facts(descriptor: ToolDescriptor) -> ToolFacts:
@@ -71,19 +66,26 @@ def build_view(registry: Registry, identity: Identity, pipeline: Pipeline) -> Cl
     resources = tuple(dict(r.wire) for r in registry.resources.values() if r.upstream in ready)
     templates = tuple(dict(t.wire) for t in registry.templates if t.upstream in ready)
     prompts = {name: p for name, p in registry.prompts.items() if p.upstream in ready}
+    tools_wire = tuple(entry.descriptor.to_wire() for entry in allowed)
+    prompts_wire = tuple(dict(p.wire) for p in sorted(prompts.values(), key=lambda p: p.exposed))
     return ClientView(
         version=registry.version,
         identity=identity,
         plan=plan,
         denied=tuple(denied),
         tools=tools,
-        tools_wire=tuple(entry.descriptor.to_wire() for entry in allowed),
+        tools_wire=tools_wire,
         resources_wire=resources,
         templates_wire=templates,
         prompts=prompts,
-        prompts_wire=tuple(dict(p.wire) for p in sorted(prompts.values(), key=lambda p: p.exposed)),
+        prompts_wire=prompts_wire,
         visible_upstreams=frozenset(ready),
+        fingerprint=(_digest(tools_wire), _digest(resources + templates), _digest(prompts_wire)),
     )
+
+
+def _digest(items: tuple[dict[str, Any], ...]) -> int:
+    return hash(json.dumps(items, sort_keys=True, default=str))
 
 
 def paginate(items: Sequence[dict[str, Any]], key: str, cursor: str | None, version: int,
