@@ -249,14 +249,15 @@ class Upstream:
 
     # -- calls from other tasks ----------------------------------------------------------------------------------
 
-    async def request(self, request: Any, *, progress: ProgressFn | None = None,
-                      retry_safe: bool = False) -> dict[str, Any]:
+    async def request(self, request: Any, *, progress: ProgressFn | None = None, retry_safe: bool = False,
+                      call_limits: tuple[float | None, float | None] = (None, None)) -> dict[str, Any]:
         """Send one request on the live session and return the raw result dict (no output-schema check).
 
         The deadline is the upstream's `timeout`, pushed back by each progress notification up to
         `max_call_time`; on expiry the request is cancelled upstream (the SDK sends `notifications/cancelled`).
         When the upstream says the session is gone (an HTTP upstream that restarted), the session is opened anew,
-        and a request that is safe to repeat (`retry_safe`) is sent once more on the new session."""
+        and a request that is safe to repeat (`retry_safe`) is sent once more on the new session. `call_limits`
+        (timeout, max call time) override the upstream's own for this request (the `timeout` hook sets them)."""
         session = self._session
         wait = self._breaker.admit(anyio.current_time())
         if wait is not None:
@@ -264,7 +265,7 @@ class Upstream:
                                       f"in a row failed; the next try is in {wait:.0f}s (circuit breaker)")
         try:
             try:
-                result = await self._send(session, request, progress)
+                result = await self._send(session, request, progress, call_limits)
             except UpstreamSessionGone:
                 if not retry_safe:
                     raise
@@ -272,7 +273,7 @@ class Upstream:
                     while self._session is session or self._session is None:
                         await self._new_session.wait()
                 logger.info("upstream %s: retrying %s on a new session", self.name, request.method)
-                result = await self._send(self._session, request, progress)
+                result = await self._send(self._session, request, progress, call_limits)
         except UpstreamRefused:
             self._record(True)  # the upstream is alive and answered; the error is its answer
             raise
@@ -292,14 +293,15 @@ class Upstream:
         elif was_open and not self._breaker.is_open and self.state is UpstreamState.DEGRADED:
             self._set_state(UpstreamState.READY, "")
 
-    async def _send(self, session: ClientSession | None, request: Any, progress: ProgressFn | None
-                    ) -> dict[str, Any]:
+    async def _send(self, session: ClientSession | None, request: Any, progress: ProgressFn | None,
+                    call_limits: tuple[float | None, float | None] = (None, None)) -> dict[str, Any]:
         method = request.method
         if self._retired is not None:
             raise UpstreamUnavailable(self.name, f"upstream {self.name!r} was {self._retired}")
         if session is None or self.state not in (UpstreamState.READY, UpstreamState.DEGRADED):
             raise UpstreamUnavailable(self.name, f"upstream {self.name!r} is not connected ({self.reason})")
-        timeout, cap = self.config.timeout, self.config.max_call_time
+        timeout = call_limits[0] or self.config.timeout
+        cap = call_limits[1] or self.config.max_call_time
         start = anyio.current_time()
 
         async def on_progress(value: float, total: float | None, message: str | None) -> None:

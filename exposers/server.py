@@ -26,10 +26,12 @@ from mcp.shared.exceptions import MCPError
 from exposers.notify import Notifier
 from gateway.dispatch import Dispatcher
 from gateway.errors import TriadError, UpstreamRefused
+from gateway.hooks import Session
 from gateway.identity import Identity, infer_provider
 
 logger = logging.getLogger("triad.exposer")
 
+SESSION_STATE_KEY = "triad.session"
 IDENTITY_SCOPE_KEY = "triad.identity"
 """Where the HTTP auth middleware leaves the caller's identity in the ASGI scope."""
 
@@ -85,13 +87,13 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
         if isinstance(meta, dict) and meta.get("progressToken") is not None:
             async def progress(value: float, total: float | None, message: str | None) -> None:
                 await ctx.session.report_progress(value, total, message)
-        return await dispatcher.call_tool(identity_of(ctx), params, progress)
+        return await dispatcher.call_tool(identity_of(ctx), params, progress, session_of(ctx))
 
     async def read_resource(ctx: ServerRequestContext[Any], _params: Any) -> dict[str, Any]:
-        return await dispatcher.read_resource(identity_of(ctx), raw(ctx))
+        return await dispatcher.read_resource(identity_of(ctx), raw(ctx), session_of(ctx))
 
     async def get_prompt(ctx: ServerRequestContext[Any], _params: Any) -> dict[str, Any]:
-        return await dispatcher.get_prompt(identity_of(ctx), raw(ctx))
+        return await dispatcher.get_prompt(identity_of(ctx), raw(ctx), session_of(ctx))
 
     async def complete(ctx: ServerRequestContext[Any], _params: Any) -> dict[str, Any]:
         return await dispatcher.complete(identity_of(ctx), raw(ctx))
@@ -127,6 +129,17 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
 
     server.middleware.append(track_and_render)
     return server
+
+
+def session_of(ctx: ServerRequestContext[Any]) -> Session:
+    """The hook session of this request's connection, kept in the connection's own state (gone with it)."""
+    connection = getattr(ctx.session, "_connection", None)
+    if connection is None:
+        return Session()
+    found = connection.state.get(SESSION_STATE_KEY)
+    if found is None:
+        found = connection.state[SESSION_STATE_KEY] = Session(connection.session_id or f"conn-{id(connection):x}")
+    return found
 
 
 def client_name(ctx: ServerRequestContext[Any]) -> str | None:

@@ -221,6 +221,23 @@ class PolicyConfig(_Model):
         return self.profiles[self.use] if self.use is not None else self.profile
 
 
+class HookSpec(_Model):
+    """One `hooks:` entry: a built-in name or a plugin `module:attr`, alone or as `{name: {options}}`."""
+
+    name: str
+    options: dict[str, Any] = {}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _accept_short_forms(cls, data: Any) -> Any:
+        if isinstance(data, str):
+            return {"name": data}
+        if isinstance(data, dict) and len(data) == 1 and "name" not in data:
+            [(name, options)] = data.items()
+            return {"name": name, "options": options if options is not None else {}}
+        return data
+
+
 class ClientConfig(_Model):
     token: SecretStr | None = None
     agent: str | None = None
@@ -239,6 +256,7 @@ class TriadConfig(_Model):
     anonymous: str | None = None
     """The client that HTTP requests without a token act as, when tokens are configured (default: refused)."""
     policy: PolicyConfig = PolicyConfig()
+    hooks: tuple[HookSpec, ...] = ()
     min_ready: int = Field(default=1, ge=0)
     """`/readyz` answers 200 once this many upstreams are ready (or all of them, if there are fewer)."""
     page_size: int = Field(default=DEFAULT_PAGE_SIZE, ge=1, le=10_000)
@@ -303,6 +321,13 @@ def _semantic_problems(config: TriadConfig, lines: LineMap) -> list[str]:
     if config.anonymous is not None and config.anonymous not in config.clients:
         problems.append(_format(("anonymous",), f"no client named {config.anonymous!r} under clients",
                                 lines.get(("anonymous",))))
+    from gateway.hooks import HookConfigError, check_hook  # hooks import config types; imported here
+
+    for index, spec in enumerate(config.hooks):
+        try:
+            check_hook(spec.name, spec.options)
+        except HookConfigError as exc:
+            problems.append(_format(("hooks", index), str(exc), lines.get(("hooks", index))))
     raw_seen: dict[str, str] = {}
     for name in config.upstreams:
         key = re.sub(r"[^A-Za-z0-9_-]", "-", name.strip()).lower()

@@ -21,6 +21,7 @@ from consumers import ProgressFn, Upstream, UpstreamPool
 from gateway.catalog import UpstreamSnapshot, build_upstream_sources
 from gateway.config import TriadConfig
 from gateway.errors import InvalidRequest, UnknownName, UpstreamUnavailable
+from gateway.hooks import CallContext, HookChain, Session, build_chain
 from gateway.identity import Identity, run_list
 from gateway.naming import parse_exposed_uri
 from gateway.registry import EMPTY_REGISTRY, Registry, build_registry
@@ -56,6 +57,11 @@ def clean_result(result: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+def _arguments(params: Mapping[str, Any]) -> dict[str, Any]:
+    arguments = params.get("arguments")
+    return dict(arguments) if isinstance(arguments, Mapping) else {}
+
+
 def _pipeline(config: TriadConfig, remote: bool) -> Pipeline:
     return Pipeline(config.policy, {cid: c.tools for cid, c in config.clients.items()}, remote=remote)
 
@@ -66,6 +72,7 @@ class Dispatcher:
         self.pool = pool
         self._remote = remote
         self.pipeline = _pipeline(config, remote)
+        self.hooks: HookChain = build_chain(config.hooks)
         self.registry: Registry = EMPTY_REGISTRY
         self.denied_calls = 0
         self._views: dict[Identity, ClientView] = {}
@@ -81,6 +88,7 @@ class Dispatcher:
 
     def apply_config(self, config: TriadConfig) -> Registry:
         """A reload: policy, naming, clients and page size apply to the next request; one rebuild."""
+        self.hooks = build_chain(config.hooks)  # built before anything is swapped: a failure changes nothing
         self.config, self.pipeline = config, _pipeline(config, self._remote)
         return self.rebuild()
 
@@ -115,12 +123,19 @@ class Dispatcher:
             identity = dataclasses.replace(identity, run_lists=(*identity.run_lists, tuple(patterns)))
         return self.view(identity)
 
-    def _refuse_tool(self, view: ClientView, name: Any) -> UnknownName:
-        """Hidden and unknown names get the same answer; a policy denial is counted and logged with its layer."""
+    async def _refuse_tool(self, view: ClientView, name: Any, params: Mapping[str, Any],
+                           session: Session | None) -> UnknownName:
+        """Hidden and unknown names get the same answer; a policy denial is counted, logged and audited."""
         for descriptor, decision in view.denied:
             if descriptor.name == name and (step := decision.denied_by) is not None:
                 self.denied_calls += 1
                 logger.info("denied call: client %s tool %s by %s", view.identity.client_id, name, step.describe())
+                if self.hooks:
+                    executor = descriptor.executor
+                    ctx = CallContext("tool", view.identity.client_id, session or Session(), name,
+                                      executor.id if executor else "", executor.tool if executor else "",
+                                      _arguments(params))
+                    await self.hooks.denied(ctx, step.layer, step.pattern, step.detail)
                 break
         return UnknownName(f"Unknown tool: {name}")
 
@@ -154,42 +169,74 @@ class Dispatcher:
 
     # -- call path -----------------------------------------------------------------------------------------------
 
-    async def call_tool(self, identity: Identity, params: Mapping[str, Any], progress: ProgressFn | None = None
-                        ) -> dict[str, Any]:
+    async def call_tool(self, identity: Identity, params: Mapping[str, Any], progress: ProgressFn | None = None,
+                        session: Session | None = None) -> dict[str, Any]:
         name = params.get("name")
         view = self._request_view(identity, params)
         entry = view.tools.get(name) if isinstance(name, str) else None
         if entry is None:
-            raise self._refuse_tool(view, name)
+            raise await self._refuse_tool(view, name, params, session)
         upstream = self._upstream(entry.executor.id)
-        request = types.CallToolRequest(params=types.CallToolRequestParams(
-            name=entry.executor.tool, arguments=params.get("arguments"), _meta=forwardable_meta(params.get("_meta"))))
+        meta = forwardable_meta(params.get("_meta"))
         notes = entry.descriptor.annotations or {}
         safe = notes.get("readOnlyHint") is True or notes.get("idempotentHint") is True
-        return clean_result(await upstream.request(request, progress=progress, retry_safe=safe))
 
-    async def read_resource(self, identity: Identity, params: Mapping[str, Any]) -> dict[str, Any]:
+        async def send(ctx: CallContext | None) -> dict[str, Any]:
+            arguments = ctx.arguments if ctx is not None else params.get("arguments")
+            request = types.CallToolRequest(params=types.CallToolRequestParams(
+                name=entry.executor.tool, arguments=arguments, _meta=meta))
+            limits = (ctx.timeout, ctx.max_time) if ctx is not None else (None, None)
+            return clean_result(await upstream.request(request, progress=progress, retry_safe=safe,
+                                                       call_limits=limits))
+
+        if not self.hooks:
+            return await send(None)
+        ctx = CallContext("tool", identity.client_id, session or Session(), entry.descriptor.name, upstream.name,
+                          entry.executor.tool, _arguments(params), notes, entry.descriptor.input_schema,
+                          entry.descriptor.wire)
+        return await self.hooks.run(ctx, send)
+
+    async def read_resource(self, identity: Identity, params: Mapping[str, Any],
+                            session: Session | None = None) -> dict[str, Any]:
         uri = params.get("uri")
         if not isinstance(uri, str):
             raise UnknownName(f"Unknown resource: {uri}")
         owner, raw = self._route_uri(self._request_view(identity, params), uri)
         request = types.ReadResourceRequest(params=types.ReadResourceRequestParams(
             uri=raw, _meta=forwardable_meta(params.get("_meta"))))
-        result = clean_result(await self._upstream(owner).request(request, retry_safe=True))
-        if raw != uri and isinstance(result.get("contents"), list):
-            # Contents name the URI the client asked for, so it can match them to its request.
-            result["contents"] = [{**c, "uri": uri} if isinstance(c, dict) and c.get("uri") == raw else c
-                                  for c in result["contents"]]
-        return result
 
-    async def get_prompt(self, identity: Identity, params: Mapping[str, Any]) -> dict[str, Any]:
+        async def send(_ctx: CallContext | None) -> dict[str, Any]:
+            result = clean_result(await self._upstream(owner).request(request, retry_safe=True))
+            if raw != uri and isinstance(result.get("contents"), list):
+                # Contents name the URI the client asked for, so it can match them to its request.
+                result["contents"] = [{**c, "uri": uri} if isinstance(c, dict) and c.get("uri") == raw else c
+                                      for c in result["contents"]]
+            return result
+
+        if not self.hooks:
+            return await send(None)
+        ctx = CallContext("resource", identity.client_id, session or Session(), uri, owner, raw, {"uri": uri})
+        return await self.hooks.run(ctx, send)
+
+    async def get_prompt(self, identity: Identity, params: Mapping[str, Any],
+                         session: Session | None = None) -> dict[str, Any]:
         name = params.get("name")
         entry = self._request_view(identity, params).prompts.get(name) if isinstance(name, str) else None
         if entry is None:
             raise UnknownName(f"Unknown prompt: {name}")
-        request = types.GetPromptRequest(params=types.GetPromptRequestParams(
-            name=entry.raw, arguments=params.get("arguments"), _meta=forwardable_meta(params.get("_meta"))))
-        return clean_result(await self._upstream(entry.upstream).request(request, retry_safe=True))
+        meta = forwardable_meta(params.get("_meta"))
+
+        async def send(ctx: CallContext | None) -> dict[str, Any]:
+            arguments = ctx.arguments if ctx is not None else params.get("arguments")
+            request = types.GetPromptRequest(params=types.GetPromptRequestParams(
+                name=entry.raw, arguments=arguments or None, _meta=meta))
+            return clean_result(await self._upstream(entry.upstream).request(request, retry_safe=True))
+
+        if not self.hooks:
+            return await send(None)
+        ctx = CallContext("prompt", identity.client_id, session or Session(), entry.exposed, entry.upstream,
+                          entry.raw, _arguments(params))
+        return await self.hooks.run(ctx, send)
 
     async def complete(self, identity: Identity, params: Mapping[str, Any]) -> dict[str, Any]:
         ref = params.get("ref")

@@ -6,6 +6,7 @@
      ├── UnknownName   (-32602)      unknown *or hidden* tool, prompt or resource: the same answer for both
      ├── StaleCursor   (-32602)      a pagination cursor from an older registry version
      ├── InvalidRequest (-32602)     a request Triad cannot make sense of (e.g. a malformed run-level list)
+     ├── HookBlocked   (-32600)      a before-hook blocked a resource read or prompt get (a tool call gets isError)
      └── UpstreamError (-32603)      something went wrong on the upstream's side
           ├── UpstreamUnavailable    not connected, or the connection closed mid-call
           ├── UpstreamTimeout (-32001) no answer within the upstream's timeout
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+INVALID_REQUEST = -32600
 INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
 REQUEST_TIMEOUT = -32001
@@ -64,6 +66,10 @@ class StaleCursor(TriadError):
 
 class InvalidRequest(TriadError):
     code = INVALID_PARAMS
+
+
+class HookBlocked(TriadError):
+    code = INVALID_REQUEST
 
 
 class UpstreamError(TriadError):

@@ -1,0 +1,313 @@
+"""Built-in hooks: audit, validate_arguments, rate_limit, timeout, max_result_size, redact, pin_definitions.
+
+Each is a class whose keyword arguments are its options (validated by a pydantic model, so a typo in the config
+is a config error naming the hook). Options are documented in the README.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import sys
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import anyio
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from gateway.config import Duration
+from gateway.hooks import Block, CallContext, Outcome
+from gateway.pinning import PinStore
+
+logger = logging.getLogger("triad.hooks")
+
+
+class _Options(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    priority: int = 0
+
+
+def _size(value: Any) -> int:
+    return len(json.dumps(value, separators=(",", ":"), default=str)) if value is not None else 0
+
+
+class Audit:
+    """One JSON line per call, read and get (and per call the policy denied), to a file or stderr."""
+
+    class Options(_Options):
+        path: str = "-"
+        bodies: bool = False
+        priority: int = -1000  # last among after-hooks: it records what the client actually gets
+
+    def __init__(self, **options: Any) -> None:
+        self.options = self.Options(**options)
+        self.priority = self.options.priority
+        self._path = None if self.options.path == "-" else Path(self.options.path)
+
+    def _write(self, ctx: CallContext, record: dict[str, Any]) -> None:
+        line = {"time": datetime.now(UTC).isoformat(timespec="milliseconds"), "client": ctx.client_id,
+                "session": ctx.session.id, "kind": ctx.kind, "name": ctx.name, "raw": ctx.raw_name,
+                "upstream": ctx.upstream, **record}
+        text = json.dumps(line, default=str) + "\n"
+        if self._path is None:
+            sys.stderr.write(text)
+            return
+        # opened per line: nothing to close when a reload drops this hook, and rotation tools just work
+        with self._path.open("a") as stream:
+            stream.write(text)
+
+    async def _after(self, ctx: CallContext, outcome: Outcome) -> None:
+        result = outcome.result
+        status = ("blocked" if outcome.blocked else "error" if outcome.error is not None
+                  else "tool-error" if result and result.get("isError") else "ok")
+        record: dict[str, Any] = {"decision": "blocked" if outcome.blocked else "allowed", "outcome": status,
+                                  "duration_ms": round(outcome.duration * 1000, 3),
+                                  "arguments_bytes": _size(ctx.arguments), "result_bytes": _size(result)}
+        if outcome.error is not None:
+            record["error"] = outcome.error
+        if self.options.bodies:
+            record["arguments"], record["result"] = ctx.arguments, result
+        self._write(ctx, record)
+
+    after_call = after_read = after_get = _after
+
+    async def on_denied(self, ctx: CallContext, layer: int, pattern: str | None, detail: str) -> None:
+        self._write(ctx, {"decision": "denied", "outcome": "denied", "layer": layer, "pattern": pattern,
+                          "detail": detail})
+
+
+class ValidateArguments:
+    """Checks tool arguments against the tool's inputSchema (JSON Schema 2020-12) before any upstream is called."""
+
+    class Options(_Options):
+        priority: int = 100
+
+    def __init__(self, **options: Any) -> None:
+        self.priority = self.Options(**options).priority
+        self._validators: dict[str, Draft202012Validator | None] = {}
+
+    async def before_call(self, ctx: CallContext) -> Block | None:
+        schema = ctx.input_schema
+        if not schema:
+            return None
+        key = json.dumps(schema, sort_keys=True, default=str)
+        if key not in self._validators:
+            try:
+                Draft202012Validator.check_schema(schema)
+                self._validators[key] = Draft202012Validator(schema)
+            except SchemaError:
+                logger.warning("tool %s has an invalid inputSchema; arguments are not validated", ctx.name)
+                self._validators[key] = None
+        validator = self._validators[key]
+        if validator is None:
+            return None
+        errors = sorted(validator.iter_errors(ctx.arguments), key=lambda e: list(e.absolute_path))
+        if not errors:
+            return None
+        lines = [f"- {'/'.join(map(str, e.absolute_path)) or '(arguments)'}: {e.message}" for e in errors]
+        return Block(f"Invalid arguments for tool {ctx.name}:\n" + "\n".join(lines))
+
+
+_RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*/\s*(s|m|h)\s*$")
+_PER = {"s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_rate(text: str) -> tuple[float, float]:
+    """`20/s` -> (capacity 20, 20 tokens per second); `100/m`, `1000/h` likewise."""
+    match = _RATE.match(text)
+    if match is None:
+        raise ValueError(f"not a rate: {text!r} (use e.g. 20/s, 100/m, 1000/h)")
+    count = float(match.group(1))
+    return count, count / _PER[match.group(2)]
+
+
+class RateLimit:
+    """Token buckets per client, per tool or per upstream; over the limit, a tool error that says when to retry."""
+
+    class Options(_Options):
+        per_client: str | None = None
+        per_tool: str | None = None
+        per_upstream: str | None = None
+        priority: int = 90
+
+        @field_validator("per_client", "per_tool", "per_upstream")
+        @classmethod
+        def _rate(cls, value: str | None) -> str | None:
+            if value is not None:
+                parse_rate(value)
+            return value
+
+    def __init__(self, **options: Any) -> None:
+        self.options = self.Options(**options)
+        self.priority = self.options.priority
+        self._buckets: dict[tuple[str, str], tuple[float, float]] = {}
+
+    def _take(self, scope: str, key: str, rate: str) -> float | None:
+        """None if a token was taken; else seconds until one is there."""
+        capacity, refill = parse_rate(rate)
+        now = time.monotonic()
+        tokens, stamp = self._buckets.get((scope, key), (capacity, now))
+        tokens = min(capacity, tokens + (now - stamp) * refill)
+        if tokens < 1:
+            self._buckets[(scope, key)] = (tokens, now)
+            return (1 - tokens) / refill
+        self._buckets[(scope, key)] = (tokens - 1, now)
+        return None
+
+    async def before_call(self, ctx: CallContext) -> Block | None:
+        for scope, key, rate in (("client", ctx.client_id, self.options.per_client),
+                                 ("tool", ctx.name, self.options.per_tool),
+                                 ("upstream", ctx.upstream, self.options.per_upstream)):
+            if rate is not None and (wait := self._take(scope, key, rate)) is not None:
+                return Block(f"Rate limit exceeded for {scope} {key!r} ({rate}); retry in {wait:.2f}s")
+        return None
+
+
+class Timeout:
+    """A per-tool or per-upstream call deadline, pushed back by upstream progress, with a hard cap (`max`)."""
+
+    class Options(_Options):
+        default: Duration | None = None
+        tools: dict[str, Duration] = {}
+        upstreams: dict[str, Duration] = {}
+        max: Duration | None = None
+
+    def __init__(self, **options: Any) -> None:
+        self.options = self.Options(**options)
+        self.priority = self.options.priority
+
+    async def before_call(self, ctx: CallContext) -> None:
+        o = self.options
+        chosen = o.tools.get(ctx.name, o.upstreams.get(ctx.upstream, o.default))
+        if chosen is not None:
+            ctx.timeout = chosen
+        if o.max is not None:
+            ctx.max_time = o.max
+
+
+class MaxResultSize:
+    """Results over `bytes` (their JSON size) become a tool error, or with `truncate`, have their text cut."""
+
+    class Options(_Options):
+        bytes: int = Field(default=1_000_000, ge=64)
+        truncate: bool = False
+
+    def __init__(self, **options: Any) -> None:
+        self.options = self.Options(**options)
+        self.priority = self.options.priority
+
+    async def after_call(self, ctx: CallContext, outcome: Outcome) -> dict[str, Any] | None:
+        result = outcome.result
+        size, limit = _size(result), self.options.bytes
+        if result is None or size <= limit:
+            return None
+        if not self.options.truncate:
+            return {"content": [{"type": "text", "text": f"The result of {ctx.name} ({size} bytes) exceeds the "
+                                 f"gateway's limit of {limit} bytes."}], "isError": True, "structuredContent": None}
+        budget = max(limit - 200, 0)
+        content = []
+        for block in result.get("content") or []:
+            if isinstance(block, dict) and block.get("type") == "text" and budget >= 0:
+                text = block.get("text", "")
+                content.append({**block, "text": text[:budget]})
+                budget -= len(text)
+            elif _size(block) <= budget:
+                content.append(block)
+                budget -= _size(block)
+        content.append({"type": "text", "text": f"[truncated by Triad: {size} bytes, limit {limit}]"})
+        return {"content": content, "structuredContent": None}
+
+
+DEFAULT_SECRET_PATTERNS = (
+    r"(?i)\bbearer\s+[a-z0-9._~+/=-]{8,}",
+    r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----",
+    r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",
+    r"\bgh[pousr]_[A-Za-z0-9]{36,}\b",
+    r"\bxox[abprs]-[A-Za-z0-9-]{10,}\b",
+    r"\bAIza[0-9A-Za-z_-]{35}\b",
+    r"\bsk-[A-Za-z0-9_-]{20,}\b",
+)
+"""Bearer tokens, private keys, AWS access keys, GitHub, Slack, Google API and OpenAI-style keys."""
+
+
+class Redact:
+    """Masks secrets in results (text content, structured content, resource contents, prompt messages)."""
+
+    class Options(_Options):
+        patterns: tuple[str, ...] = ()
+        defaults: bool = True
+        replacement: str = "[REDACTED]"
+        priority: int = -100
+
+        @field_validator("patterns")
+        @classmethod
+        def _compile(cls, patterns: tuple[str, ...]) -> tuple[str, ...]:
+            for pattern in patterns:
+                re.compile(pattern)
+            return patterns
+
+    def __init__(self, **options: Any) -> None:
+        self.options = self.Options(**options)
+        self.priority = self.options.priority
+        patterns = [*(DEFAULT_SECRET_PATTERNS if self.options.defaults else ()), *self.options.patterns]
+        self._regex = re.compile("|".join(f"(?:{p})" for p in patterns)) if patterns else None
+
+    def _mask(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return self._regex.sub(self.options.replacement, value) if self._regex else value
+        if isinstance(value, list):
+            return [self._mask(v) for v in value]
+        if isinstance(value, dict):
+            # binary payloads stay as they are: masking inside base64 would corrupt them
+            return {k: v if k in ("data", "blob") else self._mask(v) for k, v in value.items()}
+        return value
+
+    async def _after(self, ctx: CallContext, outcome: Outcome) -> dict[str, Any] | None:
+        if outcome.result is None:
+            return None
+        fields = ("content", "structuredContent", "contents", "messages")
+        return {k: self._mask(outcome.result[k]) for k in fields if k in outcome.result}
+
+    after_call = after_read = after_get = _after
+
+
+class PinDefinitions:
+    """Remembers a hash of each tool's definition and blocks a tool whose definition changed since it was approved,
+    until `triad approve` approves it again (protection against a tool silently rewritten after it was trusted)."""
+
+    class Options(_Options):
+        state: str = "triad-pins.json"
+        trust_new: bool = True
+        priority: int = 200
+
+    def __init__(self, **options: Any) -> None:
+        self.options = self.Options(**options)
+        self.priority = self.options.priority
+        self.store = PinStore(Path(self.options.state))
+
+    async def before_call(self, ctx: CallContext) -> Block | None:
+        if ctx.definition is None:
+            return None
+        verdict = await anyio.to_thread.run_sync(self.store.check, ctx.upstream, ctx.raw_name, ctx.definition,
+                                                 self.options.trust_new)
+        if verdict is None:
+            return None
+        return Block(f"Tool {ctx.name} is blocked: {verdict}. An operator must review it and run "
+                     f"`triad approve -c <config> {ctx.name}`.")
+
+
+BUILTIN_HOOKS: Mapping[str, Any] = {
+    "audit": Audit,
+    "validate_arguments": ValidateArguments,
+    "rate_limit": RateLimit,
+    "timeout": Timeout,
+    "max_result_size": MaxResultSize,
+    "redact": Redact,
+    "pin_definitions": PinDefinitions,
+}

@@ -1,0 +1,248 @@
+"""The hook chain around every tool call, resource read and prompt get.
+
+One interface for built-ins and plugins (`module:attr` in the config, a class or factory taking the options as
+keyword arguments). A hook implements any of: `before_call` / `after_call` (tools), `before_read` / `after_read`
+(resources), `before_get` / `after_get` (prompts), and `on_denied` (a call the policy refused). Hooks run by
+`priority` (higher first), then config order.
+
+- before: return None (pass), `Arguments(...)` (merged over the arguments, or replacing them), or `Block(reason)`.
+  A before-hook that raises or exceeds `BEFORE_TIMEOUT` blocks (fail closed) with a fixed message; the
+  exception goes to the log, never to the client.
+- after: sees the arguments actually sent, the raw result and the duration; may return a dict replacing
+  `content`, `structuredContent`, `isError` or `_meta`. One that raises is logged and skipped (fail open).
+
+Hooks run under the calling session's lock (`CallContext.session.lock`), so per-session hook state
+(`session.state`) is safe; the upstream call itself is never under it. The chain is built whole from a
+validated config and rebuilt on reload.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+import anyio
+
+from gateway.errors import HookBlocked, TriadError
+
+logger = logging.getLogger("triad.hooks")
+
+BEFORE_TIMEOUT = 5.0
+"""A before-hook that takes longer than this blocks the call: a stuck policy check must not hang the caller."""
+AFTER_TIMEOUT = 5.0
+BLOCKED_BY_FAILURE = "Blocked because a before-hook failed; the gateway's log has the details."
+RESULT_FIELDS = ("content", "structuredContent", "isError", "_meta", "contents", "messages", "description")
+"""What an after-hook may replace: tool results, resource contents, prompt messages."""
+
+Kind = Literal["tool", "resource", "prompt"]
+_METHODS: dict[Kind, tuple[str, str]] = {"tool": ("before_call", "after_call"), "resource": ("before_read",
+                                         "after_read"), "prompt": ("before_get", "after_get")}
+
+
+@dataclass
+class Session:
+    """One client session's hook state and its lock (hooks run under it; the upstream call never does)."""
+
+    id: str | None = None
+    state: dict[str, Any] = field(default_factory=dict)
+    lock: anyio.Lock = field(default_factory=anyio.Lock)
+
+
+@dataclass
+class CallContext:
+    """What hooks see of one request. `arguments` are what the executor will send (after rewrites)."""
+
+    kind: Kind
+    client_id: str
+    session: Session
+    name: str
+    upstream: str
+    raw_name: str
+    arguments: dict[str, Any]
+    annotations: Mapping[str, Any] = field(default_factory=dict)
+    input_schema: Mapping[str, Any] | None = None
+    definition: Mapping[str, Any] | None = None
+    """The tool's definition as the upstream sent it (description, schemas, annotations)."""
+    timeout: float | None = None
+    """A deadline for the upstream call that a hook may set (reset by progress, capped by `max_time`)."""
+    max_time: float | None = None
+
+
+@dataclass(frozen=True)
+class Arguments:
+    values: Mapping[str, Any]
+    replace: bool = False
+
+
+@dataclass(frozen=True)
+class Block:
+    reason: str
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What after-hooks see: the raw result (None if the call failed), the error text, and the duration."""
+
+    result: dict[str, Any] | None
+    error: str | None
+    duration: float
+    blocked: bool = False
+
+
+class Hook(Protocol):
+    priority: int
+
+
+@dataclass(frozen=True)
+class HookEntry:
+    name: str
+    hook: Any
+    priority: int
+    order: int
+
+
+class HookChain:
+    def __init__(self, entries: Sequence[HookEntry]) -> None:
+        self.entries = tuple(sorted(entries, key=lambda e: (-e.priority, e.order)))
+        self._before = {kind: self._bound(names[0]) for kind, names in _METHODS.items()}
+        self._after = {kind: self._bound(names[1]) for kind, names in _METHODS.items()}
+        self._denied = self._bound("on_denied")
+
+    def _bound(self, method: str) -> tuple[tuple[str, Callable[..., Awaitable[Any]]], ...]:
+        return tuple((e.name, getattr(e.hook, method)) for e in self.entries if callable(getattr(e.hook, method, None)))
+
+    def __bool__(self) -> bool:
+        return bool(self.entries)
+
+    async def before(self, ctx: CallContext) -> Block | None:
+        """Run the before-hooks in order; the first block wins. Arguments are rewritten in `ctx` as they go."""
+        for name, method in self._before[ctx.kind]:
+            try:
+                with anyio.fail_after(BEFORE_TIMEOUT):
+                    outcome = await method(ctx)
+            except Exception:
+                logger.exception("before-hook %s failed on %s %s; blocking (fail closed)", name, ctx.kind, ctx.name)
+                return Block(BLOCKED_BY_FAILURE)
+            if isinstance(outcome, Block):
+                return outcome
+            if isinstance(outcome, Arguments):
+                ctx.arguments = dict(outcome.values) if outcome.replace else {**ctx.arguments, **outcome.values}
+        return None
+
+    async def after(self, ctx: CallContext, outcome: Outcome) -> dict[str, Any] | None:
+        """Run the after-hooks; each sees the result as the previous one left it. Returns the final result."""
+        result = outcome.result
+        for name, method in self._after[ctx.kind]:
+            try:
+                with anyio.fail_after(AFTER_TIMEOUT):
+                    change = await method(ctx, Outcome(result, outcome.error, outcome.duration, outcome.blocked))
+            except Exception:
+                logger.exception("after-hook %s failed on %s %s; skipped (fail open)", name, ctx.kind, ctx.name)
+                continue
+            if isinstance(change, Mapping) and result is not None:
+                result = {**result, **{k: v for k, v in change.items() if k in RESULT_FIELDS}}
+        return result
+
+    async def run(self, ctx: CallContext, send: Callable[[CallContext], Awaitable[dict[str, Any]]]
+                  ) -> dict[str, Any]:
+        """before-hooks (under the session lock), then `send` (not under it), then after-hooks (under it).
+
+        A blocked tool call becomes a tool error the model can read (`isError`); a blocked read or get becomes a
+        `HookBlocked` error. Failures still reach the after-hooks (the audit sees them), then the caller."""
+        async with ctx.session.lock:
+            block = await self.before(ctx)
+        start = anyio.current_time()
+        result: dict[str, Any] | None = None
+        failure: TriadError | None = None
+        if block is not None and ctx.kind == "tool":
+            result = {"content": [{"type": "text", "text": block.reason}], "isError": True}
+        elif block is not None:
+            failure = HookBlocked(block.reason)
+        else:
+            try:
+                result = await send(ctx)
+            except TriadError as exc:
+                failure = exc
+        outcome = Outcome(result, failure.message if failure else None, anyio.current_time() - start,
+                          block is not None)
+        async with ctx.session.lock:
+            final = await self.after(ctx, outcome)
+        if failure is not None:
+            raise failure
+        assert final is not None
+        return final
+
+    async def denied(self, ctx: CallContext, layer: int, pattern: str | None, detail: str) -> None:
+        for name, method in self._denied:
+            try:
+                await method(ctx, layer, pattern, detail)
+            except Exception:
+                logger.exception("hook %s failed in on_denied", name)
+
+
+EMPTY_CHAIN = HookChain(())
+
+
+def build_chain(specs: Sequence[Any]) -> HookChain:
+    """Instantiate every hook of the config (`HookSpec`s), in order. Raises HookConfigError naming the hook."""
+    entries = []
+    for order, spec in enumerate(specs):
+        name, options = spec.name, spec.options
+        hook = make_hook(name, options)
+        entries.append(HookEntry(name, hook, int(getattr(hook, "priority", 0)), order))
+    return HookChain(entries)
+
+
+class HookConfigError(Exception):
+    pass
+
+
+def check_hook(name: str, options: Mapping[str, Any]) -> None:
+    """What `triad check` verifies without running anything: a built-in's options, a plugin's import."""
+    factory = _factory(name)
+    options_model = getattr(factory, "Options", None)
+    if options_model is not None:
+        try:
+            options_model(**options)
+        except Exception as exc:
+            raise HookConfigError(f"invalid options for hook {name!r}: {_first_line(exc)}") from None
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc)
+    return " ".join(line.strip() for line in text.splitlines()[:3]) if text else type(exc).__name__
+
+
+def make_hook(name: str, options: Mapping[str, Any]) -> Any:
+    factory = _factory(name)
+    try:
+        hook = factory(**options)
+    except Exception as exc:
+        raise HookConfigError(f"invalid options for hook {name!r}: {_first_line(exc)}") from None
+    if not any(callable(getattr(hook, m, None)) for pair in _METHODS.values() for m in pair) and not callable(
+            getattr(hook, "on_denied", None)):
+        raise HookConfigError(f"hook {name!r} implements none of before_call, after_call, before_read, after_read, "
+                              "before_get, after_get, on_denied")
+    return hook
+
+
+def _factory(name: str) -> Any:
+    from gateway.builtin_hooks import BUILTIN_HOOKS  # the built-ins import this module's types
+
+    if ":" not in name:
+        factory = BUILTIN_HOOKS.get(name)
+        if factory is None:
+            known = ", ".join(sorted(BUILTIN_HOOKS))
+            raise HookConfigError(f"unknown built-in hook {name!r} (built-ins: {known}; plugins are module:attr)")
+    else:
+        module_name, _, attr = name.partition(":")
+        try:
+            factory = getattr(importlib.import_module(module_name), attr)
+        except ImportError as exc:
+            raise HookConfigError(f"cannot import plugin module {module_name!r}: {exc}") from None
+        except AttributeError:
+            raise HookConfigError(f"plugin module {module_name!r} has no attribute {attr!r}") from None
+    return factory
