@@ -256,11 +256,13 @@ class Redact:
         self.options = self.Options(**options)
         self.priority = self.options.priority
         patterns = [*(DEFAULT_SECRET_PATTERNS if self.options.defaults else ()), *self.options.patterns]
-        self._regex = re.compile("|".join(f"(?:{p})" for p in patterns)) if patterns else None
+        self._regexes = [re.compile(p) for p in patterns]
 
     def _mask(self, value: Any) -> Any:
         if isinstance(value, str):
-            return self._regex.sub(self.options.replacement, value) if self._regex else value
+            for regex in self._regexes:
+                value = regex.sub(self.options.replacement, value)
+            return value
         if isinstance(value, list):
             return [self._mask(v) for v in value]
         if isinstance(value, dict):

@@ -1,4 +1,4 @@
-"""The `triad` command line: serve, stdio, check, plan, explain. Bad input: a clear message, a non-zero exit."""
+"""The `triad` command line: serve, stdio, check, plan, explain, approve. Bad input: a clear error, exit 1."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import anyio
 
@@ -43,6 +44,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     explain.add_argument("tool", help="the exposed tool name")
     explain.add_argument("--json", action="store_true", help="print JSON instead of text")
 
+    approve = verbs.add_parser("approve", help="approve the current definitions of tools pinned by pin_definitions")
+    _config_arg(approve)
+    approve.add_argument("tools", nargs="*", help="exposed tool names (default: every tool)")
+
     args = parser.parse_args(argv)
     try:
         config = load_config(args.config)
@@ -57,7 +62,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{args.config}: valid ({len(config.upstreams)} upstream(s), {len(config.clients)} client(s))")
         return 0
     from gateway import daemon  # imported late: `check` must not pay for uvicorn and the SDK server
+    from gateway.hooks import HookConfigError
 
+    try:
+        return _run_verb(args, config, daemon)
+    except HookConfigError as exc:
+        print(f"triad: {args.config}: hooks: {exc}", file=sys.stderr)
+        return 1
+
+
+def _run_verb(args: argparse.Namespace, config: TriadConfig, daemon: Any) -> int:
     if args.verb == "serve":
         daemon.configure_logging(args.log_level)
         host = args.host or config.listen.host
@@ -65,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         anyio.run(daemon.serve_http, config, host, port)
         return 0
     try:
-        identity = identity_for(config, args.client)
+        identity = identity_for(config, getattr(args, "client", None))
     except KeyError:
         print(f"triad: unknown client {args.client!r} (clients: {', '.join(config.clients) or 'none'})",
               file=sys.stderr)
@@ -77,6 +91,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from gateway import report as reports
 
     daemon.configure_logging("ERROR")
+    if args.verb == "approve":
+        return anyio.run(reports.approve, config, args.tools)
     tool = args.tool if args.verb == "explain" else None
     try:
         report = anyio.run(reports.collect, config, identity, tool)

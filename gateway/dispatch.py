@@ -86,10 +86,9 @@ class Dispatcher:
     def on_upstream_change(self, _upstream: Upstream) -> None:
         self.rebuild()
 
-    def apply_config(self, config: TriadConfig) -> Registry:
-        """A reload: policy, naming, clients and page size apply to the next request; one rebuild."""
-        self.hooks = build_chain(config.hooks)  # built before anything is swapped: a failure changes nothing
-        self.config, self.pipeline = config, _pipeline(config, self._remote)
+    def apply_config(self, config: TriadConfig, hooks: HookChain) -> Registry:
+        """A reload: policy, naming, clients, hooks and page size apply to the next request; one rebuild."""
+        self.config, self.pipeline, self.hooks = config, _pipeline(config, self._remote), hooks
         return self.rebuild()
 
     def rebuild(self) -> Registry:

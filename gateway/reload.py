@@ -20,6 +20,7 @@ from consumers import UpstreamPool
 from gateway.config import TriadConfig, load_config
 from gateway.dispatch import Dispatcher
 from gateway.errors import ConfigError
+from gateway.hooks import HookConfigError, build_chain
 
 logger = logging.getLogger("triad.reload")
 
@@ -72,12 +73,19 @@ class Reloader:
                 logger.error("reload (%s) refused, the running config stays in force:\n  %s", trigger,
                              "\n  ".join(exc.problems))
                 return ReloadResult(False, exc.problems)
+            try:
+                hooks = build_chain(new.hooks)
+            except HookConfigError as exc:
+                self.status.failures += 1
+                self.status.last_error = [f"hooks: {exc}"]
+                logger.error("reload (%s) refused, the running config stays in force: hooks: %s", trigger, exc)
+                return ReloadResult(False, self.status.last_error)
             if new.listen != self.config.listen:
                 logger.warning("reload (%s): listen changed (%s:%d -> %s:%d); it takes effect on restart only",
                                trigger, self.config.listen.host, self.config.listen.port, new.listen.host,
                                new.listen.port)
             changes = self._pool.apply(new)
-            self._dispatcher.apply_config(new)
+            self._dispatcher.apply_config(new, hooks)
             self.config = new
             self.status.reloads += 1
             self.status.last_success = time.time()

@@ -5,7 +5,9 @@ Both connect to every upstream (bounded by their timeouts), build the registry, 
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from consumers import wait_settled_or_timeout
@@ -29,6 +31,33 @@ async def collect(config: TriadConfig, identity: Identity, tool: str | None = No
         if tool is not None:
             return explain(view, tool, gw.dispatcher.pipeline.decide, upstreams)
         return plan_report(view, upstreams, [d.message for d in gw.dispatcher.registry.diagnostics])
+
+
+async def approve(config: TriadConfig, names: list[str]) -> int:
+    """Pin the current definitions of `names` (or of every tool) in each pin_definitions hook's state file."""
+    from gateway.pinning import PinStore
+
+    stores = [PinStore(Path(spec.options.get("state", "triad-pins.json")))
+              for spec in config.hooks if spec.name == "pin_definitions"]
+    if not stores:
+        print("triad: no pin_definitions hook in this config; nothing to approve", file=sys.stderr)
+        return 1
+    async with running_gateway(config) as gw:
+        longest = max((up.timeout for up in config.enabled_upstreams().values()), default=0.0)
+        await wait_settled_or_timeout(gw.pool, longest + PLAN_MARGIN)
+        tools = gw.dispatcher.registry.tools
+        unknown = [name for name in names if name not in tools]
+        if unknown:
+            print(f"triad: unknown tool(s): {', '.join(unknown)}", file=sys.stderr)
+            return 1
+        for name in names or sorted(tools):
+            descriptor = tools[name]
+            if descriptor.executor is None or descriptor.executor.kind != "mcp":
+                continue
+            changed = [store.approve(descriptor.executor.id, descriptor.executor.tool, descriptor.wire)
+                       for store in stores]
+            print(f"{name}: {'approved' if any(changed) else 'already approved'}")
+    return 0
 
 
 def plan_report(view: ClientView, upstreams: dict[str, Any], registry_notes: list[str]) -> dict[str, Any]:

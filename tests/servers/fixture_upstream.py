@@ -36,10 +36,10 @@ def tool(name: str, description: str, properties: dict[str, Any] | None = None, 
     return {"name": name, "description": description, "inputSchema": schema, **extra}
 
 
-def build_tools(prefix: str, extra: int) -> list[dict[str, Any]]:
+def build_tools(prefix: str, extra: int, echo_description: str = "Echo the text.") -> list[dict[str, Any]]:
     text = {"text": {"type": "string"}}
     tools = [
-        tool(f"{prefix}echo", "Echo the text.", text, title="Echo", annotations={"readOnlyHint": True},
+        tool(f"{prefix}echo", echo_description, {**text}, title="Echo", annotations={"readOnlyHint": True},
              icons=[{"src": "https://example.invalid/echo.png", "mimeType": "image/png"}],
              _meta={"fixture/kind": "echo"}),
         tool(f"{prefix}image", "An image."),
@@ -53,6 +53,7 @@ def build_tools(prefix: str, extra: int) -> list[dict[str, Any]]:
         tool(f"{prefix}progress", "Reports progress.", {"steps": {"type": "integer"}}),
         tool(f"{prefix}die", "Exits the process mid-call."),
         tool(f"{prefix}garbage", "Writes malformed JSON-RPC on stdout (stdio only), then never answers."),
+        tool(f"{prefix}big", "Returns `size` characters of text.", {"size": {"type": "integer"}}),
         tool(f"{prefix}flood", "Sends many log and progress notifications.", {"count": {"type": "integer"}}),
         tool(f"{prefix}{LONG_NAME}", "A long name."),
     ]
@@ -73,7 +74,7 @@ def page(items: list[dict[str, Any]], key: str, params: Any, size: int) -> dict[
 
 
 def build_server(args: argparse.Namespace) -> Server[Any]:
-    tools = build_tools(args.prefix, args.extra_tools)
+    tools = build_tools(args.prefix, args.extra_tools, args.echo_description)
     resources = [
         {"uri": "fixture://static", "name": "static", "mimeType": "text/plain", "title": "Static text"},
         {"uri": "fixture://blob", "name": "blob", "mimeType": "application/octet-stream"},
@@ -135,6 +136,8 @@ def build_server(args: argparse.Namespace) -> Server[Any]:
             sys.stdout.buffer.write(b'{"jsonrpc": "1.0", "method": 5}\n')
             sys.stdout.buffer.flush()
             await anyio.sleep_forever()
+        if name == "big":
+            return {"content": [{"type": "text", "text": "x" * int(arguments.get("size", 1000))}]}
         if name == "flood":
             count = int(arguments.get("count", 1000))
             for i in range(count):
@@ -212,6 +215,7 @@ def main() -> None:
     parser.add_argument("--page-size", type=int, default=1000)
     parser.add_argument("--extra-tools", type=int, default=0)
     parser.add_argument("--hang-initialize", action="store_true")
+    parser.add_argument("--echo-description", default="Echo the text.", help="to simulate a rewritten tool")
     parser.add_argument("--port", type=int, default=0, help="HTTP/SSE port (default: a free one)")
     args = parser.parse_args()
     server = build_server(args)
