@@ -1,7 +1,17 @@
-"""Upstream connections: one owner task per upstream, transports, and the pool keyed by name."""
+"""Upstream connections: one owner task per upstream, transports, the pool keyed by name, and the relay seam."""
 
 from consumers.pool import UpstreamPool, wait_settled_or_timeout
+from consumers.relay import CURRENT_DOWNSTREAM, Downstream
 from consumers.upstream import Catalog, ProgressFn, Upstream, UpstreamState, describe_failure
 
-__all__ = ["Catalog", "ProgressFn", "Upstream", "UpstreamPool", "UpstreamState", "describe_failure",
-           "wait_settled_or_timeout"]
+__all__ = [
+    "CURRENT_DOWNSTREAM",
+    "Catalog",
+    "Downstream",
+    "ProgressFn",
+    "Upstream",
+    "UpstreamPool",
+    "UpstreamState",
+    "describe_failure",
+    "wait_settled_or_timeout",
+]

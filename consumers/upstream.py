@@ -25,6 +25,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from consumers._breaker import CircuitBreaker
 from consumers._streams import EOFWatch
+from consumers.relay import CURRENT_DOWNSTREAM, Downstream
 from consumers.transports import open_transport
 from gateway.config import UpstreamConfig
 from gateway.errors import UpstreamError, UpstreamRefused, UpstreamTimeout, UpstreamUnavailable
@@ -86,6 +87,8 @@ class Upstream:
         """Set (and replaced) whenever the session changes, so a retried call can wait for the next one."""
         self._breaker = CircuitBreaker(config.circuit_breaker.failures, config.circuit_breaker.cooldown)
         self._in_flight = 0
+        self._downstreams: dict[int, Downstream] = {}
+        """The downstream of each call in flight, for relaying what a stdio or SSE upstream sends back."""
         self._idle = anyio.Event()
         self._idle.set()
 
@@ -154,8 +157,10 @@ class Upstream:
             connect_scope.deadline = anyio.current_time() + self.config.timeout
             async with open_transport(self.name, self.config, self.cwd) as (read, write):
                 watch = EOFWatch(read)
-                async with ClientSession(watch, write, client_info=CLIENT_INFO,
-                                         message_handler=self._on_message) as session:
+                async with ClientSession(watch, write, client_info=CLIENT_INFO, message_handler=self._on_message,
+                                         logging_callback=self._on_log, sampling_callback=self._on_sampling,
+                                         elicitation_callback=self._on_elicitation,
+                                         list_roots_callback=self._on_list_roots) as session:
                     init = await session.initialize()
                     catalog = await self._list_catalog(session, init)
                     connect_scope.deadline = math.inf  # connected: from here on only calls have deadlines
@@ -241,6 +246,38 @@ class Upstream:
         elif isinstance(message, Exception):
             logger.warning("upstream %s transport error: %s", self.name, describe_failure(message))
 
+    # -- relays to the downstream that caused them (see consumers.relay) --------------------------------------
+
+    def _downstream(self) -> Downstream | None:
+        found = CURRENT_DOWNSTREAM.get()
+        if found is None and len(self._downstreams) == 1:
+            [found] = self._downstreams.values()
+        return found
+
+    async def _on_log(self, params: types.LoggingMessageNotificationParams) -> None:
+        downstream = self._downstream()
+        if downstream is not None:
+            await downstream.log(params)
+
+    async def _ask(self, what: str, request: Any, result_type: Any) -> Any:
+        downstream = self._downstream()
+        if downstream is None:
+            why = ("several calls are in flight on it, and its transport does not say which one this is for"
+                   if self._downstreams else "no call of a client is in flight on it")
+            return types.ErrorData(code=types.INVALID_REQUEST,
+                                   message=f"Triad cannot relay {what} from upstream {self.name!r}: {why}")
+        return await downstream.ask(request, result_type)
+
+    async def _on_sampling(self, _ctx: Any, params: types.CreateMessageRequestParams) -> Any:
+        return await self._ask("sampling/createMessage", types.CreateMessageRequest(params=params),
+                               types.CreateMessageResult)
+
+    async def _on_elicitation(self, _ctx: Any, params: Any) -> Any:
+        return await self._ask("elicitation/create", types.ElicitRequest(params=params), types.ElicitResult)
+
+    async def _on_list_roots(self, _ctx: Any) -> Any:
+        return await self._ask("roots/list", types.ListRootsRequest(), types.ListRootsResult)
+
     def _set_state(self, state: UpstreamState, reason: str) -> None:
         changed = (state, reason) != (self.state, self.reason)
         self.state, self.reason = state, reason
@@ -311,8 +348,11 @@ class Upstream:
 
         self._in_flight += 1
         self._idle = anyio.Event() if self._in_flight == 1 else self._idle
+        call_key = id(scope := anyio.CancelScope(deadline=start + timeout))
+        if (downstream := CURRENT_DOWNSTREAM.get()) is not None:
+            self._downstreams[call_key] = downstream
         try:
-            with anyio.CancelScope(deadline=start + timeout) as scope:
+            with scope:
                 return await session.send_request(request, RAW, progress_callback=on_progress)
             raise UpstreamTimeout(self.name, f"upstream {self.name!r} did not answer {method} within "
                                   + (f"{timeout:g}s" if scope.deadline - start <= timeout else
@@ -337,6 +377,7 @@ class Upstream:
             raise UpstreamUnavailable(self.name, f"upstream {self.name!r} connection failed during {method}: "
                                       f"{type(exc).__name__}") from None
         finally:
+            self._downstreams.pop(call_key, None)
             self._in_flight -= 1
             if not self._in_flight:
                 self._idle.set()

@@ -12,18 +12,22 @@ with its traceback and becomes INTERNAL_ERROR without details.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import mcp_types as types
 from mcp.server import NotificationOptions, Server, ServerRequestContext
+from mcp.server.caching import CACHEABLE_METHODS, CacheHint
 from mcp.server.context import CallNext, HandlerResult
 from mcp.server.subscriptions import ListenHandler
 from mcp.shared.exceptions import MCPError
 
+from consumers import CURRENT_DOWNSTREAM
 from exposers.notify import Notifier
+from exposers.relay import LOG_LEVEL_STATE_KEY, RequestRelay
 from gateway.dispatch import Dispatcher
 from gateway.errors import TriadError, UpstreamRefused
 from gateway.hooks import Session
@@ -77,7 +81,7 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
 
     def lister(method: Callable[[Identity, str | None], dict[str, Any]]) -> Handler:
         async def handle(ctx: ServerRequestContext[Any], _params: Any) -> dict[str, Any]:
-            return method(identity_of(ctx), cursor_of(ctx))
+            return complete(method(identity_of(ctx), cursor_of(ctx)))
         return handle
 
     async def call_tool(ctx: ServerRequestContext[Any], _params: Any) -> dict[str, Any]:
@@ -87,21 +91,35 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
         if isinstance(meta, dict) and meta.get("progressToken") is not None:
             async def progress(value: float, total: float | None, message: str | None) -> None:
                 await ctx.session.report_progress(value, total, message)
-        return await dispatcher.call_tool(identity_of(ctx), params, progress, session_of(ctx))
+        with relaying(ctx):
+            return complete(await dispatcher.call_tool(identity_of(ctx), params, progress, session_of(ctx)))
 
     async def read_resource(ctx: ServerRequestContext[Any], _params: Any) -> dict[str, Any]:
-        return await dispatcher.read_resource(identity_of(ctx), raw(ctx), session_of(ctx))
+        with relaying(ctx):
+            return complete(await dispatcher.read_resource(identity_of(ctx), raw(ctx), session_of(ctx)))
 
     async def get_prompt(ctx: ServerRequestContext[Any], _params: Any) -> dict[str, Any]:
-        return await dispatcher.get_prompt(identity_of(ctx), raw(ctx), session_of(ctx))
+        with relaying(ctx):
+            return complete(await dispatcher.get_prompt(identity_of(ctx), raw(ctx), session_of(ctx)))
 
-    async def complete(ctx: ServerRequestContext[Any], _params: Any) -> dict[str, Any]:
-        return await dispatcher.complete(identity_of(ctx), raw(ctx))
+    async def set_logging_level(ctx: ServerRequestContext[Any], params: types.SetLevelRequestParams) -> dict[str, Any]:
+        connection = getattr(ctx.session, "_connection", None)
+        if connection is not None:
+            connection.state[LOG_LEVEL_STATE_KEY] = params.level
+        return {}
+
+    async def completion(ctx: ServerRequestContext[Any], _params: Any) -> dict[str, Any]:
+        return complete(await dispatcher.complete(identity_of(ctx), raw(ctx)))
 
     server = GatewayServer(
         "triad",
         version="0.1.0",
         dispatcher=dispatcher,
+        # 2026-07-28 list and read results carry cache hints. What a client sees depends on who it is and on the
+        # registry of the moment, so nothing Triad serves is marked fresh or shareable.
+        cache_hints={method: CacheHint(ttl_ms=0, scope="private") for method in CACHEABLE_METHODS},
+        # The 2026-07-28 HTTP path checks Mcp-Param-* headers against a tool's schema before any handler runs.
+        get_tool_input_schema=lambda name: _schema_of(dispatcher, name),
         on_list_tools=lister(dispatcher.list_tools),
         on_call_tool=call_tool,
         on_list_resources=lister(dispatcher.list_resources),
@@ -109,9 +127,10 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
         on_read_resource=read_resource,
         on_list_prompts=lister(dispatcher.list_prompts),
         on_get_prompt=get_prompt,
-        on_completion=complete,
+        on_completion=completion,
         on_subscriptions_listen=ListenHandler(notifier.bus),
     )
+    server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, set_logging_level)
 
     async def track_and_render(ctx: ServerRequestContext[Any], call_next: CallNext) -> HandlerResult:
         connection = getattr(ctx.session, "_connection", None)
@@ -123,12 +142,20 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
             if not isinstance(exc, UpstreamRefused):
                 logger.info("%s failed: %s", ctx.method, exc.message)
             raise MCPError(exc.code, exc.message, exc.data) from None
-        if isinstance(result, dict) and ctx.method in _RESULT_TYPED:
-            result.setdefault("resultType", "complete")  # required on 2026-07-28; dropped on older versions
         return result
 
     server.middleware.append(track_and_render)
     return server
+
+
+@contextlib.contextmanager
+def relaying(ctx: ServerRequestContext[Any]) -> Iterator[None]:
+    """Upstream logs and server->client requests during this request go back to this request's client."""
+    token = CURRENT_DOWNSTREAM.set(RequestRelay(ctx))
+    try:
+        yield
+    finally:
+        CURRENT_DOWNSTREAM.reset(token)
 
 
 def session_of(ctx: ServerRequestContext[Any]) -> Session:
@@ -153,5 +180,12 @@ def client_name(ctx: ServerRequestContext[Any]) -> str | None:
     return info.get("name") if isinstance(info, dict) else None
 
 
-_RESULT_TYPED = frozenset({"tools/call", "resources/read", "prompts/get", "completion/complete", "tools/list",
-                           "resources/list", "resources/templates/list", "prompts/list"})
+def complete(result: dict[str, Any]) -> dict[str, Any]:
+    """`resultType` is required on 2026-07-28 (the SDK drops it for older versions); an upstream's own wins."""
+    result.setdefault("resultType", "complete")
+    return result
+
+
+def _schema_of(dispatcher: Dispatcher, name: str) -> dict[str, Any] | None:
+    descriptor = dispatcher.registry.tools.get(name)
+    return dict(descriptor.input_schema) if descriptor is not None else None

@@ -78,6 +78,12 @@ class Proc:
                     raise AssertionError(f"timed out waiting for {pattern!r}:\n" + "".join(self._lines))
                 self._changed.wait(min(remaining, 0.5))
 
+    async def until(self, pattern: str, count: int = 1) -> re.Match[str]:
+        """`wait_for` for async tests: waits in a thread, so the test's own event loop keeps running."""
+        import anyio
+
+        return await anyio.to_thread.run_sync(lambda: self.wait_for(pattern, 60, count))
+
     def terminate(self, timeout: float = 15) -> int:
         if self.popen.poll() is None:
             self.popen.send_signal(signal.SIGTERM)

@@ -227,7 +227,15 @@ async def test_server_everything_through_triad_equals_direct(procs: list[Proc], 
                                      "naming": {"prefix": "never"}})
     url = start_triad(procs, config, wait_ready=1)
     direct_params = StdioServerParameters(command=everything, args=["stdio"])
-    async with (stdio_client(direct_params) as (read, write), ClientSession(read, write) as direct,
+
+    async def unused(*_args: Any) -> types.ErrorData:
+        return types.ErrorData(code=types.INVALID_REQUEST, message="not in this test")
+
+    # Triad offers sampling, elicitation and roots to its upstreams (it relays them), and server-everything
+    # lists more tools for such a client: the direct session offers the same.
+    async with (stdio_client(direct_params) as (read, write),
+                ClientSession(read, write, sampling_callback=unused, elicitation_callback=unused,
+                              list_roots_callback=unused) as direct,
                 http_session(url) as via):
         await direct.initialize()
         direct_tools = {t["name"]: t for t in await all_tools(direct)}

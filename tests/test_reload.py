@@ -52,7 +52,7 @@ async def test_add_remove_and_change_upstreams_while_a_call_is_in_flight(procs: 
                 "c": stdio_upstream("rl-c"),                        # added
             }}                                                      # b removed
             rewrite(path, new)
-            triad.wait_for(r"reloaded config \(file changed\)")
+            await triad.until(r"reloaded config \(file changed\)")
         assert slow_result["content"][0]["text"] == "done"  # b finished its call within the grace period
         with anyio.fail_after(30):
             while True:
@@ -84,7 +84,7 @@ async def test_unchanged_upstreams_keep_their_session_and_child(procs: list[Proc
         config["upstreams"]["a"]["timeout"] = "45s"  # a call setting: applied without reconnecting
         config["page_size"] = 5
         rewrite(path, config)
-        triad.wait_for(r"reloaded config \(file changed\): updated a;")
+        await triad.until(r"reloaded config \(file changed\): updated a;")
         assert len((await via.list_tools()).tools) == 5
         after = await call(via, "a__echo", {"text": "x"})
         assert after["_meta"]["fixture/upstream"] == before["_meta"]["fixture/upstream"]
@@ -107,7 +107,7 @@ async def test_policy_change_notifies_only_the_sessions_whose_view_changed(procs
         assert "a__image" in {t.name for t in (await one.list_tools()).tools}
         await two.list_tools()
         rewrite(path, {**config, "policy": {"agents": {"one": {"deny": ["a__image"]}}}})
-        triad.wait_for(r"reloaded config")
+        await triad.until(r"reloaded config")
         with anyio.fail_after(10):
             await one_changes.event.wait()
         assert "a__image" not in {t.name for t in (await one.list_tools()).tools}
@@ -129,7 +129,7 @@ async def test_invalid_config_on_reload_changes_nothing(procs: list[Proc], tmp_p
     triad = procs[-1]
     async with http_session(url) as via:
         path.write_text(broken)
-        triad.wait_for(r"reload \(file changed\) refused")
+        await triad.until(r"reload \(file changed\) refused")
         assert logged in triad.stderr
         assert (await call(via, "b__echo", {"text": "still"}))["content"][0]["text"] == "still"
         async with httpx2.AsyncClient() as http:
@@ -148,7 +148,7 @@ async def test_sighup_and_admin_endpoint_reload(procs: list[Proc], tmp_path: Pat
     url = start_triad(procs, path, wait_ready=2)
     triad = procs[-1]
     triad.popen.send_signal(signal.SIGHUP)
-    triad.wait_for(r"reloaded config \(SIGHUP\)")
+    await triad.until(r"reloaded config \(SIGHUP\)")
     admin = url.replace("/mcp", "/admin/reload")
     async with httpx2.AsyncClient() as http:
         refused = await http.post(admin, headers={"Authorization": "Bearer user-token-4444"})
@@ -157,11 +157,11 @@ async def test_sighup_and_admin_endpoint_reload(procs: list[Proc], tmp_path: Pat
         done = await http.post(admin, headers={"Authorization": "Bearer owner-token-3333"})
         assert done.status_code == 200 and done.json()["ok"] is True
         assert done.json()["changes"]["kept"] == ["a", "b"]
-    triad.wait_for(r"reloaded config \(POST /admin/reload by boss\)")
+    await triad.until(r"reloaded config \(POST /admin/reload by boss\)")
 
 
 async def test_changing_listen_says_a_restart_is_needed(procs: list[Proc], tmp_path: Path) -> None:
     path = write_config(tmp_path, base_config())
     start_triad(procs, path, wait_ready=2)
     rewrite(path, {**base_config(), "listen": {"port": 9999}})
-    procs[-1].wait_for(r"listen changed .* it takes effect on restart only")
+    await procs[-1].until(r"listen changed .* it takes effect on restart only")

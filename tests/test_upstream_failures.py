@@ -49,7 +49,7 @@ def failing_config(tmp_path: Path) -> Path:
 
 async def test_down_and_hanging_upstreams_do_not_block_the_healthy_one(procs: list[Proc], tmp_path: Path) -> None:
     url = start_triad(procs, failing_config(tmp_path))
-    procs[-1].wait_for(r"upstream healthy ready")
+    await procs[-1].until(r"upstream healthy ready")
     async with http_session(url) as via:
         result = await call(via, "healthy__echo", {"text": "still here"})
         assert result["content"][0]["text"] == "still here"
@@ -98,7 +98,7 @@ async def test_tools_of_a_down_upstream_are_hidden_and_refused_like_unknown_ones
                                                                                 tmp_path: Path) -> None:
     port = closed_port()
     fixture = Proc([PYTHON, str(FIXTURE), "--transport", "http", "--port", str(port), "--name", marker("hid-a")])
-    fixture.wait_for(r"READY")
+    await fixture.until(r"READY")
     config = write_config(tmp_path, {"upstreams": {"a": {"url": f"http://127.0.0.1:{port}/mcp", "ping_interval": "1s"},
                                                    "b": stdio_upstream("hid-b")}})
     url = start_triad(procs, config, wait_ready=2)
@@ -119,7 +119,7 @@ async def test_tools_of_a_down_upstream_are_hidden_and_refused_like_unknown_ones
         restarted = Proc([PYTHON, str(FIXTURE), "--transport", "http", "--port", str(port), "--name",
                           marker("hid-a2")])
         procs.append(restarted)
-        restarted.wait_for(r"READY")
+        await restarted.until(r"READY")
         await changes.wait_for_tools(via, 2 * TOOL_COUNT)  # it reconnects on its own, and the tools come back
         assert (await call(via, "a__echo", {"text": "back"}))["content"][0]["text"] == "back"
 

@@ -18,9 +18,12 @@ import sys
 from typing import Any
 
 import anyio
+import mcp_types as types
 import uvicorn
 from mcp.server import Server
 from mcp.server.sse import SseServerTransport
+from mcp.shared.exceptions import MCPError
+from mcp.shared.message import ServerMessageMetadata
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -53,6 +56,10 @@ def build_tools(prefix: str, extra: int, echo_description: str = "Echo the text.
         tool(f"{prefix}progress", "Reports progress.", {"steps": {"type": "integer"}}),
         tool(f"{prefix}die", "Exits the process mid-call."),
         tool(f"{prefix}garbage", "Writes malformed JSON-RPC on stdout (stdio only), then never answers."),
+        tool(f"{prefix}ask", "Asks the user (elicitation).", {"question": {"type": "string"}}),
+        tool(f"{prefix}sample", "Asks the client's model (sampling).", {"prompt": {"type": "string"}}),
+        tool(f"{prefix}roots", "Lists the client's roots."),
+        tool(f"{prefix}log", "Sends one log message per level."),
         tool(f"{prefix}big", "Returns `size` characters of text.", {"size": {"type": "integer"}}),
         tool(f"{prefix}flood", "Sends many log and progress notifications.", {"count": {"type": "integer"}}),
         tool(f"{prefix}{LONG_NAME}", "A long name."),
@@ -120,7 +127,11 @@ def build_server(args: argparse.Namespace) -> Server[Any]:
         if name == "fail":
             return {"content": [{"type": "text", "text": "this tool always fails"}], "isError": True}
         if name == "slow":
-            await anyio.sleep(float(arguments.get("seconds", 1)))
+            try:
+                await anyio.sleep(float(arguments.get("seconds", 1)))
+            except anyio.get_cancelled_exc_class():
+                print(f"slow call {ctx.request_id} cancelled", file=sys.stderr, flush=True)
+                raise
             return {"content": [{"type": "text", "text": "done"}]}
         if name == "progress":
             steps = int(arguments.get("steps", 3))
@@ -136,6 +147,30 @@ def build_server(args: argparse.Namespace) -> Server[Any]:
             sys.stdout.buffer.write(b'{"jsonrpc": "1.0", "method": 5}\n')
             sys.stdout.buffer.flush()
             await anyio.sleep_forever()
+        if name in ("ask", "sample", "roots"):
+            metadata = ServerMessageMetadata(related_request_id=ctx.request_id)
+            if name == "ask":
+                request = types.ElicitRequest(params=types.ElicitRequestFormParams(
+                    message=str(arguments.get("question", "?")),
+                    requested_schema={"type": "object", "properties": {"answer": {"type": "string"}}}))
+                result_type: Any = types.ElicitResult
+            elif name == "sample":
+                request = types.CreateMessageRequest(params=types.CreateMessageRequestParams(
+                    messages=[types.SamplingMessage(role="user", content=types.TextContent(
+                        text=str(arguments.get("prompt", ""))))], max_tokens=10))
+                result_type = types.CreateMessageResult
+            else:
+                request, result_type = types.ListRootsRequest(), types.ListRootsResult
+            try:
+                answer = await ctx.session.send_request(request, result_type, metadata=metadata)
+            except MCPError as exc:
+                return {"content": [{"type": "text", "text": f"refused: {exc.error.message}"}], "isError": True}
+            return {"content": [{"type": "text", "text": answer.model_dump_json(by_alias=True, exclude_none=True)}]}
+        if name == "log":
+            for level in ("debug", "info", "warning", "error"):
+                await ctx.session.send_log_message(level, f"{level} from {args.name}", logger="fixture",
+                                                   related_request_id=ctx.request_id)
+            return {"content": [{"type": "text", "text": "logged"}]}
         if name == "big":
             return {"content": [{"type": "text", "text": "x" * int(arguments.get("size", 1000))}]}
         if name == "flood":
@@ -154,7 +189,6 @@ def build_server(args: argparse.Namespace) -> Server[Any]:
             return {"contents": [{"uri": uri, "mimeType": "application/octet-stream", "blob": WAV_BYTES}]}
         if uri.startswith("fixture://items/"):
             return {"contents": [{"uri": uri, "mimeType": "text/plain", "text": f"item {uri.rsplit('/', 1)[1]}"}]}
-        from mcp.shared.exceptions import MCPError
         raise MCPError(-32002, f"Resource not found: {uri}")
 
     async def get_prompt(ctx: Any, params: Any) -> dict[str, Any]:

@@ -1,0 +1,146 @@
+"""What crosses the gateway besides results: logs, cancellation, sampling, elicitation, roots; both eras."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types as types
+import pytest
+from mcp import Client, ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+from tests.conftest import Proc, start_fixture, start_triad, stdio_upstream, write_config
+from tests.test_gateway_e2e import call
+
+pytestmark = pytest.mark.anyio
+
+
+class FakeUser:
+    """A downstream client with its own identity: it answers sampling, elicitation and roots with its name."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.asked: list[str] = []
+        self.logs: list[tuple[str, Any]] = []
+
+    async def sampling(self, _ctx: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+        self.asked.append("sampling")
+        await anyio.sleep(0.2)  # overlap with the other client's call
+        return types.CreateMessageResult(role="assistant", content=types.TextContent(text=f"model of {self.name}"),
+                                         model=f"model-{self.name}")
+
+    async def elicitation(self, _ctx: Any, params: Any) -> types.ElicitResult:
+        self.asked.append(f"elicitation:{params.message}")
+        await anyio.sleep(0.2)
+        return types.ElicitResult(action="accept", content={"answer": f"{self.name} says yes"})
+
+    async def roots(self, _ctx: Any) -> types.ListRootsResult:
+        self.asked.append("roots")
+        return types.ListRootsResult(roots=[types.Root(uri=f"file:///home/{self.name}")])
+
+    async def logging(self, params: types.LoggingMessageNotificationParams) -> None:
+        self.logs.append((params.level, params.data))
+
+    def session(self, read: Any, write: Any) -> ClientSession:
+        return ClientSession(read, write, sampling_callback=self.sampling, elicitation_callback=self.elicitation,
+                             list_roots_callback=self.roots, logging_callback=self.logging)
+
+
+async def test_sampling_elicitation_and_roots_reach_only_the_client_that_asked(procs: list[Proc],
+                                                                              tmp_path: Path) -> None:
+    upstream = start_fixture(procs, "http", "relay-http")
+    config = write_config(tmp_path, {"upstreams": {"fx": {"url": upstream}}})
+    url = start_triad(procs, config, wait_ready=1)
+    ada, bob = FakeUser("ada"), FakeUser("bob")
+    results: dict[str, list[str]] = {"ada": [], "bob": []}
+
+    async def run(user: FakeUser) -> None:
+        async with streamable_http_client(url) as (read, write), user.session(read, write) as session:
+            await session.initialize()
+            for tool, arguments in (("sample", {"prompt": "hi"}), ("ask", {"question": f"q-{user.name}"}),
+                                    ("roots", {})):
+                result = await call(session, tool, arguments)
+                results[user.name].append(result["content"][0]["text"])
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:  # both clients call the same upstream at the same time
+            tg.start_soon(run, ada)
+            tg.start_soon(run, bob)
+    for user in (ada, bob):
+        texts = results[user.name]
+        assert f"model of {user.name}" in texts[0]
+        assert f"{user.name} says yes" in texts[1]
+        assert f"file:///home/{user.name}" in texts[2]
+        assert user.asked == ["sampling", f"elicitation:q-{user.name}", "roots"]
+
+
+async def test_with_a_stdio_upstream_a_single_call_is_relayed_and_ambiguity_is_refused(procs: list[Proc],
+                                                                                       tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"upstreams": {"fx": stdio_upstream("relay-stdio")}})
+    url = start_triad(procs, config, wait_ready=1)
+    ada = FakeUser("ada")
+    async with streamable_http_client(url) as (read, write), ada.session(read, write) as session:
+        await session.initialize()
+        result = await call(session, "ask", {"question": "alone?"})
+        assert "ada says yes" in result["content"][0]["text"]
+        async with anyio.create_task_group() as tg:  # a second call in flight: whose elicitation is it?
+            tg.start_soon(call, session, "slow", {"seconds": 2})
+            await anyio.sleep(0.3)
+            ambiguous = await call(session, "ask", {"question": "which?"})
+        assert ambiguous["isError"] is True
+        assert "several calls are in flight on it" in ambiguous["content"][0]["text"]
+
+
+async def test_upstream_logs_are_relayed_honouring_the_clients_level(procs: list[Proc], tmp_path: Path) -> None:
+    upstream = start_fixture(procs, "http", "relay-log")
+    config = write_config(tmp_path, {"upstreams": {"fx": {"url": upstream}}})
+    url = start_triad(procs, config, wait_ready=1)
+    ada = FakeUser("ada")
+    async with streamable_http_client(url) as (read, write), ada.session(read, write) as session:
+        await session.initialize()
+        await call(session, "log")
+        assert [level for level, _ in ada.logs] == ["debug", "info", "warning", "error"]
+        ada.logs.clear()
+        await session.set_logging_level("warning")
+        await call(session, "log")
+        assert ada.logs == [("warning", "warning from " + ada.logs[0][1].split(" from ")[1]), ada.logs[1]]
+        assert [level for level, _ in ada.logs] == ["warning", "error"]
+
+
+async def test_a_cancelled_client_call_cancels_the_upstream_call(procs: list[Proc], tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"upstreams": {"fx": stdio_upstream("cancel")}})
+    url = start_triad(procs, config, wait_ready=1)
+    triad = procs[-1]
+    async with streamable_http_client(url) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        with anyio.move_on_after(0.5):
+            await session.call_tool("slow", {"seconds": 30})
+        # in a thread: the client's own cancel notification must be able to go out meanwhile
+        await triad.until(r"\[fx\] slow call \d+ cancelled")
+        assert (await call(session, "echo", {"text": "after"}))["content"][0]["text"] == "after"
+
+
+async def test_a_2026_client_through_triad(procs: list[Proc], tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"upstreams": {"fx": stdio_upstream("modern")}})
+    url = start_triad(procs, config, wait_ready=1)
+    async with Client(url, mode="2026-07-28", cache=None) as client:
+        result = await client.call_tool("echo", {"text": "modern"})
+        assert result.content[0].text == "modern"  # type: ignore[union-attr]
+        assert "io.modelcontextprotocol/serverInfo" not in ((result.meta or {}).get("fixture/received-meta") or {})
+        tools = await client.list_tools()
+        assert "echo" in [t.name for t in tools.tools]
+        refused = await client.call_tool("ask", {"question": "?"})
+        assert refused.is_error is True
+        assert "has no server-to-client requests" in refused.content[0].text  # type: ignore[union-attr]
+
+
+async def test_era_envelope_is_never_forwarded_upstream(procs: list[Proc], tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"upstreams": {"fx": stdio_upstream("envelope")}})
+    url = start_triad(procs, config, wait_ready=1)
+    async with Client(url, mode="2026-07-28", cache=None) as client:
+        result = await client.call_tool("echo", {"text": "x"}, meta={"traceparent": "00-abc-def-01"})
+    received = (result.meta or {})["fixture/received-meta"]
+    assert received.get("traceparent") == "00-abc-def-01"
+    assert not [k for k in received if k.startswith("io.modelcontextprotocol/")]
