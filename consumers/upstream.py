@@ -24,6 +24,7 @@ from mcp.shared.exceptions import MCPError
 from pydantic import TypeAdapter, ValidationError
 
 from consumers._breaker import CircuitBreaker
+from consumers._errors import UpstreamSessionGone, describe_failure, map_mcp_error, session_gone
 from consumers._streams import EOFWatch
 from consumers.relay import CURRENT_DOWNSTREAM, Downstream
 from consumers.transports import open_transport
@@ -358,7 +359,7 @@ class Upstream:
                                   + (f"{timeout:g}s" if scope.deadline - start <= timeout else
                                      f"{timeout:g}s of its last progress (after {anyio.current_time() - start:.3g}s)"))
         except MCPError as exc:
-            if _session_gone(exc) and self.config.kind == "streamable-http":
+            if session_gone(exc) and self.config.kind == "streamable-http":
                 self._suspect_connection()
                 raise UpstreamSessionGone(self.name, f"upstream {self.name!r} lost its session (it restarted?) "
                                           f"during {method}; reconnecting") from None
@@ -381,30 +382,3 @@ class Upstream:
             self._in_flight -= 1
             if not self._in_flight:
                 self._idle.set()
-
-
-class UpstreamSessionGone(UpstreamUnavailable):
-    """The connection or session went away under a request (a child that exited, an HTTP upstream that restarted
-    and answers 404 "Session not found"); a new one is being opened, and a request safe to repeat may be."""
-
-
-def _session_gone(exc: MCPError) -> bool:
-    return exc.error.code == types.INVALID_REQUEST and exc.error.message in ("Session not found",
-                                                                            "Session terminated")
-
-
-def map_mcp_error(name: str, exc: MCPError) -> UpstreamError:
-    error = exc.error
-    return UpstreamRefused(name, error.message, code=error.code, data=error.data)
-
-
-def describe_failure(exc: BaseException) -> str:
-    """One line for logs and diagnostics. Exception groups are flattened; no headers or env are included."""
-    if isinstance(exc, BaseExceptionGroup):
-        return "; ".join(describe_failure(e) for e in exc.exceptions)
-    if isinstance(exc, UpstreamError | MCPError):
-        return str(exc)
-    if isinstance(exc, FileNotFoundError):
-        return f"command not found: {exc.filename}" if exc.filename else "command not found"
-    text = str(exc).splitlines()[0] if str(exc) else ""
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -1,0 +1,35 @@
+"""Mapping foreign failures (the SDK's MCPError, transports, exception groups) to Triad's upstream errors."""
+
+from __future__ import annotations
+
+import mcp_types as types
+from mcp.shared.exceptions import MCPError
+
+from gateway.errors import UpstreamError, UpstreamRefused, UpstreamUnavailable
+
+
+class UpstreamSessionGone(UpstreamUnavailable):
+    """The connection or session went away under a request (a child that exited, an HTTP upstream that restarted
+    and answers 404 "Session not found"); a new one is being opened, and a request safe to repeat may be."""
+
+
+def session_gone(exc: MCPError) -> bool:
+    return exc.error.code == types.INVALID_REQUEST and exc.error.message in ("Session not found",
+                                                                            "Session terminated")
+
+
+def map_mcp_error(name: str, exc: MCPError) -> UpstreamError:
+    error = exc.error
+    return UpstreamRefused(name, error.message, code=error.code, data=error.data)
+
+
+def describe_failure(exc: BaseException) -> str:
+    """One line for logs and diagnostics. Exception groups are flattened; no headers or env are included."""
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(describe_failure(e) for e in exc.exceptions)
+    if isinstance(exc, UpstreamError | MCPError):
+        return str(exc)
+    if isinstance(exc, FileNotFoundError):
+        return f"command not found: {exc.filename}" if exc.filename else "command not found"
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
