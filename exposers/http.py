@@ -116,6 +116,9 @@ def build_app(server: GatewayServer, dispatcher: Dispatcher, host: str, reloader
             body["reload"] = reloader.status.as_dict()
         return JSONResponse(body, status_code=200 if body["ready"] else 503)
 
+    async def metrics(_request: Request) -> Response:
+        return Response(dispatcher.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
     async def admin_reload(request: Request) -> Response:
         identity = request.scope.get(IDENTITY_SCOPE_KEY)
         if not isinstance(identity, Identity) or not identity.owner:
@@ -138,6 +141,7 @@ def build_app(server: GatewayServer, dispatcher: Dispatcher, host: str, reloader
             Mount("/messages/", app=BearerAuth(sse.handle_post_message, dispatcher)),
             Route("/healthz", endpoint=healthz),
             Route("/readyz", endpoint=readyz),
+            Route("/metrics", endpoint=metrics),
             Route("/admin/reload", endpoint=BearerAuth(_endpoint(admin_reload), dispatcher), methods=["POST"]),
         ],
         lifespan=lifespan,

@@ -1,4 +1,4 @@
-"""The `triad` command line: serve, stdio, check, plan, explain, approve. Bad input: a clear error, exit 1."""
+"""The `triad` command line: serve, stdio, check, plan, explain, approve, import. Bad input: a clear error, exit 1."""
 
 from __future__ import annotations
 
@@ -24,11 +24,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve.add_argument("--host", help="listen address (default: listen.host from the config)")
     serve.add_argument("--port", type=int, help="listen port (default: listen.port; 0 picks a free port)")
     serve.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
+    serve.add_argument("--log-format", choices=["text", "json"], default="text", help="log lines as text or JSON")
 
     stdio = verbs.add_parser("stdio", help="serve one client over stdin/stdout (what Claude Desktop launches)")
     _config_arg(stdio)
     stdio.add_argument("--client", help="the configured client to act as (default: local, an owner)")
     stdio.add_argument("--log-level", default="WARNING", help="DEBUG, INFO, WARNING or ERROR (logs go to stderr)")
+    stdio.add_argument("--log-format", choices=["text", "json"], default="text", help="log lines as text or JSON")
 
     check = verbs.add_parser("check", help="validate the config without connecting anything")
     _config_arg(check)
@@ -48,7 +50,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     _config_arg(approve)
     approve.add_argument("tools", nargs="*", help="exposed tool names (default: every tool)")
 
+    importer = verbs.add_parser("import", help="convert a Claude Desktop, Cursor or VS Code MCP file to Triad YAML")
+    importer.add_argument("file", help="claude_desktop_config.json, .cursor/mcp.json, .vscode/mcp.json...")
+
     args = parser.parse_args(argv)
+    if args.verb == "import":
+        return _import(args.file)
     try:
         config = load_config(args.config)
     except ConfigError as exc:
@@ -73,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run_verb(args: argparse.Namespace, config: TriadConfig, daemon: Any) -> int:
     if args.verb == "serve":
-        daemon.configure_logging(args.log_level)
+        daemon.configure_logging(args.log_level, args.log_format)
         host = args.host or config.listen.host
         port = config.listen.port if args.port is None else args.port
         anyio.run(daemon.serve_http, config, host, port)
@@ -85,7 +92,7 @@ def _run_verb(args: argparse.Namespace, config: TriadConfig, daemon: Any) -> int
               file=sys.stderr)
         return 2
     if args.verb == "stdio":
-        daemon.configure_logging(args.log_level)
+        daemon.configure_logging(args.log_level, args.log_format)
         anyio.run(daemon.serve_stdio_client, config, identity)
         return 0
     from gateway import report as reports
@@ -114,6 +121,21 @@ def policy_warnings(config: TriadConfig) -> list[str]:
     prefixed = prefix_active(config.naming, len(upstreams))
     return unknown_patterns(config.policy, {cid: c.tools for cid, c in config.clients.items()},
                             sanitize_server_names(list(upstreams)), config.naming.separator if prefixed else None)
+
+
+def _import(path: str) -> int:
+    from gateway.importer import ImportFailed, convert
+
+    try:
+        with open(path, encoding="utf-8") as stream:
+            print(convert(stream.read()), end="")
+    except OSError as exc:
+        print(f"triad: {path}: cannot read ({exc.strerror})", file=sys.stderr)
+        return 1
+    except ImportFailed as exc:
+        print(f"triad: {path}: {exc}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _config_arg(parser: argparse.ArgumentParser) -> None:

@@ -9,6 +9,7 @@ group. Nothing here calls `asyncio.create_task`.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import signal
 import socket
@@ -21,7 +22,7 @@ import anyio
 import uvicorn
 from anyio.abc import TaskGroup
 
-from consumers import UpstreamPool
+from consumers import UpstreamPool, UpstreamState
 from exposers import build_app, build_server, serve_stdio
 from exposers.notify import Notifier
 from gateway.config import TriadConfig, is_loopback
@@ -43,8 +44,8 @@ class Gateway:
 
 
 @contextlib.asynccontextmanager
-async def running_gateway(config: TriadConfig, host: str | None = None, *,
-                          watch: bool = False) -> AsyncIterator[Gateway]:
+async def running_gateway(config: TriadConfig, host: str | None = None, *, watch: bool = False,
+                          transport: str = "http") -> AsyncIterator[Gateway]:
     """`host` is where the exposer listens (default: the config's); off loopback the remote deny list applies.
     With `watch`, the config file is watched and reloaded on change."""
     dispatcher: Dispatcher | None = None
@@ -58,6 +59,15 @@ async def running_gateway(config: TriadConfig, host: str | None = None, *,
     dispatcher.rebuild()
     notifier = Notifier(dispatcher)
     reloader = Reloader(config.source, config, pool, dispatcher) if config.source is not None else None
+    dispatcher.metrics.watch(lambda: {
+        "upstreams": {name: up.state.value for name, up in pool.upstreams.items()},
+        "states": [state.value for state in UpstreamState],
+        "tools": len(dispatcher.registry.tools),
+        "version": dispatcher.registry.version,
+        "reloads": reloader.status.reloads if reloader else 0,
+        "reload_failures": reloader.status.failures if reloader else 0,
+        "sessions": {("handshake", transport): notifier.open_sessions},
+    })
     async with anyio.create_task_group() as tg:
         tg.start_soon(notifier.run, name="notifier")
         pool.start(tg)
@@ -107,7 +117,7 @@ async def serve_http(config: TriadConfig, host: str, port: int) -> None:
 
 
 async def serve_stdio_client(config: TriadConfig, identity: Identity) -> None:
-    async with running_gateway(config, watch=True) as gw:
+    async with running_gateway(config, watch=True, transport="stdio") as gw:
         server = build_server(gw.dispatcher, gw.notifier, identity)
         gw.task_group.start_soon(_handle_signals, gw.task_group.cancel_scope.cancel, gw.reloader)
         await serve_stdio(server)
@@ -132,8 +142,21 @@ async def _handle_signals(stop: Callable[[], None], reloader: Reloader | None) -
                 await reloader.reload("SIGHUP")
 
 
-def configure_logging(level: str = "INFO") -> None:
-    logging.basicConfig(stream=sys.stderr, level=getattr(logging, level.upper(), logging.INFO),
-                        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message (and the traceback, when there is one)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = {"time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}",
+                "level": record.levelname.lower(), "logger": record.name, "message": record.getMessage()}
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        return json.dumps(line)
+
+
+def configure_logging(level: str = "INFO", log_format: str = "text") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if log_format == "json" else
+                         logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
+    logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), handlers=[handler])
     for noisy in ("httpx", "httpx2", "mcp", "uvicorn.error"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -23,6 +24,7 @@ from gateway.config import TriadConfig
 from gateway.errors import InvalidRequest, UnknownName, UpstreamUnavailable
 from gateway.hooks import CallContext, HookChain, Session, build_chain
 from gateway.identity import Identity, run_list
+from gateway.metrics import Metrics
 from gateway.naming import parse_exposed_uri
 from gateway.registry import EMPTY_REGISTRY, Registry, build_registry
 from gateway.views import ClientView, build_view, paginate
@@ -74,7 +76,7 @@ class Dispatcher:
         self.pipeline = _pipeline(config, remote)
         self.hooks: HookChain = build_chain(config.hooks)
         self.registry: Registry = EMPTY_REGISTRY
-        self.denied_calls = 0
+        self.metrics = Metrics()
         self._views: dict[Identity, ClientView] = {}
         self._listeners: list[Callable[[Registry], None]] = []
 
@@ -127,7 +129,7 @@ class Dispatcher:
         """Hidden and unknown names get the same answer; a policy denial is counted, logged and audited."""
         for descriptor, decision in view.denied:
             if descriptor.name == name and (step := decision.denied_by) is not None:
-                self.denied_calls += 1
+                self.metrics.denied.labels(str(step.layer)).inc()
                 logger.info("denied call: client %s tool %s by %s", view.identity.client_id, name, step.describe())
                 if self.hooks:
                     executor = descriptor.executor
@@ -185,8 +187,8 @@ class Dispatcher:
             request = types.CallToolRequest(params=types.CallToolRequestParams(
                 name=entry.executor.tool, arguments=arguments, _meta=meta))
             limits = (ctx.timeout, ctx.max_time) if ctx is not None else (None, None)
-            return clean_result(await upstream.request(request, progress=progress, retry_safe=safe,
-                                                       call_limits=limits))
+            return await self._forward(upstream, "tool", request, progress=progress, retry_safe=safe,
+                                       call_limits=limits)
 
         if not self.hooks:
             return await send(None)
@@ -205,7 +207,7 @@ class Dispatcher:
             uri=raw, _meta=forwardable_meta(params.get("_meta"))))
 
         async def send(_ctx: CallContext | None) -> dict[str, Any]:
-            result = clean_result(await self._upstream(owner).request(request, retry_safe=True))
+            result = await self._forward(self._upstream(owner), "resource", request, retry_safe=True)
             if raw != uri and isinstance(result.get("contents"), list):
                 # Contents name the URI the client asked for, so it can match them to its request.
                 result["contents"] = [{**c, "uri": uri} if isinstance(c, dict) and c.get("uri") == raw else c
@@ -229,7 +231,7 @@ class Dispatcher:
             arguments = ctx.arguments if ctx is not None else params.get("arguments")
             request = types.GetPromptRequest(params=types.GetPromptRequestParams(
                 name=entry.raw, arguments=arguments or None, _meta=meta))
-            return clean_result(await self._upstream(entry.upstream).request(request, retry_safe=True))
+            return await self._forward(self._upstream(entry.upstream), "prompt", request, retry_safe=True)
 
         if not self.hooks:
             return await send(None)
@@ -255,7 +257,7 @@ class Dispatcher:
             raw_ref = {**ref, "uri": raw_uri}
         request = types.CompleteRequest(params=types.CompleteRequestParams.model_validate(
             {**params, "ref": raw_ref, "_meta": forwardable_meta(params.get("_meta"))}))
-        return clean_result(await self._upstream(owner).request(request, retry_safe=True))
+        return await self._forward(self._upstream(owner), "completion", request, retry_safe=True)
 
     def _route_uri(self, view: ClientView, uri: str) -> tuple[str, str]:
         """(upstream, raw URI) for an exposed URI or URI template expansion; unknown looks like hidden."""
@@ -275,6 +277,16 @@ class Dispatcher:
         if len(candidates) == 1:  # one upstream has resources: template expansions and unlisted URIs are its own
             return candidates[0], uri
         raise UnknownName(f"Unknown resource: {uri}")
+
+    async def _forward(self, upstream: Upstream, kind: str, request: Any, **options: Any) -> dict[str, Any]:
+        """The one place a request leaves for an upstream: timed and counted by outcome."""
+        start, outcome = time.perf_counter(), "error"
+        try:
+            result = clean_result(await upstream.request(request, **options))
+            outcome = "tool_error" if result.get("isError") is True else "ok"
+            return result
+        finally:
+            self.metrics.observe(upstream.name, kind, outcome, time.perf_counter() - start)
 
     def _upstream(self, name: str) -> Upstream:
         upstream = self.pool.get(name)
