@@ -5,7 +5,7 @@ BIN := $(CURDIR)/$(VENV)/bin
 NODE_DIR := tests/node
 export PATH := $(BIN):$(PATH)
 
-.PHONY: setup run test lint clean
+.PHONY: setup run test lint clean bench
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,3 +31,18 @@ lint: $(VENV)/.installed
 
 clean:
 	rm -rf $(VENV) $(NODE_DIR)/node_modules
+
+# The benchmark: peers live in venvs of their own (mcp-proxy needs mcp 1.x), never in Triad's.
+bench/.venv-mcp-proxy/.installed:
+	$(PYTHON) -m venv bench/.venv-mcp-proxy
+	bench/.venv-mcp-proxy/bin/pip install --quiet mcp-proxy==0.13.0
+	touch $@
+
+bench/.venv-fastmcp/.installed:
+	$(PYTHON) -m venv bench/.venv-fastmcp
+	bench/.venv-fastmcp/bin/pip install --quiet fastmcp==4.2.3
+	touch $@
+
+bench: $(VENV)/.installed bench/.venv-mcp-proxy/.installed bench/.venv-fastmcp/.installed
+	$(BIN)/pip install --quiet 'uvicorn[standard]'
+	$(BIN)/python bench/run.py

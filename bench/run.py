@@ -243,7 +243,7 @@ async def call_rows(tmp: Path, calls: int, skip_peers: bool) -> list[dict[str, A
         if not skip_peers and (PEERS["mcp-proxy"] / "mcp-proxy").exists():
             port = free_port()
             proxy = Process([str(PEERS["mcp-proxy"] / "mcp-proxy"), "--host", "127.0.0.1", "--port", str(port), "--",
-                             str(PEERS["mcp-proxy"] / "python"), str(HERE / "echo_upstream.py")], tmp / "mcp-proxy.log")
+                             PY, str(HERE / "echo_upstream.py")], tmp / "mcp-proxy.log")
             started.append(proxy)
             await wait_listening(f"http://127.0.0.1:{port}/mcp")
             rows.append(await measure("mcp-proxy -> stdio", f"http://127.0.0.1:{port}/mcp", proxy, calls, False))
