@@ -23,7 +23,6 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from gateway.dispatch import Dispatcher
 from gateway.identity import LOCAL, Identity
-from gateway.registry import Registry
 
 logger = logging.getLogger("triad.exposer")
 
@@ -47,7 +46,7 @@ class Notifier:
         self._connections[connection] = (identity, self._dispatcher.view(identity).fingerprint)
         connection.exit_stack.callback(self._connections.pop, connection, None)
 
-    def _on_registry(self, _registry: Registry) -> None:
+    def _on_registry(self) -> None:
         self._dirty.set()
 
     async def run(self) -> None:

@@ -56,7 +56,6 @@ async def running_gateway(config: TriadConfig, host: str | None = None, *, watch
 
     pool = UpstreamPool(config, on_change)
     dispatcher = Dispatcher(config, pool, remote=not is_loopback(host or config.listen.host))
-    dispatcher.rebuild()
     notifier = Notifier(dispatcher)
     reloader = Reloader(config.source, config, pool, dispatcher) if config.source is not None else None
     dispatcher.metrics.watch(lambda: {

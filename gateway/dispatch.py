@@ -75,33 +75,44 @@ class Dispatcher:
         self._remote = remote
         self.pipeline = _pipeline(config, remote)
         self.hooks: HookChain = build_chain(config.hooks)
-        self.registry: Registry = EMPTY_REGISTRY
+        self._registry: Registry = EMPTY_REGISTRY
+        self._stale = True
         self.metrics = Metrics()
         self._views: dict[Identity, ClientView] = {}
-        self._listeners: list[Callable[[Registry], None]] = []
+        self._listeners: list[Callable[[], None]] = []
 
     # -- registry path -------------------------------------------------------------------------------------------
 
-    def add_listener(self, listener: Callable[[Registry], None]) -> None:
+    def add_listener(self, listener: Callable[[], None]) -> None:
+        """`listener()` is called (synchronously) whenever the registry goes stale."""
         self._listeners.append(listener)
 
     def on_upstream_change(self, _upstream: Upstream) -> None:
-        self.rebuild()
+        self.invalidate()
 
-    def apply_config(self, config: TriadConfig, hooks: HookChain) -> Registry:
-        """A reload: policy, naming, clients, hooks and page size apply to the next request; one rebuild."""
+    def apply_config(self, config: TriadConfig, hooks: HookChain) -> None:
+        """A reload: policy, naming, clients, hooks and page size apply to the next request."""
         self.config, self.pipeline, self.hooks = config, _pipeline(config, self._remote), hooks
-        return self.rebuild()
+        self.invalidate()
 
-    def rebuild(self) -> Registry:
-        snapshots = {name: UpstreamSnapshot(up.catalog, up.state.value, up.reason)
-                     for name, up in self.pool.upstreams.items()}
-        built = build_upstream_sources(self.config, snapshots)
-        registry = build_registry(self.registry.version + 1, built.sources, built.context, built.uri_owners)
-        self.registry, self._views = registry, {}
+    def invalidate(self) -> None:
+        """Many upstreams change at once (at start, on reload): the registry is marked stale here and rebuilt once
+        by its next reader, instead of once per change."""
+        self._stale = True
         for listener in self._listeners:
-            listener(registry)
-        return registry
+            listener()
+
+    @property
+    def registry(self) -> Registry:
+        if self._stale:
+            self._stale = False
+            snapshots = {name: UpstreamSnapshot(up.catalog, up.state.value, up.reason)
+                         for name, up in self.pool.upstreams.items()}
+            built = build_upstream_sources(self.config, snapshots)
+            self._registry = build_registry(self._registry.version + 1, built.sources, built.context,
+                                            built.uri_owners)
+            self._views = {}
+        return self._registry
 
     def view(self, identity: Identity) -> ClientView:
         registry = self.registry

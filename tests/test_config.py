@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -141,3 +143,17 @@ def test_check_command_exit_codes(tmp_path: Path) -> None:
     bad = subprocess.run([*TRIAD, "check", "-c", str(bad_path)], capture_output=True, text=True)
     assert bad.returncode == 1
     assert "listen.port: Input should be greater than or equal to 0 (line 1)" in bad.stderr
+
+
+def test_the_example_config_serves_the_demo_upstream_whatever_npx_does(tmp_path: Path) -> None:
+    """What `make run` starts: the demo upstream is ready; `everything` is ready, or down with its reason when npx
+    or the network is missing, and never takes the demo down with it."""
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
+    done = subprocess.run([*TRIAD, "plan", "-c", str(ROOT / "config.example.yaml"), "--json"], capture_output=True,
+                          text=True, timeout=180, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["upstreams"]["demo"]["state"] == "ready"
+    assert {"demo__echo", "demo__add", "demo__word_count"} <= {t["name"] for t in report["visible"]}
+    everything = report["upstreams"]["everything"]
+    assert everything["state"] == "ready" or everything["reason"], everything
