@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio
 import httpx2
 from mcp import StdioServerParameters, stdio_client
 from mcp.client.sse import sse_client
@@ -42,11 +43,50 @@ async def open_transport(name: str, config: UpstreamConfig, cwd: str | None) -> 
             yield streams
         return
     timeout = httpx2.Timeout(HTTP_CONNECT_TIMEOUT, read=max(config.timeout, SSE_READ_TIMEOUT))
+    transport = _DrainingTransport(httpx2.AsyncHTTPTransport())
     async with (
-        httpx2.AsyncClient(headers=headers, timeout=timeout, follow_redirects=False) as http,
+        httpx2.AsyncClient(headers=headers, timeout=timeout, follow_redirects=False, transport=transport) as http,
         streamable_http_client(config.url, http_client=http) as (read, write),
     ):
         yield read, write
+
+
+DRAIN_LIMIT = 0.05
+"""Seconds a closed response may take to reach its end before the connection is dropped instead of reused."""
+
+
+class _DrainingTransport(httpx2.AsyncBaseTransport):
+    """SDK workaround (mcp 2.3.0, `StreamableHTTPTransport._handle_sse_response`): the client closes each POST's
+    SSE response as soon as the result event arrives, a moment before the server ends the stream, so httpx2 drops
+    the connection and every call opens a new one. Reading the (already finished) rest of the body on close lets
+    the connection go back to the pool; a stream that does not end within `DRAIN_LIMIT` is dropped as before."""
+
+    def __init__(self, inner: httpx2.AsyncBaseTransport) -> None:
+        self._inner = inner
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        response = await self._inner.handle_async_request(request)
+        if isinstance(response.stream, httpx2.AsyncByteStream):
+            response.stream = _DrainOnClose(response.stream)
+        return response
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class _DrainOnClose(httpx2.AsyncByteStream):
+    def __init__(self, inner: httpx2.AsyncByteStream) -> None:
+        self._inner = inner
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._inner:
+            yield chunk
+
+    async def aclose(self) -> None:
+        with anyio.move_on_after(DRAIN_LIMIT):
+            async for _ in self._inner:
+                pass
+        await self._inner.aclose()
 
 
 @asynccontextmanager
