@@ -266,3 +266,15 @@ def test_typescript_sdk_client_through_triad(procs: list[Proc], tmp_path: Path) 
     assert "a__echo" in out["tools"] and "b__echo" in out["tools"]
     assert out["result"]["content"] == [{"type": "text", "text": "from node",
                                          "annotations": {"audience": ["user"], "priority": 0.5}}]
+
+
+async def test_legacy_sse_clients_and_completion_through_triad(procs: list[Proc], tmp_path: Path) -> None:
+    from mcp.client.sse import sse_client
+
+    config = write_config(tmp_path, {"upstreams": {"fx": stdio_upstream("sse-exposer")}})
+    url = start_triad(procs, config, wait_ready=1)
+    async with sse_client(url.replace("/mcp", "/sse")) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        assert (await call(session, "echo", {"text": "over sse"}))["content"][0]["text"] == "over sse"
+        completion = await session.complete(types.PromptReference(name="greet"), {"name": "who", "value": "a"})
+        assert completion.completion.values == ["alpha", "beta"]

@@ -241,3 +241,29 @@ async def test_circuit_breaker_fails_fast_then_tries_again(procs: list[Proc], tm
         await anyio.sleep(2.2)  # the cool-down; then one trial call goes through and closes the circuit
         assert (await call(via, "echo", {"text": "back"}))["content"][0]["text"] == "back"
         assert (await call(via, "echo", {"text": "again"}))["content"][0]["text"] == "again"
+
+
+def test_an_upstream_repeating_its_cursor_is_an_error_not_a_loop(tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"upstreams": {
+        "loop": stdio_upstream("cursor-loop", "--page-size", "3", "--loop-cursor"),
+        "fine": stdio_upstream("cursor-fine", "--page-size", "3")}})
+    done = subprocess.run([*TRIAD, "plan", "-c", str(config), "--json"], capture_output=True, text=True, timeout=60)
+    report = json.loads(done.stdout)
+    assert report["upstreams"]["loop"]["state"] == "down"
+    assert "repeated a pagination cursor" in report["upstreams"]["loop"]["reason"]
+    assert report["upstreams"]["fine"]["state"] == "ready"
+    assert len([t for t in report["visible"] if t["upstream"] == "fine"]) == TOOL_COUNT
+
+
+async def test_progress_pushes_the_deadline_back_up_to_the_cap(procs: list[Proc], tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"upstreams": {"fx": stdio_upstream(
+        "progress-deadline", timeout="1s", max_call_time="3s")}})
+    url = start_triad(procs, config, wait_ready=1)
+    async with http_session(url) as via:
+        # 4 steps, 0.6 s apart: 2.4 s in all, never 1 s without progress
+        result = await call(via, "progress", {"steps": 4, "delay": 0.6})
+        assert result["content"][0]["text"] == "4 steps"
+        with pytest.raises(MCPError) as raised:  # 8 steps: progress keeps coming, but the 3 s cap ends it
+            await call(via, "progress", {"steps": 8, "delay": 0.6})
+        assert raised.value.error.code == types.REQUEST_TIMEOUT
+        assert "of its last progress" in raised.value.error.message

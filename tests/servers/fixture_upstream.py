@@ -53,7 +53,7 @@ def build_tools(prefix: str, extra: int, echo_description: str = "Echo the text.
              outputSchema={"type": "object", "properties": {"double": {"type": "integer"}}, "required": ["double"]}),
         tool(f"{prefix}fail", "Always a tool error."),
         tool(f"{prefix}slow", "Sleeps.", {"seconds": {"type": "number"}}),
-        tool(f"{prefix}progress", "Reports progress.", {"steps": {"type": "integer"}}),
+        tool(f"{prefix}progress", "Reports progress.", {"steps": {"type": "integer"}, "delay": {"type": "number"}}),
         tool(f"{prefix}die", "Exits the process mid-call."),
         tool(f"{prefix}garbage", "Writes malformed JSON-RPC on stdout (stdio only), then never answers."),
         tool(f"{prefix}ask", "Asks the user (elicitation).", {"question": {"type": "string"}}),
@@ -71,12 +71,13 @@ def build_tools(prefix: str, extra: int, echo_description: str = "Echo the text.
 TOOL_COUNT = len(build_tools("", 0))
 
 
-def page(items: list[dict[str, Any]], key: str, params: Any, size: int) -> dict[str, Any]:
+def page(items: list[dict[str, Any]], key: str, params: Any, size: int, loop: bool = False) -> dict[str, Any]:
+    """A page of `size`; with `loop`, the second page points back to itself (a broken upstream)."""
     cursor = getattr(params, "cursor", None) if params is not None else None
     start = int(cursor) if cursor else 0
     out: dict[str, Any] = {key: items[start:start + size]}
     if start + size < len(items):
-        out["nextCursor"] = str(start + size)
+        out["nextCursor"] = str(start if loop and start else start + size)
     return out
 
 
@@ -92,7 +93,7 @@ def build_server(args: argparse.Namespace) -> Server[Any]:
     size = args.page_size
 
     async def list_tools(ctx: Any, params: Any) -> dict[str, Any]:
-        return page(tools, "tools", params, size)
+        return page(tools, "tools", params, size, args.loop_cursor)
 
     async def list_resources(ctx: Any, params: Any) -> dict[str, Any]:
         return page(resources, "resources", params, size)
@@ -136,6 +137,7 @@ def build_server(args: argparse.Namespace) -> Server[Any]:
         if name == "progress":
             steps = int(arguments.get("steps", 3))
             for i in range(steps):
+                await anyio.sleep(float(arguments.get("delay", 0)))
                 await ctx.session.report_progress(i + 1, steps, f"step {i + 1}")
             return {"content": [{"type": "text", "text": f"{steps} steps"}]}
         if name == "die":
@@ -249,6 +251,7 @@ def main() -> None:
     parser.add_argument("--page-size", type=int, default=1000)
     parser.add_argument("--extra-tools", type=int, default=0)
     parser.add_argument("--hang-initialize", action="store_true")
+    parser.add_argument("--loop-cursor", action="store_true", help="tools/list repeats its second cursor forever")
     parser.add_argument("--echo-description", default="Echo the text.", help="to simulate a rewritten tool")
     parser.add_argument("--port", type=int, default=0, help="HTTP/SSE port (default: a free one)")
     args = parser.parse_args()
