@@ -246,6 +246,8 @@ class ClientConfig(_Model):
     groups: tuple[str, ...] = ()
     owner: bool = False
     tools: ToolRule | None = None
+    schema_profile: Literal["anthropic", "openai", "google", "xai"] | None = None
+    """How the input schemas this client sees are normalised; by default, from its provider."""
 
 
 class TriadConfig(_Model):

@@ -27,7 +27,7 @@ from gateway.identity import Identity, run_list
 from gateway.metrics import Metrics
 from gateway.naming import parse_exposed_uri
 from gateway.registry import EMPTY_REGISTRY, Registry, build_registry
-from gateway.views import ClientView, build_view, paginate
+from gateway.views import ClientView, build_view, paginate, schema_profile
 from policy import Pipeline
 
 logger = logging.getLogger("triad.dispatch")
@@ -79,6 +79,8 @@ class Dispatcher:
         self._stale = True
         self.metrics = Metrics()
         self._views: dict[Identity, ClientView] = {}
+        self._schemas: dict[tuple[str, str], dict[str, Any]] = {}
+        """Normalised input schemas by (profile, tool), computed once per registry version."""
         self._listeners: list[Callable[[], None]] = []
 
     # -- registry path -------------------------------------------------------------------------------------------
@@ -111,7 +113,7 @@ class Dispatcher:
             built = build_upstream_sources(self.config, snapshots)
             self._registry = build_registry(self._registry.version + 1, built.sources, built.context,
                                             built.uri_owners)
-            self._views = {}
+            self._views, self._schemas = {}, {}
         return self._registry
 
     def view(self, identity: Identity) -> ClientView:
@@ -120,7 +122,9 @@ class Dispatcher:
         if view is None or view.version != registry.version:
             if len(self._views) >= MAX_CACHED_VIEWS:
                 self._views = {}
-            view = self._views[identity] = build_view(registry, identity, self.pipeline)
+            client = self.config.clients.get(identity.client_id)
+            profile = schema_profile(client.schema_profile if client else None, identity.provider)
+            view = self._views[identity] = build_view(registry, identity, self.pipeline, profile, self._schemas)
         return view
 
     def _request_view(self, identity: Identity, params: Mapping[str, Any]) -> ClientView:

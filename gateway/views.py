@@ -18,6 +18,7 @@ from gateway.catalog import SERVING
 from gateway.errors import StaleCursor
 from gateway.planner import PlanEntry, ToolPlan, build_plan
 from gateway.registry import PromptEntry, Registry, ToolDescriptor
+from gateway.schemas import PROFILES, normalize
 from policy import Decision, Identity, Pipeline, ToolFacts
 
 
@@ -46,7 +47,9 @@ def tool_facts(descriptor: ToolDescriptor) -> ToolFacts:
     return ToolFacts.from_annotations(descriptor.name, upstream, raw, descriptor.annotations)
 
 
-def build_view(registry: Registry, identity: Identity, pipeline: Pipeline) -> ClientView:
+def build_view(registry: Registry, identity: Identity, pipeline: Pipeline, profile: str | None = None,
+               schemas: dict[tuple[str, str], dict[str, Any]] | None = None) -> ClientView:
+    """`schemas` caches normalised input schemas by (profile, tool) for this registry version."""
     plan = build_plan(registry.tools.values(), registry.context)
     allowed: list[PlanEntry] = []
     denied: list[tuple[ToolDescriptor, Decision]] = []
@@ -66,7 +69,7 @@ def build_view(registry: Registry, identity: Identity, pipeline: Pipeline) -> Cl
     resources = tuple(dict(r.wire) for r in registry.resources.values() if r.upstream in ready)
     templates = tuple(dict(t.wire) for t in registry.templates if t.upstream in ready)
     prompts = {name: p for name, p in registry.prompts.items() if p.upstream in ready}
-    tools_wire = tuple(entry.descriptor.to_wire() for entry in allowed)
+    tools_wire = tuple(_wire(entry.descriptor, profile, schemas if schemas is not None else {}) for entry in allowed)
     prompts_wire = tuple(dict(p.wire) for p in sorted(prompts.values(), key=lambda p: p.exposed))
     return ClientView(
         version=registry.version,
@@ -82,6 +85,17 @@ def build_view(registry: Registry, identity: Identity, pipeline: Pipeline) -> Cl
         visible_upstreams=frozenset(ready),
         fingerprint=(_digest(tools_wire), _digest(resources + templates), _digest(prompts_wire)),
     )
+
+
+def _wire(descriptor: ToolDescriptor, profile: str | None, schemas: dict[tuple[str, str], dict[str, Any]]
+          ) -> dict[str, Any]:
+    wire = descriptor.to_wire()
+    if profile is None or profile == "anthropic":
+        return wire
+    key = (profile, descriptor.name)
+    if key not in schemas:
+        schemas[key] = normalize(descriptor.input_schema, profile)
+    return {**wire, "inputSchema": schemas[key]}
 
 
 def _digest(items: tuple[dict[str, Any], ...]) -> int:
@@ -114,3 +128,10 @@ def _decode_cursor(cursor: str, version: int) -> int:
     if parsed_version != version or parsed_offset < 0:
         raise StaleCursor("stale cursor: the list changed since this cursor was issued; list again from the start")
     return parsed_offset
+
+
+def schema_profile(configured: str | None, provider: str | None) -> str | None:
+    """The client's own setting, else its provider's family when Triad has a profile for it."""
+    if configured is not None:
+        return configured
+    return provider.lower() if provider and provider.lower() in PROFILES else None

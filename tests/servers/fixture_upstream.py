@@ -31,6 +31,20 @@ from starlette.routing import Mount, Route
 
 PNG_1PX = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
 WAV_BYTES = "UklGRiQAAABXQVZFZm10IBAAAAABAAEAQB8AAEAfAAABAAgAZGF0YQAAAAA="
+RICH_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "$defs": {"address": {"type": "object", "properties": {"city": {"type": "string", "minLength": 1}},
+                          "required": ["city"], "additionalProperties": False}},
+    "properties": {
+        "mode": {"const": "fast"},
+        "level": {"anyOf": [{"const": "low", "type": "string"}, {"const": "high", "type": "string"}]},
+        "home": {"$ref": "#/$defs/address", "description": "Where they live"},
+        "nickname": {"type": ["string", "null"], "maxLength": 20},
+        "tags": {"type": "array", "items": {"type": "string", "pattern": "^[a-z]+$"}, "maxItems": 3},
+    },
+    "required": ["mode", "missing_property"],
+    "additionalProperties": False,
+}
 LONG_NAME = "a_tool_with_a_very_long_name_that_goes_beyond_the_sixty_four_limit_x"  # 70 characters
 
 
@@ -60,6 +74,8 @@ def build_tools(prefix: str, extra: int, echo_description: str = "Echo the text.
         tool(f"{prefix}sample", "Asks the client's model (sampling).", {"prompt": {"type": "string"}}),
         tool(f"{prefix}roots", "Lists the client's roots."),
         tool(f"{prefix}log", "Sends one log message per level."),
+        {"name": f"{prefix}rich", "description": "Echoes its arguments; a schema with $ref, const, unions, limits.",
+         "inputSchema": RICH_SCHEMA},
         tool(f"{prefix}big", "Returns `size` characters of text.", {"size": {"type": "integer"}}),
         tool(f"{prefix}flood", "Sends many log and progress notifications.", {"count": {"type": "integer"}}),
         tool(f"{prefix}{LONG_NAME}", "A long name."),
@@ -173,6 +189,8 @@ def build_server(args: argparse.Namespace) -> Server[Any]:
                 await ctx.session.send_log_message(level, f"{level} from {args.name}", logger="fixture",
                                                    related_request_id=ctx.request_id)
             return {"content": [{"type": "text", "text": "logged"}]}
+        if name == "rich":
+            return {"content": [{"type": "text", "text": json.dumps(arguments, sort_keys=True)}]}
         if name == "big":
             return {"content": [{"type": "text", "text": "x" * int(arguments.get("size", 1000))}]}
         if name == "flood":
