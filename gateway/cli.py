@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -79,8 +80,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run_verb(args: argparse.Namespace, config: TriadConfig, daemon: Any) -> int:
+    from gateway.tracing import configure_tracing
+
     if args.verb == "serve":
         daemon.configure_logging(args.log_level, args.log_format)
+        configure_tracing()
         host = args.host or config.listen.host
         port = config.listen.port if args.port is None else args.port
         anyio.run(daemon.serve_http, config, host, port)
@@ -93,6 +97,11 @@ def _run_verb(args: argparse.Namespace, config: TriadConfig, daemon: Any) -> int
         return 2
     if args.verb == "stdio":
         daemon.configure_logging(args.log_level, args.log_format)
+        if os.environ.get("OTEL_TRACES_EXPORTER", "").strip().lower() == "console":
+            print("triad: OTEL_TRACES_EXPORTER=console would write on stdout, which carries the protocol over stdio",
+                  file=sys.stderr)
+            return 2
+        configure_tracing()
         anyio.run(daemon.serve_stdio_client, config, identity)
         return 0
     from gateway import report as reports

@@ -106,3 +106,23 @@ def test_import_of_a_file_without_servers(tmp_path: Path) -> None:
     done = subprocess.run([*TRIAD, "import", str(path)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 1
     assert "no mcpServers (Claude Desktop, Cursor) or servers (VS Code) block found" in done.stderr
+
+
+async def test_a_clients_trace_continues_through_triad_to_the_upstream(procs: list[Proc], tmp_path: Path) -> None:
+    from mcp import Client
+
+    config = write_config(tmp_path, {"upstreams": {"fx": stdio_upstream("trace")}})
+    proc = Proc([*TRIAD, "serve", "-c", str(config), "--port", "0"], env={"OTEL_TRACES_EXPORTER": "console"})
+    procs.append(proc)
+    url = (await proc.until(r"listening on (http://127\.0\.0\.1:\d+/mcp)")).group(1)
+    await proc.until(r"upstream fx ready")
+    trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+    traceparent = f"00-{trace_id}-00f067aa0ba902b7-01"
+    async with Client(url, mode="legacy", cache=None) as client:
+        result = await client.call_tool("echo", {"text": "traced"}, meta={"traceparent": traceparent})
+    received = (result.meta or {})["fixture/received-meta"]["traceparent"]
+    assert received.split("-")[1] == trace_id  # the same trace, now with Triad's own span as the parent
+    assert received != traceparent
+    proc.terminate()
+    spans = proc.popen.stdout.read().decode() if proc.popen.stdout else ""
+    assert f'"trace_id": "0x{trace_id}"' in spans
