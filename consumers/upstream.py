@@ -106,7 +106,10 @@ class Upstream:
                 await self._connect_and_serve()
                 backoff = BACKOFF_START
             except Exception as exc:  # one upstream's failure must never reach the daemon's task group
-                self._set_state(UpstreamState.DOWN, describe_failure(exc))
+                reason = describe_failure(exc)
+                if self.config.kind == "stdio" and reason == "Connection closed":
+                    reason = "the process exited before it finished starting (its stderr is in Triad's log)"
+                self._set_state(UpstreamState.DOWN, reason)
                 logger.warning("upstream %s is down: %s", self.name, self.reason)
             finally:
                 self._set_session(None)

@@ -22,7 +22,7 @@ import anyio
 import uvicorn
 from anyio.abc import TaskGroup
 
-from consumers import UpstreamPool, UpstreamState
+from consumers import UpstreamPool, UpstreamState, wait_settled_or_timeout
 from exposers import build_app, build_server, serve_stdio
 from exposers.notify import Notifier
 from gateway.config import TriadConfig, is_loopback
@@ -111,6 +111,7 @@ async def serve_http(config: TriadConfig, host: str, port: int) -> None:
         shown = f"[{host}]" if ":" in host else host
         logger.info("listening on http://%s:%d/mcp (legacy SSE at /sse); %d upstream(s): %s", shown, actual_port,
                     len(gw.pool.upstreams), ", ".join(gw.pool.upstreams) or "none")
+        gw.task_group.start_soon(_report_when_settled, gw)
         await userver.serve(sockets=[sock])
         logger.info("shutting down")
 
@@ -120,6 +121,15 @@ async def serve_stdio_client(config: TriadConfig, identity: Identity) -> None:
         server = build_server(gw.dispatcher, gw.notifier, identity)
         gw.task_group.start_soon(_handle_signals, gw.task_group.cancel_scope.cancel, gw.reloader)
         await serve_stdio(server)
+
+
+async def _report_when_settled(gw: Gateway) -> None:
+    """Once every upstream has connected or failed once: their states and the number of tools, in one line."""
+    longest = max((up.timeout for up in gw.config.enabled_upstreams().values()), default=0.0)
+    await wait_settled_or_timeout(gw.pool, longest)
+    states = ", ".join(f"{name} {up.state.value}" + (f" ({up.reason})" if up.reason else "")
+                       for name, up in gw.pool.upstreams.items())
+    logger.info("upstreams: %s; %d tools", states or "none", len(gw.dispatcher.registry.tools))
 
 
 def _stopper(userver: uvicorn.Server) -> Callable[[], None]:
