@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
 
@@ -23,6 +25,14 @@ def map_mcp_error(name: str, exc: MCPError) -> UpstreamError:
     return UpstreamRefused(name, error.message, code=error.code, data=error.data)
 
 
+_URL_SECRETS = re.compile(r"(?P<scheme>https?://)(?:[^/\s@'\"]*@)?(?P<host>[^/\s?'\"]*)(?P<path>[^\s?'\"]*)(?:\?[^\s'\"]*)?")
+
+
+def redact_urls(text: str) -> str:
+    """URLs keep scheme, host and path; credentials and query strings (where tokens hide) are masked."""
+    return _URL_SECRETS.sub(lambda m: f"{m['scheme']}{m['host']}{m['path']}", text)
+
+
 def describe_failure(exc: BaseException) -> str:
     """One line for logs and diagnostics. Exception groups are flattened; no headers or env are included."""
     if isinstance(exc, BaseExceptionGroup):
@@ -31,5 +41,5 @@ def describe_failure(exc: BaseException) -> str:
         return str(exc)
     if isinstance(exc, FileNotFoundError):
         return f"command not found: {exc.filename}" if exc.filename else "command not found"
-    text = str(exc).splitlines()[0] if str(exc) else ""
+    text = redact_urls(str(exc).splitlines()[0]) if str(exc) else ""
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
