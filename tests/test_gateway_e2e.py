@@ -278,3 +278,17 @@ async def test_legacy_sse_clients_and_completion_through_triad(procs: list[Proc]
         assert (await call(session, "echo", {"text": "over sse"}))["content"][0]["text"] == "over sse"
         completion = await session.complete(types.PromptReference(name="greet"), {"name": "who", "value": "a"})
         assert completion.completion.values == ["alpha", "beta"]
+
+
+async def test_the_claude_desktop_entry_from_the_readme(tmp_path: Path) -> None:
+    """`{"command": ".../.venv/bin/triad", "args": ["stdio", "-c", CONFIG]}`, exactly as Claude Desktop runs it."""
+    triad = Path(PYTHON).parent / "triad"
+    assert triad.exists(), f"the console script is missing next to {PYTHON}: pip install -e . (make does it)"
+    config = write_config(tmp_path, {"upstreams": {"fx": stdio_upstream("claude-desktop")}})
+    params = StdioServerParameters(command=str(triad), args=["stdio", "-c", str(config)])
+    changes = ListChanges()
+    async with stdio_client(params) as (read, write), ClientSession(read, write, message_handler=changes) as session:
+        init = await session.initialize()
+        assert init.server_info.name == "triad"
+        await changes.wait_for_tools(session, TOOL_COUNT)
+        assert (await call(session, "echo", {"text": "from Claude"}))["content"][0]["text"] == "from Claude"
