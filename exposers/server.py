@@ -20,6 +20,7 @@ from typing import Any
 
 import mcp_types as types
 from mcp.server import NotificationOptions, Server, ServerRequestContext
+from mcp.server._otel import OpenTelemetryMiddleware
 from mcp.server.caching import CACHEABLE_METHODS, CacheHint
 from mcp.server.context import CallNext, HandlerResult
 from mcp.server.subscriptions import ListenHandler
@@ -32,6 +33,7 @@ from gateway.dispatch import Dispatcher
 from gateway.errors import TriadError, UpstreamRefused
 from gateway.hooks import Session
 from gateway.identity import Identity, infer_provider
+from gateway.tracing import tracing_enabled
 
 logger = logging.getLogger("triad.exposer")
 
@@ -144,6 +146,10 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
             raise MCPError(exc.code, exc.message, exc.data) from None
         return result
 
+    if not tracing_enabled():
+        # The SDK pre-installs a span per request; with no tracer provider it only costs CPU on the hot path.
+        # The client's trace context still passes through (`forwardable_meta` keeps `traceparent`).
+        server.middleware[:] = [m for m in server.middleware if not isinstance(m, OpenTelemetryMiddleware)]
     server.middleware.append(track_and_render)
     return server
 

@@ -45,3 +45,10 @@ def configure_tracing() -> str | None:
         return None
     trace.set_tracer_provider(provider)
     return wanted
+
+
+def tracing_enabled() -> bool:
+    """True once a real tracer provider is installed (by `configure_tracing` or by the embedding program)."""
+    from opentelemetry import trace
+
+    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider | trace.NoOpTracerProvider)
