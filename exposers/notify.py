@@ -40,6 +40,9 @@ class Notifier:
     def open_sessions(self) -> int:
         return len(self._connections)
 
+    def is_tracked(self, connection: Any) -> bool:
+        return connection in self._connections
+
     def track(self, connection: Any, identity: Identity) -> None:
         if connection in self._connections or connection.protocol_version in MODERN_PROTOCOL_VERSIONS:
             return

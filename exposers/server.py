@@ -136,7 +136,7 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
 
     async def track_and_render(ctx: ServerRequestContext[Any], call_next: CallNext) -> HandlerResult:
         connection = getattr(ctx.session, "_connection", None)
-        if connection is not None:
+        if connection is not None and not notifier.is_tracked(connection):
             notifier.track(connection, identity_of(ctx))
         try:
             result = await call_next(ctx)
