@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import mcp_types as types
+from mcp.shared.uri_template import UriTemplate
 
 from consumers import ProgressFn, Upstream, UpstreamPool
 from gateway.catalog import UpstreamSnapshot, build_upstream_sources
@@ -80,6 +81,7 @@ class Dispatcher:
         self.metrics = Metrics()
         self._views: dict[Identity, ClientView] = {}
         self._schemas: dict[tuple[str, str], dict[str, Any]] = {}
+        self._parsed_templates: tuple[int, list[tuple[str, UriTemplate]]] = (-1, [])
         """Normalised input schemas by (profile, tool), computed once per registry version."""
         self._listeners: list[Callable[[], None]] = []
 
@@ -287,11 +289,27 @@ class Dispatcher:
         entry = registry.resources.get(uri)
         if entry is not None and entry.upstream in visible:
             return entry.upstream, entry.raw
+        for owner, template in self._templates():
+            if owner in visible and template.match(uri) is not None:
+                return owner, uri
         candidates = [name for name, up in self.pool.upstreams.items()
                       if name in visible and up.catalog is not None and "resources" in up.catalog.capabilities]
-        if len(candidates) == 1:  # one upstream has resources: template expansions and unlisted URIs are its own
+        if len(candidates) == 1:  # one upstream has resources: URIs it did not list are its own too
             return candidates[0], uri
         raise UnknownName(f"Unknown resource: {uri}")
+
+    def _templates(self) -> list[tuple[str, UriTemplate]]:
+        """The registry's resource templates, parsed once per registry version (unprefixed routing)."""
+        registry = self.registry
+        if self._parsed_templates[0] != registry.version:
+            parsed = []
+            for entry in registry.templates:
+                try:
+                    parsed.append((entry.upstream, UriTemplate.parse(entry.raw)))
+                except ValueError:
+                    logger.warning("upstream %s offers an invalid URI template; it cannot route reads", entry.upstream)
+            self._parsed_templates = (registry.version, parsed)
+        return self._parsed_templates[1]
 
     async def _forward(self, upstream: Upstream, kind: str, request: Any, **options: Any) -> dict[str, Any]:
         """The one place a request leaves for an upstream: timed and counted by outcome."""

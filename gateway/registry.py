@@ -157,6 +157,11 @@ def build_registry(version: int, sources: Sequence[ToolSource], context: Availab
             resources[resource.exposed] = resource
         templates.extend(source.templates)
         for prompt in source.prompts:
-            prompts.setdefault(prompt.exposed, prompt)
+            if prompt.exposed in prompts:
+                diagnostics.append(RegistryDiagnostic("drop", prompt.exposed,
+                                   f"prompt {prompt.exposed!r} of {prompt.upstream!r} dropped: already provided by "
+                                   f"{prompts[prompt.exposed].upstream!r}"))
+                continue
+            prompts[prompt.exposed] = prompt
     return Registry(version, tools, resources, tuple(templates), prompts, context, tuple(diagnostics),
                     dict(uri_owners or {}))

@@ -292,3 +292,17 @@ async def test_the_claude_desktop_entry_from_the_readme(tmp_path: Path) -> None:
         assert init.server_info.name == "triad"
         await changes.wait_for_tools(session, TOOL_COUNT)
         assert (await call(session, "echo", {"text": "from Claude"}))["content"][0]["text"] == "from Claude"
+
+
+async def test_unprefixed_reads_route_by_listed_uri_and_by_template(procs: list[Proc], tmp_path: Path) -> None:
+    """With prefixing off and several upstreams, a URI routes to the upstream that lists it or whose template
+    matches it."""
+    config = write_config(tmp_path, {"upstreams": {"one": stdio_upstream("route-1"),
+                                                   "two": stdio_upstream("route-2", "--prefix", "b_")},
+                                     "naming": {"prefix": "never"}})
+    url = start_triad(procs, config, wait_ready=2)
+    async with http_session(url) as via:
+        item = await via.read_resource("fixture://items/9")
+        assert item.contents[0].text == "item 9"  # type: ignore[union-attr]
+        static = await via.read_resource("fixture://static")
+        assert static.contents[0].text.endswith("route-1")  # type: ignore[union-attr]
