@@ -156,12 +156,7 @@ def build_registry(version: int, sources: Sequence[ToolSource], context: Availab
                 continue
             resources[resource.exposed] = resource
         templates.extend(source.templates)
-        for prompt in source.prompts:
-            if prompt.exposed in prompts:
-                diagnostics.append(RegistryDiagnostic("drop", prompt.exposed,
-                                   f"prompt {prompt.exposed!r} of {prompt.upstream!r} dropped: already provided by "
-                                   f"{prompts[prompt.exposed].upstream!r}"))
-                continue
-            prompts[prompt.exposed] = prompt
+        # prompt names are unique by construction (gateway.naming suffixes clashes)
+        prompts.update((prompt.exposed, prompt) for prompt in source.prompts)
     return Registry(version, tools, resources, tuple(templates), prompts, context, tuple(diagnostics),
                     dict(uri_owners or {}))
