@@ -141,6 +141,8 @@ class Upstream:
 
     def _set_session(self, session: ClientSession | None) -> None:
         self._session = session
+        if session is not None:
+            self._breaker.record(True, anyio.current_time())  # a new connection starts with a closed circuit
         self._new_session.set()
         self._new_session = anyio.Event()
 
@@ -327,7 +329,8 @@ class Upstream:
     def _record(self, ok: bool) -> None:
         was_open = self._breaker.is_open
         self._breaker.record(ok, anyio.current_time())
-        if self._breaker.is_open and not was_open:
+        if self._breaker.is_open and not was_open and self.state is UpstreamState.READY:
+            # only a connected upstream becomes degraded; one that is down stays down (and its tools hidden)
             logger.warning("upstream %s: circuit open after %d failed calls; calls fail fast for %gs", self.name,
                            self._breaker.failures, self._breaker.cooldown)
             self._set_state(UpstreamState.DEGRADED, f"circuit open after {self._breaker.failures} failed calls")
