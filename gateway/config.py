@@ -6,11 +6,8 @@ never printed: error messages name the key path and line, not the value.
 
 from __future__ import annotations
 
-import difflib
 import ipaddress
 import re
-import types as pytypes
-import typing
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -25,6 +22,7 @@ from pydantic import (
     model_validator,
 )
 
+from gateway._config_errors import describe_error, format_problem
 from gateway._yaml import LineMap, YamlProblem, load_with_lines
 from gateway.errors import ConfigError
 
@@ -299,16 +297,17 @@ def parse_config(text: str, *, source: Path | None = None, environ: dict[str, st
     try:
         data, lines, problems = load_with_lines(text, environ)
     except YamlProblem as exc:
-        raise ConfigError([_format((), exc.message, exc.line)]) from None
-    messages = [_format(p.path, p.message, p.line) for p in problems]
+        raise ConfigError([format_problem((), exc.message, exc.line)]) from None
+    messages = [format_problem(p.path, p.message, p.line) for p in problems]
     if not isinstance(data, dict):
-        raise ConfigError([*messages, _format((), "the top level must be a mapping of keys", lines.get(()))])
+        raise ConfigError([*messages, format_problem((), "the top level must be a mapping of keys", lines.get(()))])
     if "mcpServers" in data:
         lines.update({("upstreams", *k[1:]): v for k, v in lines.items() if k[:1] == ("mcpServers",)})
     try:
         config = TriadConfig.model_validate({**data, "source": source})
     except ValidationError as exc:
-        messages += [_describe(error, lines) for error in exc.errors(include_input=False, include_url=False)]
+        errors = exc.errors(include_input=False, include_url=False)
+        messages += [describe_error(error, lines, TriadConfig) for error in errors]
         config = None
     messages += _semantic_problems(config, lines) if config is not None else []
     if messages:
@@ -321,7 +320,7 @@ def _semantic_problems(config: TriadConfig, lines: LineMap) -> list[str]:
     """Checks that span several keys (pydantic validates one value at a time)."""
     problems = []
     if config.anonymous is not None and config.anonymous not in config.clients:
-        problems.append(_format(("anonymous",), f"no client named {config.anonymous!r} under clients",
+        problems.append(format_problem(("anonymous",), f"no client named {config.anonymous!r} under clients",
                                 lines.get(("anonymous",))))
     from gateway.hooks import HookConfigError, check_hook  # hooks import config types; imported here
 
@@ -329,13 +328,13 @@ def _semantic_problems(config: TriadConfig, lines: LineMap) -> list[str]:
         try:
             check_hook(spec.name, spec.options)
         except HookConfigError as exc:
-            problems.append(_format(("hooks", index), str(exc), lines.get(("hooks", index))))
+            problems.append(format_problem(("hooks", index), str(exc), lines.get(("hooks", index))))
     raw_seen: dict[str, str] = {}
     for name in config.upstreams:
         key = re.sub(r"[^A-Za-z0-9_-]", "-", name.strip()).lower()
         if key in raw_seen:
             problems.append(
-                _format(
+                format_problem(
                     ("upstreams", name),
                     f"same name as upstream {raw_seen[key]!r} once sanitised for tool names ({key!r})",
                     lines.get(("upstreams", name)),
@@ -349,10 +348,10 @@ def _semantic_problems(config: TriadConfig, lines: LineMap) -> list[str]:
         secret = client.token.get_secret_value()
         if not secret:
             where = ("clients", client_id, "token")
-            problems.append(_format(where, "token is empty", lines.get(where)))
+            problems.append(format_problem(where, "token is empty", lines.get(where)))
         elif secret in tokens:
             problems.append(
-                _format(
+                format_problem(
                     ("clients", client_id, "token"),
                     f"same token as client {tokens[secret]!r}",
                     lines.get(("clients", client_id, "token")),
@@ -360,62 +359,3 @@ def _semantic_problems(config: TriadConfig, lines: LineMap) -> list[str]:
             )
         tokens.setdefault(secret, client_id)
     return problems
-
-
-def _format(path: tuple[str | int, ...], message: str, line: int | None) -> str:
-    where = ".".join(str(p) for p in path) or "(top level)"
-    return f"{where}: {message}" + (f" (line {line})" if line is not None else "")
-
-
-def _describe(error: Any, lines: LineMap) -> str:
-    loc = tuple(p for p in error["loc"] if not (isinstance(p, str) and _is_internal_loc(p)))
-    message = error["msg"].removeprefix("Value error, ")
-    if error["type"] == "extra_forbidden":
-        unknown = str(loc[-1])
-        message = f"unknown key {unknown!r}"
-        known = _known_keys(loc[:-1])
-        if close := difflib.get_close_matches(unknown, known, n=1, cutoff=0.6):
-            message += f" (did you mean {close[0]!r}?)"
-    elif error["type"] == "missing":
-        message = "required key is missing"
-    line = None
-    for end in range(len(loc), -1, -1):
-        if (line := lines.get(loc[:end])) is not None:
-            break
-    return _format(loc, message, line)
-
-
-def _is_internal_loc(part: str) -> bool:
-    # pydantic adds the name of a function validator or union member to error locations; those are not keys.
-    return part.startswith(("function-", "union[", "str-", "constrained-")) or "[" in part
-
-
-def _known_keys(loc: tuple[str | int, ...]) -> list[str]:
-    """The field names of the model at `loc`, walking the config models' type hints."""
-    current: Any = TriadConfig
-    for part in loc:
-        current = _unwrap(current)
-        if isinstance(current, type) and issubclass(current, BaseModel):
-            field = current.model_fields.get(str(part))
-            if field is None:
-                return []
-            current = field.annotation
-        elif typing.get_origin(current) is dict:
-            current = typing.get_args(current)[1]
-        elif typing.get_origin(current) in (tuple, list):
-            current = typing.get_args(current)[0]
-        else:
-            return []
-    current = _unwrap(current)
-    if isinstance(current, type) and issubclass(current, BaseModel):
-        return [name for name in current.model_fields if name != "source"]
-    return []
-
-
-def _unwrap(annotation: Any) -> Any:
-    if typing.get_origin(annotation) is Annotated:
-        annotation = typing.get_args(annotation)[0]
-    if isinstance(annotation, pytypes.UnionType) or typing.get_origin(annotation) is typing.Union:
-        members = [a for a in typing.get_args(annotation) if a is not type(None)]
-        annotation = members[0] if len(members) == 1 else annotation
-    return annotation
