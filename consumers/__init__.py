@@ -1,6 +1,6 @@
 """Upstream connections: one owner task per upstream, transports, the pool keyed by name, and the relay seam."""
 
-from consumers.pool import UpstreamPool, wait_settled_or_timeout
+from consumers.pool import UpstreamPool
 from consumers.relay import CURRENT_DOWNSTREAM, Downstream
 from consumers.upstream import Catalog, ProgressFn, Upstream, UpstreamState, describe_failure
 
@@ -13,5 +13,4 @@ __all__ = [
     "UpstreamPool",
     "UpstreamState",
     "describe_failure",
-    "wait_settled_or_timeout",
 ]

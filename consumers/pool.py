@@ -110,16 +110,15 @@ class UpstreamPool:
         assert self._task_group is not None
         self._task_group.start_soon(upstream.retire, reason, self._retire_grace, name=f"retire:{upstream.name}")
 
-    async def wait_settled(self) -> None:
-        """Until every upstream has connected or failed once (each bounded by its own timeout)."""
-        for upstream in list(self._upstreams.values()):
-            await upstream.settled.wait()
+    async def wait_settled(self, margin: float = 0.0) -> None:
+        """Until every upstream has connected or failed once, or the slowest upstream's timeout (+ `margin`) ran
+        out: each attempt is bounded by its own timeout, this bounds the wait as a whole."""
+        longest = max((up.config.timeout for up in self._upstreams.values()), default=0.0)
+        with anyio.move_on_after(longest + margin):
+            for upstream in list(self._upstreams.values()):
+                await upstream.settled.wait()
 
     def stop(self) -> None:
         for upstream in [*self._upstreams.values(), *self._pending.values()]:
             upstream.stop()
 
-
-async def wait_settled_or_timeout(pool: UpstreamPool, seconds: float) -> None:
-    with anyio.move_on_after(seconds):
-        await pool.wait_settled()

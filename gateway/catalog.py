@@ -24,8 +24,16 @@ SERVING = ("ready", "degraded")
 calls fail fast with a clear error until the next trial."""
 
 
+UPSTREAM_KEY_PREFIX = "upstream:"
+
+
 def upstream_context_key(upstream: str) -> str:
-    return f"upstream:{upstream}"
+    return f"{UPSTREAM_KEY_PREFIX}{upstream}"
+
+
+def upstream_of_key(key: str) -> str | None:
+    """The upstream an availability context key is about, or None for any other key."""
+    return key.removeprefix(UPSTREAM_KEY_PREFIX) if key.startswith(UPSTREAM_KEY_PREFIX) else None
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ import anyio
 import uvicorn
 from anyio.abc import TaskGroup
 
-from consumers import UpstreamPool, UpstreamState, wait_settled_or_timeout
+from consumers import UpstreamPool, UpstreamState
 from exposers import build_app, build_server, serve_stdio
 from exposers.notify import Notifier
 from gateway.config import TriadConfig, is_loopback
@@ -125,8 +125,7 @@ async def serve_stdio_client(config: TriadConfig, identity: Identity) -> None:
 
 async def _report_when_settled(gw: Gateway) -> None:
     """Once every upstream has connected or failed once: their states and the number of tools, in one line."""
-    longest = max((up.timeout for up in gw.config.enabled_upstreams().values()), default=0.0)
-    await wait_settled_or_timeout(gw.pool, longest)
+    await gw.pool.wait_settled()
     states = ", ".join(f"{name} {up.state.value}" + (f" ({up.reason})" if up.reason else "")
                        for name, up in gw.pool.upstreams.items())
     logger.info("upstreams: %s; %d tools", states or "none", len(gw.dispatcher.registry.tools))

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from consumers import wait_settled_or_timeout
 from gateway.availability import Diagnostic
+from gateway.catalog import upstream_of_key
 from gateway.config import TriadConfig
 from gateway.daemon import running_gateway
 from gateway.views import ClientView, tool_facts
@@ -23,8 +23,7 @@ PLAN_MARGIN = 5.0
 
 async def collect(config: TriadConfig, identity: Identity, tool: str | None = None) -> dict[str, Any]:
     async with running_gateway(config) as gw:
-        longest = max((up.timeout for up in config.enabled_upstreams().values()), default=0.0)
-        await wait_settled_or_timeout(gw.pool, longest + PLAN_MARGIN)
+        await gw.pool.wait_settled(PLAN_MARGIN)
         view = gw.dispatcher.view(identity)
         upstreams = {name: {"state": up.state.value, "reason": up.reason, "transport": up.config.kind}
                      for name, up in gw.pool.upstreams.items()}
@@ -43,8 +42,7 @@ async def approve(config: TriadConfig, names: list[str]) -> int:
         print("triad: no pin_definitions hook in this config; nothing to approve", file=sys.stderr)
         return 1
     async with running_gateway(config) as gw:
-        longest = max((up.timeout for up in config.enabled_upstreams().values()), default=0.0)
-        await wait_settled_or_timeout(gw.pool, longest + PLAN_MARGIN)
+        await gw.pool.wait_settled(PLAN_MARGIN)
         tools = gw.dispatcher.registry.tools
         unknown = [name for name in names if name not in tools]
         if unknown:
@@ -111,9 +109,8 @@ def _upstream_reasons(diagnostics: Sequence[Diagnostic], upstreams: dict[str, An
     upstream, though its availability expression fails once per serving state)."""
     out: list[dict[str, Any]] = []
     for diagnostic in (d.as_dict() for d in diagnostics):
-        key = (diagnostic.get("signal") or {}).get("key", "")
-        if key.startswith("upstream:"):
-            upstream = key.removeprefix("upstream:")
+        upstream = upstream_of_key((diagnostic.get("signal") or {}).get("key", ""))
+        if upstream is not None:
             state = upstreams.get(upstream, {})
             reason = f": {state['reason']}" if state.get("reason") else ""
             message = f"upstream {upstream!r} is {state.get('state', 'unknown')}{reason}"

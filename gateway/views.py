@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.catalog import SERVING
+from gateway.catalog import SERVING, upstream_of_key
 from gateway.errors import StaleCursor
 from gateway.planner import PlanEntry, ToolPlan, build_plan
 from gateway.registry import PromptEntry, Registry, ToolDescriptor
@@ -64,8 +64,8 @@ def build_view(registry: Registry, identity: Identity, pipeline: Pipeline, profi
     # it has no tools at all (then tool policy has nothing to say about it).
     with_tools = {d.executor.id for d in registry.tools.values() if d.executor is not None}
     seen = {entry.executor.id for entry in allowed}
-    ready = {key.removeprefix("upstream:") for key, state in registry.context.values.items() if state in SERVING
-             and (key.removeprefix("upstream:") in seen or key.removeprefix("upstream:") not in with_tools)}
+    serving = {upstream_of_key(key) for key, state in registry.context.values.items() if state in SERVING}
+    ready = {name for name in serving if name is not None and (name in seen or name not in with_tools)}
     resources = tuple(dict(r.wire) for r in registry.resources.values() if r.upstream in ready)
     templates = tuple(dict(t.wire) for t in registry.templates if t.upstream in ready)
     prompts = {name: p for name, p in registry.prompts.items() if p.upstream in ready}
