@@ -29,7 +29,8 @@ RETIRE_GRACE = 30.0
 def connection_key(config: UpstreamConfig, cwd: str | None) -> tuple[Any, ...]:
     """What a live connection depends on; other settings (timeouts, tool filters) apply without reconnecting."""
     secrets = lambda values: tuple(sorted((k, v.get_secret_value()) for k, v in values.items()))  # noqa: E731
-    return (config.kind, config.command, config.args, secrets(config.env), cwd, config.url, secrets(config.headers))
+    return (config.kind, config.command, config.args, secrets(config.env), cwd, config.url, secrets(config.headers),
+            config.protocol)
 
 
 class UpstreamPool:
@@ -41,8 +42,10 @@ class UpstreamPool:
         self._upstreams: dict[str, Upstream] = {}
         self._pending: dict[str, Upstream] = {}
         """Replacements started by a reload, swapped in when ready."""
+        self.on_updated: Callable[[str, str], None] = lambda _upstream, _uri: None
+        """Told (upstream, raw URI) when a resource some client subscribed to changed (the exposer sets it)."""
         for name, up in config.enabled_upstreams().items():
-            self._upstreams[name] = Upstream(name, up, config.resolve_cwd(up), self._changed)
+            self._upstreams[name] = Upstream(name, up, config.resolve_cwd(up), self._changed, self._updated)
 
     @property
     def upstreams(self) -> Mapping[str, Upstream]:
@@ -78,7 +81,7 @@ class UpstreamPool:
                 diff["kept" if current.config == up else "updated"].append(name)
                 current.config = up
                 continue
-            fresh = Upstream(name, up, cwd, self._changed)
+            fresh = Upstream(name, up, cwd, self._changed, self._updated)
             if name in self._pending:
                 self._pending.pop(name).stop()
             if name in self._upstreams and self._upstreams[name].state is UpstreamState.READY:
@@ -95,6 +98,9 @@ class UpstreamPool:
         # keep the configured order: names are assigned in config order
         self._upstreams = {name: self._upstreams[name] for name in wanted if name in self._upstreams}
         return diff
+
+    def _updated(self, upstream: str, uri: str) -> None:
+        self.on_updated(upstream, uri)
 
     def _changed(self, upstream: Upstream) -> None:
         pending = self._pending.get(upstream.name)

@@ -20,13 +20,15 @@ from typing import Any
 import anyio
 import mcp_types as types
 from mcp import ClientSession
+from mcp.client.subscriptions import ResourcesListChanged, ResourceUpdated, listen
 from mcp.shared.exceptions import MCPError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import TypeAdapter, ValidationError
 
 from consumers._breaker import CircuitBreaker
 from consumers._errors import UpstreamSessionGone, describe_failure, map_mcp_error, session_gone
 from consumers._streams import EOFWatch
-from consumers.relay import CURRENT_DOWNSTREAM, Downstream
+from consumers.relay import CURRENT_DOWNSTREAM, Downstream, answer_input_requests
 from consumers.transports import open_transport
 from gateway.config import UpstreamConfig
 from gateway.errors import UpstreamError, UpstreamRefused, UpstreamTimeout, UpstreamUnavailable
@@ -40,6 +42,10 @@ BACKOFF_MAX = 30.0
 PING_TIMEOUT = 10.0
 MAX_LIST_PAGES = 1000
 """A bound on pages per list, in case an upstream invents a new cursor forever."""
+MAX_INPUT_ROUNDS = 10
+"""A bound on `input_required` rounds Triad answers for a handshake-era client, in case an upstream asks forever."""
+LOG_LEVEL_META_KEY = "io.modelcontextprotocol/logLevel"
+CLIENT_CAPABILITIES_META_KEY = "io.modelcontextprotocol/clientCapabilities"
 
 ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
 
@@ -66,7 +72,8 @@ class Catalog:
 
 class Upstream:
     def __init__(self, name: str, config: UpstreamConfig, cwd: str | None,
-                 on_change: Callable[[Upstream], None]) -> None:
+                 on_change: Callable[[Upstream], None],
+                 on_updated: Callable[[str, str], None] = lambda _upstream, _uri: None) -> None:
         self.name = name
         self.config = config
         """Replaced in place by a reload that keeps the connection (timeouts, tool filters)."""
@@ -92,6 +99,11 @@ class Upstream:
         """The downstream of each call in flight, for relaying what a stdio or SSE upstream sends back."""
         self._idle = anyio.Event()
         self._idle.set()
+        self._on_updated = on_updated
+        """Told (upstream name, raw URI) when a subscribed resource changed."""
+        self._subscriptions: dict[str, int] = {}
+        """Raw URIs clients subscribed to, with how many subscribers each: the upstream is asked once per URI."""
+        self._listen_changed = anyio.Event()
 
     def __repr__(self) -> str:
         return f"Upstream({self.name!r}, {self.config.kind}, {self.state.value})"
@@ -167,7 +179,7 @@ class Upstream:
                                          logging_callback=self._on_log, sampling_callback=self._on_sampling,
                                          elicitation_callback=self._on_elicitation,
                                          list_roots_callback=self._on_list_roots) as session:
-                    init = await session.initialize()
+                    init = await self._negotiate(session)
                     catalog = await self._list_catalog(session, init)
                     connect_scope.deadline = math.inf  # connected: from here on only calls have deadlines
                     self.catalog = catalog
@@ -176,10 +188,100 @@ class Upstream:
                     self.settled.set()
                     logger.info("upstream %s ready: %d tools, %d resources, %d prompts (%s)", self.name,
                                 len(catalog.tools), len(catalog.resources), len(catalog.prompts),
-                                init.protocol_version)
-                    await self._serve(session, watch)
+                                catalog.protocol_version)
+                    async with anyio.create_task_group() as tg:
+                        if self.modern:
+                            tg.start_soon(self._listen, session, catalog.capabilities)
+                        elif self._subscriptions:
+                            tg.start_soon(self._resubscribe, session)
+                        await self._serve(session, watch)
+                        tg.cancel_scope.cancel()
         if connect_scope.cancelled_caught:
             raise UpstreamTimeout(self.name, f"did not finish initialize and listing within {self.config.timeout:g}s")
+
+    @property
+    def modern(self) -> bool:
+        """The live connection speaks 2026-07-28 (no handshake, no server->client requests, `input_required`)."""
+        return self.catalog is not None and self.catalog.protocol_version in MODERN_PROTOCOL_VERSIONS
+
+    async def _negotiate(self, session: ClientSession) -> types.InitializeResult | types.DiscoverResult:
+        """`initialize`; or with `protocol: auto`, `server/discover` first, and `initialize` where it is refused."""
+        if self.config.protocol == "auto":
+            try:
+                found = await session.discover()
+            except MCPError as exc:
+                logger.debug("upstream %s: server/discover refused (%s); using initialize", self.name, exc)
+            else:
+                _declare_callers_capabilities(session)
+                return found
+        return await session.initialize()
+
+    async def _listen(self, session: ClientSession, capabilities: dict[str, Any]) -> None:
+        """A 2026-07-28 upstream announces changes only on a `subscriptions/listen` stream; it is opened again
+        whenever the set of subscribed resources changes."""
+        while True:
+            changed = self._listen_changed = anyio.Event()
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._listen_once, session, capabilities, tuple(self._subscriptions))
+                await changed.wait()
+                tg.cancel_scope.cancel()
+
+    async def _listen_once(self, session: ClientSession, capabilities: dict[str, Any], uris: tuple[str, ...]) -> None:
+        wanted = {f"{family}_list_changed": bool((capabilities.get(family) or {}).get("listChanged"))
+                  for family in ("tools", "prompts", "resources")}
+        if not any(wanted.values()) and not uris:
+            return
+        try:
+            async with listen(session, **wanted, resource_subscriptions=uris) as subscription:
+                async for event in subscription:
+                    if isinstance(event, ResourceUpdated):
+                        self._on_updated(self.name, event.uri)
+                    elif not isinstance(event, ResourcesListChanged) or wanted["resources_list_changed"]:
+                        self.request_relist()
+        except Exception as exc:  # the upstream still serves calls; only its change notices are lost
+            logger.warning("upstream %s: its subscriptions/listen stream failed (%s); changes will not be seen "
+                           "until it reconnects or a subscription changes", self.name, describe_failure(exc))
+
+    # -- resource subscriptions (of downstream clients, one upstream subscription per URI) ----------------------
+
+    async def subscribe(self, uri: str) -> None:
+        count = self._subscriptions.get(uri, 0)
+        self._subscriptions[uri] = count + 1
+        if count:
+            return
+        try:
+            await self._subscription_changed(uri, subscribe=True)
+        except BaseException:
+            self._release(uri)
+            raise
+
+    async def unsubscribe(self, uri: str) -> None:
+        if self._release(uri):
+            await self._subscription_changed(uri, subscribe=False)
+
+    def _release(self, uri: str) -> bool:
+        """One subscriber fewer; True when it was the last one."""
+        count = self._subscriptions.pop(uri, 0)
+        if count > 1:
+            self._subscriptions[uri] = count - 1
+        return count == 1
+
+    async def _subscription_changed(self, uri: str, *, subscribe: bool) -> None:
+        if self.modern:  # subscriptions are part of the listen stream's filter
+            self._listen_changed.set()
+            return
+        params = types.SubscribeRequestParams(uri=uri)
+        await self.request(types.SubscribeRequest(params=params) if subscribe
+                           else types.UnsubscribeRequest(params=types.UnsubscribeRequestParams(uri=uri)))
+
+    async def _resubscribe(self, session: ClientSession) -> None:
+        """A new handshake-era connection knows nothing of earlier subscriptions: ask again for each."""
+        for uri in list(self._subscriptions):
+            try:
+                await session.send_request(types.SubscribeRequest(params=types.SubscribeRequestParams(uri=uri)), RAW)
+            except Exception as exc:  # one refused URI must not stop the others
+                logger.warning("upstream %s: could not subscribe again to a resource: %s", self.name,
+                               describe_failure(exc))
 
     async def _serve(self, session: ClientSession, watch: EOFWatch) -> None:
         """Wait for work: a re-list, a suspected connection, a stop, the stream's end, or a quiet interval."""
@@ -204,18 +306,23 @@ class Upstream:
         """An HTTP upstream that went away leaves no trace on an idle session; a ping finds out."""
         try:
             with anyio.fail_after(min(self.config.timeout, PING_TIMEOUT)):
-                await session.send_ping()
+                if self.modern:  # 2026-07-28 has no ping; discovery is as cheap
+                    await session.send_discover(self.catalog.protocol_version)  # type: ignore[union-attr]
+                else:
+                    await session.send_ping()
         except Exception as exc:  # any failure of the ping means the connection is not usable
             raise UpstreamUnavailable(self.name, f"did not answer ping ({describe_failure(exc)})") from None
 
-    async def _list_catalog(self, session: ClientSession, init: types.InitializeResult | None) -> Catalog:
+    async def _list_catalog(self, session: ClientSession,
+                            init: types.InitializeResult | types.DiscoverResult | None) -> Catalog:
         if init is None:
             assert self.catalog is not None
             caps, info, version = self.catalog.capabilities, self.catalog.server_info, self.catalog.protocol_version
         else:
             caps = init.capabilities.model_dump(by_alias=True, mode="json", exclude_none=True)
-            info = init.server_info.model_dump(by_alias=True, mode="json", exclude_none=True)
-            version = init.protocol_version
+            server_info = session.server_info if isinstance(init, types.DiscoverResult) else init.server_info
+            info = server_info.model_dump(by_alias=True, mode="json", exclude_none=True) if server_info else {}
+            version = session.protocol_version or ""
         tools = await self._list_all(session, types.ListToolsRequest, "tools") if "tools" in caps else ()
         resources = templates = prompts = ()
         if "resources" in caps:
@@ -249,6 +356,8 @@ class Upstream:
         if isinstance(message, types.ToolListChangedNotification | types.ResourceListChangedNotification
                       | types.PromptListChangedNotification):
             self.request_relist()
+        elif isinstance(message, types.ResourceUpdatedNotification):
+            self._on_updated(self.name, str(message.params.uri))
         elif isinstance(message, Exception):
             logger.warning("upstream %s transport error: %s", self.name, describe_failure(message))
 
@@ -326,6 +435,21 @@ class Upstream:
         self._record(True)
         return result
 
+    async def _exchange(self, session: ClientSession, request: Any, on_progress: ProgressFn,
+                        downstream: Downstream | None) -> dict[str, Any]:
+        """One request and its answer. A 2026-07-28 upstream may answer `input_required`: for a client of the
+        handshake era Triad asks it each input request and sends the retry; a 2026-07-28 client gets the
+        result and retries itself."""
+        result = await session.send_request(request, RAW, progress_callback=on_progress)
+        for _ in range(MAX_INPUT_ROUNDS):
+            if result.get("resultType") != "input_required" or downstream is None or downstream.modern:
+                return result
+            answers = await answer_input_requests(self.name, downstream, result.get("inputRequests"))
+            request = _with_params(request, {"inputResponses": answers, "requestState": result.get("requestState")})
+            result = await session.send_request(request, RAW, progress_callback=on_progress)
+        raise UpstreamError(self.name, f"upstream {self.name!r} asked for input more than {MAX_INPUT_ROUNDS} times "
+                            f"in one {request.method}")
+
     def _record(self, ok: bool) -> None:
         was_open = self._breaker.is_open
         self._breaker.record(ok, anyio.current_time())
@@ -358,9 +482,12 @@ class Upstream:
         call_key = id(scope := anyio.CancelScope(deadline=start + timeout))
         if (downstream := CURRENT_DOWNSTREAM.get()) is not None:
             self._downstreams[call_key] = downstream
+            if self.modern and downstream.log_level is not None:  # 2026-07-28 logs only on a request's opt-in
+                request = _with_params(request, {"_meta": {**(request.params.meta or {}),
+                                                           LOG_LEVEL_META_KEY: downstream.log_level}})
         try:
             with scope:
-                return await session.send_request(request, RAW, progress_callback=on_progress)
+                return await self._exchange(session, request, on_progress, downstream)
             raise UpstreamTimeout(self.name, f"upstream {self.name!r} did not answer {method} within "
                                   + (f"{timeout:g}s" if scope.deadline - start <= timeout else
                                      f"{timeout:g}s of its last progress (after {anyio.current_time() - start:.3g}s)"))
@@ -388,3 +515,25 @@ class Upstream:
             self._in_flight -= 1
             if not self._in_flight:
                 self._idle.set()
+
+
+def _with_params(request: Any, update: dict[str, Any]) -> Any:
+    """The request with wire-spelled params replaced (validated again, so the SDK serialises them as usual)."""
+    params = request.params.model_dump(by_alias=True, mode="json", exclude_none=True) if request.params else {}
+    return type(request).model_validate({"method": request.method, "params": {**params, **update}}, by_name=False)
+
+
+def _declare_callers_capabilities(session: ClientSession) -> None:
+    """On 2026-07-28 each request declares the client's capabilities. Triad can only relay what the client it
+    forwards for can do, so that client's own declaration replaces Triad's (requests of Triad's own, such as
+    lists, keep Triad's). The SDK (pinned to 2.3.x) stamps its session-wide declaration in `_stamp`, after
+    `discover()`, with no public hook; this wraps it."""
+    stamp = session._stamp
+
+    def stamp_for_caller(data: dict[str, Any], options: Any) -> None:
+        stamp(data, options)
+        downstream = CURRENT_DOWNSTREAM.get()
+        if downstream is not None and downstream.capabilities is not None:
+            data["params"]["_meta"][CLIENT_CAPABILITIES_META_KEY] = downstream.capabilities
+
+    session._stamp = stamp_for_caller

@@ -34,6 +34,10 @@ class Notifier:
         self._connections: dict[Any, tuple[Identity, tuple[int, int, int]]] = {}
         self._dirty = anyio.Event()
         self._modern_seen = dispatcher.view(LOCAL).fingerprint
+        self._subscriptions: dict[Any, dict[str, tuple[str, str]]] = {}
+        """Per connection: the exposed URIs it subscribed to -> (upstream, raw URI)."""
+        self._updated: list[tuple[str, str]] = []
+        """(upstream, raw URI) of subscribed resources that changed, waiting for `run()` to tell their clients."""
         dispatcher.add_listener(self._on_registry)
 
     @property
@@ -52,10 +56,51 @@ class Notifier:
     def _on_registry(self) -> None:
         self._dirty.set()
 
+    # -- resource subscriptions ----------------------------------------------------------------------------------
+
+    def subscribe(self, connection: Any, uri: str, upstream: str, raw: str) -> bool:
+        """Remember a connection's subscription; False when it had it already. Its upstream subscriptions are
+        released when the connection closes."""
+        if connection not in self._subscriptions:
+            self._subscriptions[connection] = {}
+            connection.exit_stack.push_async_callback(self._release, connection)
+        mine = self._subscriptions[connection]
+        if uri in mine:
+            return False
+        mine[uri] = (upstream, raw)
+        return True
+
+    def unsubscribe(self, connection: Any, uri: str) -> tuple[str, str] | None:
+        return self._subscriptions.get(connection, {}).pop(uri, None)
+
+    async def _release(self, connection: Any) -> None:
+        for upstream, raw in self._subscriptions.pop(connection, {}).values():
+            try:
+                await self._dispatcher.unsubscribe(upstream, raw)
+            except Exception as exc:  # the client is gone either way; the upstream may be too
+                logger.debug("could not unsubscribe upstream %s: %s", upstream, exc)
+
+    def resource_updated(self, upstream: str, raw: str) -> None:
+        """An upstream said a resource changed (called in its owner task); `run()` tells the subscribers."""
+        self._updated.append((upstream, raw))
+        self._dirty.set()
+
+    async def _push_updates(self) -> None:
+        updated, self._updated = set(self._updated), []
+        for connection, subscribed in list(self._subscriptions.items()):
+            for uri, owner in subscribed.items():
+                if owner in updated:
+                    try:
+                        await connection.send_resource_updated(uri)
+                    except Exception as exc:  # a client that went away must not stop the others
+                        logger.debug("could not notify a session: %s", exc)
+
     async def run(self) -> None:
         while True:
             await self._dirty.wait()
             self._dirty = anyio.Event()
+            if self._updated:
+                await self._push_updates()
             await self._push()
 
     async def _push(self) -> None:

@@ -29,7 +29,7 @@ from mcp.shared.exceptions import MCPError
 from consumers import CURRENT_DOWNSTREAM
 from exposers.notify import Notifier
 from exposers.relay import LOG_LEVEL_STATE_KEY, RequestRelay
-from gateway.dispatch import Dispatcher
+from gateway.dispatch import SUBSCRIBE, Dispatcher
 from gateway.errors import TriadError, UpstreamRefused
 from gateway.hooks import Session
 from gateway.identity import Identity, infer_provider
@@ -57,8 +57,11 @@ class GatewayServer(Server[Any]):
     def get_capabilities(self, *args: Any, **kwargs: Any) -> types.ServerCapabilities:
         caps = super().get_capabilities(*args, **kwargs)
         offered = self._dispatcher.offered()
+        resources = caps.resources
+        if resources is not None:
+            resources = resources.model_copy(update={"subscribe": SUBSCRIBE in offered or None})
         return caps.model_copy(update={
-            "resources": caps.resources if "resources" in offered else None,
+            "resources": resources if "resources" in offered else None,
             "prompts": caps.prompts if "prompts" in offered else None,
             "completions": caps.completions if "completions" in offered else None,
         })
@@ -110,6 +113,21 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
             connection.state[LOG_LEVEL_STATE_KEY] = params.level
         return {}
 
+    async def subscribe(ctx: ServerRequestContext[Any], _params: Any) -> dict[str, Any]:
+        uri = str((ctx.params or {}).get("uri"))
+        owner, raw_uri = await dispatcher.subscribe(identity_of(ctx), raw(ctx))
+        connection = getattr(ctx.session, "_connection", None)
+        if connection is None or not notifier.subscribe(connection, uri, owner, raw_uri):
+            await dispatcher.unsubscribe(owner, raw_uri)  # already subscribed: one upstream count per connection
+        return {}
+
+    async def unsubscribe(ctx: ServerRequestContext[Any], _params: Any) -> dict[str, Any]:
+        connection = getattr(ctx.session, "_connection", None)
+        found = notifier.unsubscribe(connection, str((ctx.params or {}).get("uri"))) if connection else None
+        if found is not None:
+            await dispatcher.unsubscribe(*found)
+        return {}
+
     async def completion(ctx: ServerRequestContext[Any], _params: Any) -> dict[str, Any]:
         return complete(await dispatcher.complete(identity_of(ctx), raw(ctx)))
 
@@ -130,6 +148,8 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
         on_list_prompts=lister(dispatcher.list_prompts),
         on_get_prompt=get_prompt,
         on_completion=completion,
+        on_subscribe_resource=subscribe,
+        on_unsubscribe_resource=unsubscribe,
         on_subscriptions_listen=ListenHandler(notifier.bus),
     )
     server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, set_logging_level)

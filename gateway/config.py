@@ -128,6 +128,8 @@ class UpstreamConfig(_Model):
     max_call_time: Duration = DEFAULT_MAX_CALL_TIME
     ping_interval: Duration = DEFAULT_PING_INTERVAL
     circuit_breaker: CircuitBreakerConfig = CircuitBreakerConfig()
+    protocol: Literal["handshake", "auto"] = "handshake"
+    """`auto`: ask `server/discover` and speak 2026-07-28 where the upstream offers it, else `initialize`."""
     enabled: bool = True
     tools: ToolFilter = ToolFilter()
 

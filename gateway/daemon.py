@@ -57,6 +57,7 @@ async def running_gateway(config: TriadConfig, host: str | None = None, *, watch
     pool = UpstreamPool(config, on_change)
     dispatcher = Dispatcher(config, pool, remote=not is_loopback(host or config.listen.host))
     notifier = Notifier(dispatcher)
+    pool.on_updated = notifier.resource_updated
     reloader = Reloader(config.source, config, pool, dispatcher) if config.source is not None else None
     dispatcher.metrics.watch(lambda: {
         "upstreams": {name: up.state.value for name, up in pool.upstreams.items()},

@@ -51,6 +51,20 @@ def forwardable_meta(meta: Any) -> dict[str, Any] | None:
     return out or None
 
 
+SUBSCRIBE = "resources/subscribe"
+"""In `Dispatcher.offered()`: some upstream lets clients subscribe to its resources."""
+
+
+def _subscribable(upstream: Upstream) -> bool:
+    resources = upstream.catalog.capabilities.get("resources") if upstream.catalog is not None else None
+    return isinstance(resources, dict) and resources.get("subscribe") is True
+
+
+def input_round(params: Mapping[str, Any]) -> dict[str, Any]:
+    """A 2026-07-28 retry's answers to an `input_required` result, passed on to the upstream that asked."""
+    return {key: params[key] for key in ("inputResponses", "requestState") if params.get(key) is not None}
+
+
 def clean_result(result: dict[str, Any]) -> dict[str, Any]:
     """Strip the upstream's era stamp from a result's `_meta`; everything else passes through untouched."""
     meta = result.get("_meta")
@@ -163,8 +177,10 @@ class Dispatcher:
         families = {"tools"}
         for upstream in self.pool.upstreams.values():
             if upstream.catalog is None:
-                return {"tools", "resources", "prompts", "completions"}
+                return {"tools", "resources", "prompts", "completions", SUBSCRIBE}
             families |= set(upstream.catalog.capabilities) & {"resources", "prompts", "completions"}
+            if _subscribable(upstream):
+                families.add(SUBSCRIBE)
         return families
 
     # -- lists ---------------------------------------------------------------------------------------------------
@@ -201,8 +217,9 @@ class Dispatcher:
 
         async def send(ctx: CallContext | None) -> dict[str, Any]:
             arguments = ctx.arguments if ctx is not None else params.get("arguments")
-            request = types.CallToolRequest(params=types.CallToolRequestParams(
-                name=entry.executor.tool, arguments=arguments, _meta=meta))
+            request = types.CallToolRequest(params=types.CallToolRequestParams.model_validate(
+                {"name": entry.executor.tool, "arguments": arguments, "_meta": meta, **input_round(params)},
+                by_name=False))
             limits = (ctx.timeout, ctx.max_time) if ctx is not None else (None, None)
             return await self._forward(upstream, "tool", request, progress=progress, retry_safe=safe,
                                        call_limits=limits)
@@ -220,8 +237,8 @@ class Dispatcher:
         if not isinstance(uri, str):
             raise UnknownName(f"Unknown resource: {uri}")
         owner, raw = self._route_uri(self._request_view(identity, params), uri)
-        request = types.ReadResourceRequest(params=types.ReadResourceRequestParams(
-            uri=raw, _meta=forwardable_meta(params.get("_meta"))))
+        request = types.ReadResourceRequest(params=types.ReadResourceRequestParams.model_validate(
+            {"uri": raw, "_meta": forwardable_meta(params.get("_meta")), **input_round(params)}, by_name=False))
 
         async def send(_ctx: CallContext | None) -> dict[str, Any]:
             result = await self._forward(self._upstream(owner), "resource", request, retry_safe=True)
@@ -246,8 +263,9 @@ class Dispatcher:
 
         async def send(ctx: CallContext | None) -> dict[str, Any]:
             arguments = ctx.arguments if ctx is not None else params.get("arguments")
-            request = types.GetPromptRequest(params=types.GetPromptRequestParams(
-                name=entry.raw, arguments=arguments or None, _meta=meta))
+            request = types.GetPromptRequest(params=types.GetPromptRequestParams.model_validate(
+                {"name": entry.raw, "arguments": arguments or None, "_meta": meta, **input_round(params)},
+                by_name=False))
             return await self._forward(self._upstream(entry.upstream), "prompt", request, retry_safe=True)
 
         if not self.hooks:
@@ -275,6 +293,24 @@ class Dispatcher:
         request = types.CompleteRequest(params=types.CompleteRequestParams.model_validate(
             {**params, "ref": raw_ref, "_meta": forwardable_meta(params.get("_meta"))}))
         return await self._forward(self._upstream(owner), "completion", request, retry_safe=True)
+
+    async def subscribe(self, identity: Identity, params: Mapping[str, Any]) -> tuple[str, str]:
+        """Subscribe to a resource at its owner; (upstream, raw URI), for `unsubscribe` and for routing updates."""
+        uri = params.get("uri")
+        if not isinstance(uri, str):
+            raise UnknownName(f"Unknown resource: {uri}")
+        owner, raw = self._route_uri(self._request_view(identity, params), uri)
+        upstream = self._upstream(owner)
+        if not _subscribable(upstream):
+            raise InvalidRequest(f"resource {uri} cannot be subscribed to: its upstream does not offer "
+                                 "resource subscriptions")
+        await upstream.subscribe(raw)
+        return owner, raw
+
+    async def unsubscribe(self, owner: str, raw: str) -> None:
+        upstream = self.pool.get(owner)
+        if upstream is not None:
+            await upstream.unsubscribe(raw)
 
     def _route_uri(self, view: ClientView, uri: str) -> tuple[str, str]:
         """(upstream, raw URI) for an exposed URI or URI template expansion; unknown looks like hidden."""

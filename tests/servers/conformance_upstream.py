@@ -1,0 +1,448 @@
+"""The fixtures the official conformance suite calls by name, served by the SDK's low-level server in both eras.
+
+    python conformance_upstream.py [--transport stdio|http]
+
+The suite (@modelcontextprotocol/conformance 0.2.0-alpha.12) has no published reference server; this one implements
+what its server scenarios of the `2025-11-25` and `2026-07-28` requirement sets call: content tools, logging and
+progress, sampling and elicitation (server->client requests in the handshake era, `input_required` results in
+2026-07-28), the multi-round-trip fixtures, the diagnostic tools of `server-stateless`, list-change triggers,
+resources with a template and a subscription, prompts, and completion. Over HTTP it prints `READY <port>` on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp.server import NotificationOptions, Server
+from mcp.server.caching import CACHEABLE_METHODS, CacheHint
+from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
+from mcp.server.subscriptions import (
+    InMemorySubscriptionBus,
+    ListenHandler,
+    PromptsListChanged,
+    ResourceUpdated,
+    ToolsListChanged,
+)
+from mcp.shared.exceptions import MCPError
+from mcp.shared.message import ServerMessageMetadata
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+sys.path.insert(0, str(Path(__file__).parent))
+from fixture_upstream import serve_http, serve_stdio
+
+NAME = "triad-conformance-fixture"
+PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg=="
+WAV = "UklGRiYAAABXQVZFZm10IBAAAAABAAEAQB8AAAB9AAACABAAZGF0YQIAAAA="
+WATCHED = "test://watched-resource"
+JSON_SCHEMA_2020_12: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "$defs": {"address": {"type": "object", "properties": {"street": {"type": "string"}, "city": {"type": "string"}}}},
+    "properties": {"name": {"type": "string"}, "address": {"$ref": "#/$defs/address"}},
+    "additionalProperties": False,
+}
+DEFAULTS_SCHEMA: dict[str, Any] = {"type": "object", "required": [], "properties": {
+    "name": {"type": "string", "description": "User name", "default": "John Doe"},
+    "age": {"type": "integer", "description": "User age", "default": 30},
+    "score": {"type": "number", "description": "User score", "default": 95.5},
+    "status": {"type": "string", "description": "User status", "enum": ["active", "inactive", "pending"],
+               "default": "active"},
+    "verified": {"type": "boolean", "description": "Verification status", "default": True}}}
+ENUMS_SCHEMA: dict[str, Any] = {"type": "object", "required": ["untitledSingle"], "properties": {
+    "untitledSingle": {"type": "string", "enum": ["option1", "option2", "option3"]},
+    "titledSingle": {"type": "string", "oneOf": [{"const": "value1", "title": "First Option"},
+                                                 {"const": "value2", "title": "Second Option"},
+                                                 {"const": "value3", "title": "Third Option"}]},
+    "legacyEnum": {"type": "string", "enum": ["opt1", "opt2", "opt3"],
+                   "enumNames": ["Option One", "Option Two", "Option Three"]},
+    "untitledMulti": {"type": "array", "minItems": 1, "maxItems": 3,
+                      "items": {"type": "string", "enum": ["option1", "option2", "option3"]}},
+    "titledMulti": {"type": "array", "minItems": 1, "maxItems": 3,
+                    "items": {"anyOf": [{"const": "value1", "title": "First Choice"},
+                                        {"const": "value2", "title": "Second Choice"},
+                                        {"const": "value3", "title": "Third Choice"}]}}}}
+
+
+def text(value: str) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": value}]}
+
+
+def tool(name: str, description: str, properties: dict[str, Any] | None = None,
+         required: tuple[str, ...] = ()) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "object", "properties": properties or {}}
+    if required:
+        schema["required"] = list(required)
+    return {"name": name, "description": description, "inputSchema": schema}
+
+
+def elicit(message: str, properties: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
+    return {"method": "elicitation/create", "params": {"mode": "form", "message": message, "requestedSchema": {
+        "type": "object", "properties": properties, "required": list(required)}}}
+
+
+def sample(prompt: str, max_tokens: int = 100) -> dict[str, Any]:
+    return {"method": "sampling/createMessage", "params": {
+        "messages": [{"role": "user", "content": {"type": "text", "text": prompt}}], "maxTokens": max_tokens}}
+
+
+ROOTS = {"method": "roots/list"}
+
+
+def input_required(requests: dict[str, dict[str, Any]], state: dict[str, Any] | None = None) -> dict[str, Any]:
+    result: dict[str, Any] = {"resultType": "input_required", "inputRequests": requests}
+    if state is not None:
+        result["requestState"] = json.dumps(state)
+    return result
+
+
+TOOLS = [
+    tool("test_simple_text", "Tests simple text content response"),
+    tool("test_image_content", "Tests image content response"),
+    tool("test_audio_content", "Tests audio content response"),
+    tool("test_embedded_resource", "Tests embedded resource content response"),
+    tool("test_multiple_content_types", "Tests response with multiple content types (text, image, resource)"),
+    tool("test_tool_with_logging", "Tests tool that emits log messages during execution"),
+    tool("test_tool_with_progress", "Tests tool that reports progress notifications"),
+    tool("test_error_handling", "Tests error response handling"),
+    tool("test_sampling", "Tests server-initiated sampling (LLM completion request)",
+         {"prompt": {"type": "string", "description": "The prompt to send to the LLM"}}, ("prompt",)),
+    tool("test_elicitation", "Tests server-initiated elicitation (user input request)",
+         {"message": {"type": "string", "description": "The message to show the user"}}, ("message",)),
+    tool("test_elicitation_sep1034_defaults", "Tests elicitation with default values per SEP-1034"),
+    tool("test_elicitation_sep1330_enums", "Tests elicitation with enum schema improvements per SEP-1330"),
+    {"name": "json_schema_2020_12_tool", "description": "Tool with JSON Schema 2020-12 features",
+     "inputSchema": JSON_SCHEMA_2020_12},
+    tool("test_missing_capability", "Requires the sampling capability the client must declare (SEP-2575)"),
+    tool("test_streaming_elicitation", "Asks for input in-band, never with an independent request (SEP-2575)"),
+    tool("test_logging_tool", "Logs only when the request opted in with a log level (SEP-2575)"),
+    tool("test_trigger_tool_change", "Adds a tool and announces the change"),
+    tool("test_trigger_prompt_change", "Adds a prompt and announces the change"),
+    tool("test_trigger_resource_update", "Announces an update of test://watched-resource"),
+    tool("test_input_required_result_elicitation", "Asks for the caller's name (SEP-2322)"),
+    tool("test_input_required_result_sampling", "Asks for an LLM completion (SEP-2322)"),
+    tool("test_input_required_result_list_roots", "Asks for the client's roots (SEP-2322)"),
+    tool("test_input_required_result_request_state", "Round-trips requestState (SEP-2322)"),
+    tool("test_input_required_result_multiple_inputs", "Asks for three inputs at once (SEP-2322)"),
+    tool("test_input_required_result_multi_round", "Asks in two rounds (SEP-2322)"),
+    tool("test_input_required_result_tampered_state", "Rejects a tampered requestState (SEP-2322)"),
+    tool("test_input_required_result_capabilities", "Asks only for what the client declared (SEP-2322)"),
+]
+RESOURCES = [
+    {"uri": "test://static-text", "name": "static-text", "title": "Static Text Resource",
+     "description": "A static text resource for testing", "mimeType": "text/plain"},
+    {"uri": "test://static-binary", "name": "static-binary", "title": "Static Binary Resource",
+     "description": "A static binary resource for testing", "mimeType": "image/png"},
+    {"uri": WATCHED, "name": "watched-resource", "title": "Watched Resource",
+     "description": "A resource that can be subscribed to", "mimeType": "text/plain"},
+]
+TEMPLATES = [{"uriTemplate": "test://template/{id}/data", "name": "template", "title": "Resource Template",
+              "description": "A resource template with parameter substitution", "mimeType": "application/json"}]
+PROMPTS = [
+    {"name": "test_simple_prompt", "title": "Simple Test Prompt", "description": "A simple prompt without arguments"},
+    {"name": "test_prompt_with_arguments", "title": "Prompt With Arguments",
+     "description": "A prompt with required arguments",
+     "arguments": [{"name": "arg1", "description": "First argument", "required": True},
+                   {"name": "arg2", "description": "Second argument", "required": True}]},
+    {"name": "test_prompt_with_embedded_resource", "title": "Prompt With Embedded Resource",
+     "description": "A prompt that includes an embedded resource",
+     "arguments": [{"name": "resourceUri", "description": "URI of the resource to embed", "required": True}]},
+    {"name": "test_prompt_with_image", "title": "Prompt With Image", "description": "A prompt with image content"},
+    {"name": "test_input_required_result_prompt", "title": "Input Required Prompt",
+     "description": "A prompt that asks for context first (SEP-2322)"},
+]
+
+
+def build_server() -> Server[Any]:
+    tools, prompts = list(TOOLS), list(PROMPTS)
+    bus = InMemorySubscriptionBus()
+    subscribers: dict[int, Any] = {}
+    levels: dict[int, str] = {}
+
+    def modern(ctx: Any) -> bool:
+        return ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+
+    def responses(params: Any) -> dict[str, dict[str, Any]]:
+        return {key: value.model_dump(by_alias=True, mode="json", exclude_none=True) if hasattr(value, "model_dump")
+                else value for key, value in (params.input_responses or {}).items()}
+
+    def client_capabilities(ctx: Any) -> dict[str, Any]:
+        meta = (ctx.params or {}).get("_meta") or {}
+        if modern(ctx):
+            return meta.get("io.modelcontextprotocol/clientCapabilities") or {}
+        caps = ctx.session.client_params.capabilities if ctx.session.client_params else None
+        return caps.model_dump(by_alias=True, mode="json", exclude_none=True) if caps else {}
+
+    async def ask(ctx: Any, request: dict[str, Any]) -> dict[str, Any]:
+        """A server->client request in the handshake era; its result, or an error as a dict."""
+        kind = {"elicitation/create": (types.ElicitRequest, types.ElicitResult),
+                "sampling/createMessage": (types.CreateMessageRequest, types.CreateMessageResult),
+                "roots/list": (types.ListRootsRequest, types.ListRootsResult)}[request["method"]]
+        try:
+            answer = await ctx.session.send_request(kind[0].model_validate(request), kind[1],
+                                                    metadata=ServerMessageMetadata(related_request_id=ctx.request_id))
+        except MCPError as exc:
+            return {"error": exc.error.message}
+        return answer.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+    async def interactive(ctx: Any, params: Any, key: str, request: dict[str, Any]) -> dict[str, Any] | None:
+        """The answer to `request`: asked in-band (2026-07-28: None means "return input_required") or directly."""
+        if modern(ctx):
+            return responses(params).get(key)
+        return await ask(ctx, request)
+
+    async def log(ctx: Any, level: str, data: str) -> None:
+        await ctx.session.send_log_message(level, data, logger="conformance-fixture",
+                                           related_request_id=ctx.request_id)
+
+    async def call_tool(ctx: Any, params: Any) -> dict[str, Any]:
+        name, arguments = params.name, params.arguments or {}
+        got = responses(params)
+        state = json.loads(params.request_state) if params.request_state else {}
+        if name == "test_simple_text":
+            return text("This is a simple text response for testing.")
+        if name == "test_image_content":
+            return {"content": [{"type": "image", "data": PNG, "mimeType": "image/png"}]}
+        if name == "test_audio_content":
+            return {"content": [{"type": "audio", "data": WAV, "mimeType": "audio/wav"}]}
+        if name == "test_embedded_resource":
+            return {"content": [{"type": "resource", "resource": {
+                "uri": "test://embedded-resource", "mimeType": "text/plain",
+                "text": "This is an embedded resource content."}}]}
+        if name == "test_multiple_content_types":
+            return {"content": [
+                {"type": "text", "text": "Multiple content types test:"},
+                {"type": "image", "data": PNG, "mimeType": "image/png"},
+                {"type": "resource", "resource": {"uri": "test://mixed-content-resource",
+                                                  "mimeType": "application/json",
+                                                  "text": json.dumps({"test": "data", "value": 123})}}]}
+        if name in ("test_tool_with_logging", "test_logging_tool"):
+            for step in ("Tool execution started", "Tool processing data", "Tool execution completed"):
+                await log(ctx, "info", step)
+                await anyio.sleep(0.05)
+            return text("Tool with logging executed successfully")
+        if name == "test_tool_with_progress":
+            for value in (0, 50, 100):
+                await ctx.session.report_progress(value, 100, f"Completed step {value} of 100")
+                await anyio.sleep(0.05)
+            token = ctx.meta.get("progress_token") if ctx.meta else None
+            return text(str(token))
+        if name == "test_error_handling":
+            return {"content": [{"type": "text", "text": "This tool intentionally returns an error for testing"}],
+                    "isError": True}
+        if name == "test_sampling":
+            answer = await interactive(ctx, params, "sampling", sample(str(arguments.get("prompt", ""))))
+            if answer is None:
+                return input_required({"sampling": sample(str(arguments.get("prompt", "")))})
+            content = answer.get("content")
+            reply = content.get("text") if isinstance(content, dict) else None
+            return text(f"LLM response: {reply or answer.get('error') or 'No response'}")
+        if name in ("test_elicitation", "test_elicitation_sep1034_defaults", "test_elicitation_sep1330_enums"):
+            if name == "test_elicitation":
+                request = elicit(str(arguments.get("message", "")), {
+                    "response": {"type": "string", "description": "User's response"}}, ("response",))
+            elif name == "test_elicitation_sep1034_defaults":
+                request = {"method": "elicitation/create", "params": {
+                    "mode": "form", "message": "Please review and update the form fields with defaults",
+                    "requestedSchema": DEFAULTS_SCHEMA}}
+            else:
+                request = {"method": "elicitation/create", "params": {
+                    "mode": "form", "message": "Please select options from the enum fields",
+                    "requestedSchema": ENUMS_SCHEMA}}
+            answer = await interactive(ctx, params, "elicitation", request)
+            if answer is None:
+                return input_required({"elicitation": request})
+            content = json.dumps(answer.get("content", {}))
+            return text(f"User response: action={answer.get('action')}, content={content}")
+        if name == "json_schema_2020_12_tool":
+            return text(json.dumps(arguments))
+        if name == "test_missing_capability":
+            if "sampling" not in client_capabilities(ctx):
+                raise MCPError(-32021, "Missing required client capability",
+                               data={"requiredCapabilities": {"sampling": {}}})
+            return text("sampling capability declared")
+        if name == "test_streaming_elicitation":
+            await ctx.session.report_progress(0, 1, "asking")
+            if "confirm" in got:
+                return text("confirmed")
+            return input_required({"confirm": elicit("Please confirm", {"ok": {"type": "boolean"}}, ("ok",))})
+        if name == "test_trigger_tool_change":
+            tools.append(tool(f"test_added_tool_{len(tools)}", "Added by test_trigger_tool_change"))
+            await bus.publish(ToolsListChanged())
+            if not modern(ctx):
+                await ctx.session.send_tool_list_changed()
+            return text("tool list changed")
+        if name == "test_trigger_prompt_change":
+            prompts.append({"name": f"test_added_prompt_{len(prompts)}", "description": "Added"})
+            await bus.publish(PromptsListChanged())
+            if not modern(ctx):
+                await ctx.session.send_prompt_list_changed()
+            return text("prompt list changed")
+        if name == "test_trigger_resource_update":
+            await bus.publish(ResourceUpdated(uri=WATCHED))
+            for session in list(subscribers.values()):
+                await session.send_resource_updated(WATCHED)
+            return text("resource updated")
+        if name == "test_input_required_result_elicitation":
+            if "name" in (got.get("user_name", {}).get("content") or {}):
+                return text(f"Hello, {got['user_name']['content']['name']}!")
+            return input_required({"user_name": elicit("What is your name?", {"name": {"type": "string"}}, ("name",))})
+        if name == "test_input_required_result_sampling":
+            if "sample_request" in got:
+                content = got["sample_request"].get("content") or {}
+                return text(f"Sampling result: {content.get('text', 'no response')}")
+            return input_required({"sample_request": sample("What is the capital of France?")})
+        if name == "test_input_required_result_list_roots":
+            if "roots_request" in got:
+                return text(f"Found {len(got['roots_request'].get('roots') or [])} root(s)")
+            return input_required({"roots_request": ROOTS})
+        if name == "test_input_required_result_request_state":
+            if state.get("kind") == "request-state" and "confirm" in got:
+                return text("state-ok: requestState validated")
+            return input_required({"confirm": elicit("Please confirm", {"ok": {"type": "boolean"}}, ("ok",))},
+                                  {"kind": "request-state"})
+        if name == "test_input_required_result_multiple_inputs":
+            if state and all(key in got for key in ("user_name", "greeting", "client_roots")):
+                return text("Multiple inputs completed")
+            return input_required({"user_name": elicit("What is your name?", {"name": {"type": "string"}}, ("name",)),
+                                   "greeting": sample("Generate a greeting", 50), "client_roots": ROOTS},
+                                  {"kind": "multiple-inputs"})
+        if name == "test_input_required_result_multi_round":
+            if state.get("round") == 2 and "step2" in got:
+                return text("Multi-round complete")
+            if state.get("round") == 1 and "step1" in got:
+                return input_required({"step2": elicit("Step 2: What is your favorite color?",
+                                                       {"color": {"type": "string"}}, ("color",))}, {"round": 2})
+            return input_required({"step1": elicit("Step 1: What is your name?", {"name": {"type": "string"}},
+                                                   ("name",))}, {"round": 1})
+        if name == "test_input_required_result_tampered_state":
+            if state and "confirm" in got:
+                return text("integrity-ok: state verified")
+            return input_required({"confirm": elicit("Please confirm", {"ok": {"type": "boolean"}}, ("ok",))},
+                                  {"kind": "tamper-test"})
+        if name == "test_input_required_result_capabilities":
+            if got:
+                return text(f"capabilities-ok: received {','.join(sorted(got))}")
+            caps = client_capabilities(ctx)
+            wanted: dict[str, dict[str, Any]] = {}
+            if "elicitation" in caps:
+                wanted["elicit_input"] = elicit("Elicitation input", {"value": {"type": "string"}}, ("value",))
+            if "sampling" in caps:
+                wanted["sample_input"] = sample("Sample request", 50)
+            return input_required(wanted, {"kind": "capabilities"}) if wanted else text("no capabilities declared")
+        if any(name == t["name"] for t in tools):
+            return text(f"called {name}")
+        raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {name}")
+
+    async def read_resource(ctx: Any, params: Any) -> dict[str, Any]:
+        uri = str(params.uri)
+        if uri == "test://static-text":
+            return {"contents": [{"uri": uri, "mimeType": "text/plain",
+                                  "text": "This is the content of the static text resource."}]}
+        if uri == "test://static-binary":
+            return {"contents": [{"uri": uri, "mimeType": "image/png", "blob": PNG}]}
+        if uri == WATCHED:
+            return {"contents": [{"uri": uri, "mimeType": "text/plain", "text": "Watched resource content"}]}
+        if uri.startswith("test://template/") and uri.endswith("/data"):
+            item = uri.removeprefix("test://template/").removesuffix("/data")
+            return {"contents": [{"uri": uri, "mimeType": "application/json", "text": json.dumps(
+                {"id": item, "templateTest": True, "data": f"Data for ID: {item}"})}]}
+        raise MCPError(types.RESOURCE_NOT_FOUND, f"Resource not found: {uri}", data={"uri": uri})
+
+    async def get_prompt(ctx: Any, params: Any) -> dict[str, Any]:
+        arguments = params.arguments or {}
+        if params.name == "test_simple_prompt":
+            return {"messages": [{"role": "user", "content": {"type": "text",
+                                                              "text": "This is a simple prompt for testing."}}]}
+        if params.name == "test_prompt_with_arguments":
+            body = f"Prompt with arguments: arg1='{arguments.get('arg1')}', arg2='{arguments.get('arg2')}'"
+            return {"messages": [{"role": "user", "content": {"type": "text", "text": body}}]}
+        if params.name == "test_prompt_with_embedded_resource":
+            return {"messages": [
+                {"role": "user", "content": {"type": "resource", "resource": {
+                    "uri": arguments.get("resourceUri", "test://example-resource"), "mimeType": "text/plain",
+                    "text": "Embedded resource content for testing."}}},
+                {"role": "user", "content": {"type": "text", "text": "Please process the embedded resource above."}}]}
+        if params.name == "test_prompt_with_image":
+            return {"messages": [
+                {"role": "user", "content": {"type": "image", "data": PNG, "mimeType": "image/png"}},
+                {"role": "user", "content": {"type": "text", "text": "Please analyze the image above."}}]}
+        if params.name == "test_input_required_result_prompt":
+            context = (responses(params).get("user_context", {}).get("content") or {}).get("context")
+            if context is not None:
+                return {"messages": [{"role": "user", "content": {"type": "text",
+                                                                  "text": f"Prompt with context: {context}"}}]}
+            return input_required({"user_context": elicit("What context should the prompt use?",
+                                                          {"context": {"type": "string"}}, ("context",))})
+        if any(params.name == p["name"] for p in prompts):
+            return {"messages": [{"role": "user", "content": {"type": "text", "text": params.name}}]}
+        raise MCPError(types.INVALID_PARAMS, f"Unknown prompt: {params.name}")
+
+    async def subscribe(ctx: Any, params: Any) -> dict[str, Any]:
+        subscribers[id(ctx.session)] = ctx.session
+        return {}
+
+    async def unsubscribe(ctx: Any, params: Any) -> dict[str, Any]:
+        subscribers.pop(id(ctx.session), None)
+        return {}
+
+    async def set_level(ctx: Any, params: Any) -> dict[str, Any]:
+        levels[id(ctx.session)] = params.level
+        return {}
+
+    async def complete(ctx: Any, params: Any) -> dict[str, Any]:
+        return {"completion": {"values": [], "total": 0, "hasMore": False}}
+
+    async def listed(items: list[dict[str, Any]], key: str) -> dict[str, Any]:
+        return {key: items}
+
+    def finished(handler: Any) -> Any:
+        """`resultType` is required on 2026-07-28 (the SDK drops it for older versions)."""
+        async def wrapped(ctx: Any, params: Any) -> Any:
+            result = await handler(ctx, params)
+            return {"resultType": "complete", **result}
+        return wrapped
+
+    server = ListChangedServer(
+        NAME, version="1.0.0",
+        cache_hints={method: CacheHint(ttl_ms=0, scope="private") for method in CACHEABLE_METHODS},
+        on_list_tools=finished(lambda ctx, params: listed(tools, "tools")), on_call_tool=finished(call_tool),
+        on_list_resources=finished(lambda ctx, params: listed(RESOURCES, "resources")),
+        on_list_resource_templates=finished(lambda ctx, params: listed(TEMPLATES, "resourceTemplates")),
+        on_read_resource=finished(read_resource), on_subscribe_resource=finished(subscribe),
+        on_unsubscribe_resource=finished(unsubscribe),
+        on_list_prompts=finished(lambda ctx, params: listed(prompts, "prompts")), on_get_prompt=finished(get_prompt),
+        on_completion=finished(complete), on_set_logging_level=set_level, on_subscriptions_listen=ListenHandler(bus))
+    # The SDK's own requestState boundary: seals state in an envelope, so a tampered one is refused (-32602).
+    server.middleware.append(RequestStateBoundary(RequestStateSecurity.ephemeral(), default_audience=NAME))
+    return server
+
+
+class ListChangedServer(Server[Any]):
+    """Advertises `listChanged` for every family, also over HTTP (the session manager passes no options)."""
+
+    def create_initialization_options(self, notification_options: NotificationOptions | None = None,
+                                      *args: Any, **kwargs: Any) -> Any:
+        return super().create_initialization_options(notification_options or NotificationOptions(True, True, True),
+                                                     *args, **kwargs)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--transport", choices=["stdio", "http"], default="stdio")
+    parser.add_argument("--port", type=int, default=0)
+    args = parser.parse_args()
+    server = build_server()
+    if args.transport == "stdio":
+        anyio.run(serve_stdio, server)
+    else:
+        anyio.run(serve_http, server, "http", args.port)
+
+
+if __name__ == "__main__":
+    main()
