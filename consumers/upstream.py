@@ -22,6 +22,7 @@ import mcp_types as types
 from mcp import ClientSession
 from mcp.client.subscriptions import ResourcesListChanged, ResourceUpdated, listen
 from mcp.shared.exceptions import MCPError
+from mcp.shared.inbound import find_invalid_x_mcp_header, mcp_param_headers, x_mcp_header_map
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import TypeAdapter, ValidationError
 
@@ -104,6 +105,8 @@ class Upstream:
         self._subscriptions: dict[str, int] = {}
         """Raw URIs clients subscribed to, with how many subscribers each: the upstream is asked once per URI."""
         self._listen_changed = anyio.Event()
+        self._header_maps: dict[Any, dict[tuple[str, ...], str]] = {}
+        """2026-07-28: per raw tool name, the arguments a `tools/call` mirrors into `Mcp-Param-*` headers."""
 
     def __repr__(self) -> str:
         return f"Upstream({self.name!r}, {self.config.kind}, {self.state.value})"
@@ -212,9 +215,48 @@ class Upstream:
             except MCPError as exc:
                 logger.debug("upstream %s: server/discover refused (%s); using initialize", self.name, exc)
             else:
-                _declare_callers_capabilities(session)
+                self._stamp_for_callers(session)
                 return found
         return await session.initialize()
+
+    def _stamp_for_callers(self, session: ClientSession) -> None:
+        """On 2026-07-28 every request declares the client's capabilities, and a `tools/call` mirrors arguments
+        marked `x-mcp-header` into `Mcp-Param-*` headers. Triad can only relay what the client it forwards for can
+        do, so that client's declaration replaces Triad's (Triad's own requests, such as lists, keep Triad's); and
+        it mirrors headers from the schemas it listed (the SDK learns them only through its typed `list_tools`).
+        The SDK (pinned to 2.3.x) stamps requests in `_stamp`, set by `discover()`, with no public hook: this
+        wraps it."""
+        stamp = session._stamp
+
+        def stamp_for_caller(data: dict[str, Any], options: Any) -> None:
+            stamp(data, options)
+            params = data.get("params") or {}
+            downstream = CURRENT_DOWNSTREAM.get()
+            if downstream is not None and downstream.capabilities is not None:
+                params["_meta"][CLIENT_CAPABILITIES_META_KEY] = downstream.capabilities
+            header_map = self._header_maps.get(params.get("name")) if data["method"] == "tools/call" else None
+            if header_map:
+                options.setdefault("headers", {}).update(mcp_param_headers(header_map, params.get("arguments") or {}))
+
+        session._stamp = stamp_for_caller
+
+    def _checked_tools(self, tools: tuple[dict[str, Any], ...], version: str) -> tuple[dict[str, Any], ...]:
+        """2026-07-28: a tool whose `x-mcp-header` marks are invalid is dropped (clients MUST), the others' marks
+        are remembered for `tools/call` headers."""
+        if version not in MODERN_PROTOCOL_VERSIONS:
+            return tools
+        kept, maps = [], {}
+        for tool in tools:
+            schema = tool.get("inputSchema")
+            if (reason := find_invalid_x_mcp_header(schema)) is not None:
+                logger.warning("upstream %s: tool %r dropped: invalid x-mcp-header (%s)", self.name,
+                               tool.get("name"), reason)
+                continue
+            if header_map := x_mcp_header_map(schema):
+                maps[tool.get("name")] = header_map
+            kept.append(tool)
+        self._header_maps = maps
+        return tuple(kept)
 
     async def _listen(self, session: ClientSession, capabilities: dict[str, Any]) -> None:
         """A 2026-07-28 upstream announces changes only on a `subscriptions/listen` stream; it is opened again
@@ -324,6 +366,7 @@ class Upstream:
             info = server_info.model_dump(by_alias=True, mode="json", exclude_none=True) if server_info else {}
             version = session.protocol_version or ""
         tools = await self._list_all(session, types.ListToolsRequest, "tools") if "tools" in caps else ()
+        tools = self._checked_tools(tools, version)
         resources = templates = prompts = ()
         if "resources" in caps:
             resources = await self._list_all(session, types.ListResourcesRequest, "resources")
@@ -515,6 +558,12 @@ class Upstream:
             self._in_flight -= 1
             if not self._in_flight:
                 self._idle.set()
+
+
+def _with_params(request: Any, update: dict[str, Any]) -> Any:
+    """The request with wire-spelled params replaced (validated again, so the SDK serialises them as usual)."""
+    params = request.params.model_dump(by_alias=True, mode="json", exclude_none=True) if request.params else {}
+    return type(request).model_validate({"method": request.method, "params": {**params, **update}}, by_name=False)
 
 
 def _with_params(request: Any, update: dict[str, Any]) -> Any:

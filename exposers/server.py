@@ -86,6 +86,7 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
 
     def lister(method: Callable[[Identity, str | None], dict[str, Any]]) -> Handler:
         async def handle(ctx: ServerRequestContext[Any], _params: Any) -> dict[str, Any]:
+            await dispatcher.settled()
             return complete(method(identity_of(ctx), cursor_of(ctx)))
         return handle
 

@@ -95,9 +95,10 @@ class Dispatcher:
         self.metrics = Metrics()
         self._views: dict[Identity, ClientView] = {}
         self._schemas: dict[tuple[str, str], dict[str, Any]] = {}
-        self._parsed_templates: tuple[int, list[tuple[str, UriTemplate]]] = (-1, [])
         """Normalised input schemas by (profile, tool), computed once per registry version."""
+        self._parsed_templates: tuple[int, list[tuple[str, UriTemplate]]] = (-1, [])
         self._listeners: list[Callable[[], None]] = []
+        self._settled = False
 
     # -- registry path -------------------------------------------------------------------------------------------
 
@@ -170,6 +171,13 @@ class Dispatcher:
                     await self.hooks.denied(ctx, step.layer, step.pattern, step.detail)
                 break
         return UnknownName(f"Unknown tool: {name}")
+
+    async def settled(self) -> None:
+        """Lists wait, once, for every upstream's first connection attempt (each bounded by its timeout): a client
+        that lists right after Triad starts sees every tool, not a partial list and a list_changed it may ignore."""
+        if not self._settled:
+            await self.pool.wait_settled()
+            self._settled = True
 
     def offered(self) -> set[str]:
         """Capability families to advertise: what connected upstreams offer, plus everything while one is still
