@@ -51,6 +51,11 @@ class UpstreamPool:
     def upstreams(self) -> Mapping[str, Upstream]:
         return self._upstreams
 
+    @property
+    def all_modern(self) -> bool:
+        """Every upstream speaks 2026-07-28 (none asks its client mid-call)."""
+        return all(upstream.modern for upstream in self._upstreams.values())
+
     def get(self, name: str) -> Upstream | None:
         return self._upstreams.get(name)
 

@@ -1,9 +1,9 @@
-"""The downstream side of a relay: one downstream request, able to receive the upstream's logs and answer the
-upstream's sampling, elicitation and roots requests (see `consumers.relay`).
+"""The downstream side of a relay: one downstream request, able to receive the upstream's logs and progress and to
+answer the upstream's sampling, elicitation and roots requests (see `consumers.relay`).
 
-Messages go on the request's own stream (`related_request_id`), so each client gets only its own. A downstream
-that cannot take server->client requests (2026-07-28 or stateless HTTP) gets nothing sent; the upstream gets an
-error that says why instead of a hang.
+Messages go on the request's own stream (`related_request_id`), so each client gets only its own. A 2026-07-28
+client takes no server->client requests: a handshake-era upstream's questions reach it as `input_required`
+rounds (`exposers.input_rounds`); without those, the upstream gets an error that says why instead of a hang.
 """
 
 from __future__ import annotations
@@ -26,12 +26,16 @@ LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "e
 class RequestRelay:
     def __init__(self, ctx: ServerRequestContext[Any]) -> None:
         self.ctx = ctx
-        self._metadata = ServerMessageMetadata(related_request_id=ctx.request_id)
-        self.modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+        self.modern = self.era_2026
+        """Takes `input_required` results (a 2026-07-28 client), not server->client requests."""
+
+    @property
+    def era_2026(self) -> bool:
+        return self.ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
 
     @property
     def capabilities(self) -> dict[str, Any] | None:
-        if self.modern:
+        if self.era_2026:
             meta = (self.ctx.params or {}).get("_meta")
             declared = meta.get(CLIENT_CAPABILITIES_META_KEY) if isinstance(meta, dict) else None
             return declared if isinstance(declared, dict) else {}
@@ -43,7 +47,7 @@ class RequestRelay:
     @property
     def log_level(self) -> str | None:
         """2026-07-28: the level this request opted in to (none: no logs). Before: the session's, else all."""
-        if self.modern:
+        if self.era_2026:
             meta = (self.ctx.params or {}).get("_meta")
             level = meta.get(LOG_LEVEL_META_KEY) if isinstance(meta, dict) else None
             return level if level in LEVELS else None
@@ -59,12 +63,16 @@ class RequestRelay:
             await self.ctx.session.send_log_message(params.level, params.data, logger=params.logger,
                                                     related_request_id=self.ctx.request_id)
 
+    async def progress(self, value: float, total: float | None, message: str | None) -> None:
+        await self.ctx.session.report_progress(value, total, message)
+
     async def ask(self, request: Any, result_type: Any) -> Any:
-        if self.modern:
+        if self.era_2026:
             return types.ErrorData(code=types.INVALID_REQUEST, message=(
-                f"the client speaks {self.ctx.protocol_version}, which has no server-to-client requests; Triad "
-                f"does not translate {request.method} into an input_required result yet"))
+                f"the client speaks {self.ctx.protocol_version}, which has no server-to-client requests, and this "
+                f"request was not forwarded in input_required rounds; Triad cannot relay {request.method}"))
         try:
-            return await self.ctx.session.send_request(request, result_type, metadata=self._metadata)
+            metadata = ServerMessageMetadata(related_request_id=self.ctx.request_id)
+            return await self.ctx.session.send_request(request, result_type, metadata=metadata)
         except MCPError as exc:
             return exc.error

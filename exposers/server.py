@@ -12,10 +12,9 @@ with its traceback and becomes INTERNAL_ERROR without details.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import mcp_types as types
@@ -27,6 +26,7 @@ from mcp.server.subscriptions import ListenHandler
 from mcp.shared.exceptions import MCPError
 
 from consumers import CURRENT_DOWNSTREAM
+from exposers.input_rounds import InputRounds
 from exposers.notify import Notifier
 from exposers.relay import LOG_LEVEL_STATE_KEY, RequestRelay
 from gateway.dispatch import SUBSCRIBE, Dispatcher
@@ -67,7 +67,8 @@ class GatewayServer(Server[Any]):
         })
 
 
-def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: Identity) -> GatewayServer:
+def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: Identity,
+                 rounds: InputRounds | None = None) -> GatewayServer:
     def identity_of(ctx: ServerRequestContext[Any]) -> Identity:
         identity = default_identity
         scope = getattr(ctx.request, "scope", None)
@@ -90,23 +91,34 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
             return complete(method(identity_of(ctx), cursor_of(ctx)))
         return handle
 
+    async def forwarded(ctx: ServerRequestContext[Any], forward: Callable[[RequestRelay], Awaitable[dict[str, Any]]]
+                        ) -> dict[str, Any]:
+        """Run `forward()` with this request as the upstream's downstream: its logs, progress and questions come
+        back here. A 2026-07-28 client takes questions as `input_required` rounds when some upstream speaks the
+        handshake era (an upstream of 2026-07-28 asks in-band itself)."""
+        relay = RequestRelay(ctx)
+        if rounds is not None and relay.modern and not dispatcher.pool.all_modern:
+            return await rounds.call(ctx, identity_of(ctx), forward)
+        token = CURRENT_DOWNSTREAM.set(relay)
+        try:
+            return await forward(relay)
+        finally:
+            CURRENT_DOWNSTREAM.reset(token)
+
     async def call_tool(ctx: ServerRequestContext[Any], _params: Any) -> dict[str, Any]:
         params = raw(ctx)
         meta = params.get("_meta")
-        progress = None
-        if isinstance(meta, dict) and meta.get("progressToken") is not None:
-            async def progress(value: float, total: float | None, message: str | None) -> None:
-                await ctx.session.report_progress(value, total, message)
-        with relaying(ctx):
-            return complete(await dispatcher.call_tool(identity_of(ctx), params, progress, session_of(ctx)))
+        wants_progress = isinstance(meta, dict) and meta.get("progressToken") is not None
+        return complete(await forwarded(ctx, lambda relay: dispatcher.call_tool(
+            identity_of(ctx), params, relay.progress if wants_progress else None, session_of(ctx))))
 
     async def read_resource(ctx: ServerRequestContext[Any], _params: Any) -> dict[str, Any]:
-        with relaying(ctx):
-            return complete(await dispatcher.read_resource(identity_of(ctx), raw(ctx), session_of(ctx)))
+        return complete(await forwarded(ctx, lambda _relay: dispatcher.read_resource(identity_of(ctx), raw(ctx),
+                                                                              session_of(ctx))))
 
     async def get_prompt(ctx: ServerRequestContext[Any], _params: Any) -> dict[str, Any]:
-        with relaying(ctx):
-            return complete(await dispatcher.get_prompt(identity_of(ctx), raw(ctx), session_of(ctx)))
+        return complete(await forwarded(ctx, lambda _relay: dispatcher.get_prompt(identity_of(ctx), raw(ctx),
+                                                                           session_of(ctx))))
 
     async def set_logging_level(ctx: ServerRequestContext[Any], params: types.SetLevelRequestParams) -> dict[str, Any]:
         connection = getattr(ctx.session, "_connection", None)
@@ -173,16 +185,6 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
         server.middleware[:] = [m for m in server.middleware if not isinstance(m, OpenTelemetryMiddleware)]
     server.middleware.append(track_and_render)
     return server
-
-
-@contextlib.contextmanager
-def relaying(ctx: ServerRequestContext[Any]) -> Iterator[None]:
-    """Upstream logs and server->client requests during this request go back to this request's client."""
-    token = CURRENT_DOWNSTREAM.set(RequestRelay(ctx))
-    try:
-        yield
-    finally:
-        CURRENT_DOWNSTREAM.reset(token)
 
 
 def session_of(ctx: ServerRequestContext[Any]) -> Session:

@@ -23,7 +23,7 @@ import uvicorn
 from anyio.abc import TaskGroup
 
 from consumers import UpstreamPool, UpstreamState
-from exposers import build_app, build_server, serve_stdio
+from exposers import InputRounds, build_app, build_server, serve_stdio
 from exposers.notify import Notifier
 from gateway.config import TriadConfig, is_loopback
 from gateway.dispatch import Dispatcher
@@ -39,6 +39,7 @@ class Gateway:
     pool: UpstreamPool
     dispatcher: Dispatcher
     notifier: Notifier
+    rounds: InputRounds
     reloader: Reloader | None
     task_group: TaskGroup
 
@@ -58,6 +59,7 @@ async def running_gateway(config: TriadConfig, host: str | None = None, *, watch
     dispatcher = Dispatcher(config, pool, remote=not is_loopback(host or config.listen.host))
     notifier = Notifier(dispatcher)
     pool.on_updated = notifier.resource_updated
+    rounds = InputRounds()
     reloader = Reloader(config.source, config, pool, dispatcher) if config.source is not None else None
     dispatcher.metrics.watch(lambda: {
         "upstreams": {name: up.state.value for name, up in pool.upstreams.items()},
@@ -70,11 +72,12 @@ async def running_gateway(config: TriadConfig, host: str | None = None, *, watch
     })
     async with anyio.create_task_group() as tg:
         tg.start_soon(notifier.run, name="notifier")
+        tg.start_soon(rounds.run, name="input-rounds")
         pool.start(tg)
         if watch and reloader is not None:
             tg.start_soon(reloader.watch, name="config-watch")
         try:
-            yield Gateway(config, pool, dispatcher, notifier, reloader, tg)
+            yield Gateway(config, pool, dispatcher, notifier, rounds, reloader, tg)
         finally:
             pool.stop()
             if reloader is not None:
@@ -93,7 +96,7 @@ class _Uvicorn(uvicorn.Server):
 
 async def serve_http(config: TriadConfig, host: str, port: int) -> None:
     async with running_gateway(config, host, watch=True) as gw:
-        server = build_server(gw.dispatcher, gw.notifier, LOCAL)
+        server = build_server(gw.dispatcher, gw.notifier, LOCAL, gw.rounds)
         app = build_app(server, gw.dispatcher, host, gw.reloader)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
@@ -119,7 +122,7 @@ async def serve_http(config: TriadConfig, host: str, port: int) -> None:
 
 async def serve_stdio_client(config: TriadConfig, identity: Identity) -> None:
     async with running_gateway(config, watch=True, transport="stdio") as gw:
-        server = build_server(gw.dispatcher, gw.notifier, identity)
+        server = build_server(gw.dispatcher, gw.notifier, identity, gw.rounds)
         gw.task_group.start_soon(_handle_signals, gw.task_group.cancel_scope.cancel, gw.reloader)
         await serve_stdio(server)
 

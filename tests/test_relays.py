@@ -131,9 +131,10 @@ async def test_a_2026_client_through_triad(procs: list[Proc], tmp_path: Path) ->
         assert "io.modelcontextprotocol/serverInfo" not in ((result.meta or {}).get("fixture/received-meta") or {})
         tools = await client.list_tools()
         assert "echo" in [t.name for t in tools.tools]
+        # the upstream's question could go to it as an input round, but it declared no elicitation capability
         refused = await client.call_tool("ask", {"question": "?"})
         assert refused.is_error is True
-        assert "has no server-to-client requests" in refused.content[0].text  # type: ignore[union-attr]
+        assert "did not declare the elicitation capability" in refused.content[0].text  # type: ignore[union-attr]
 
 
 async def test_era_envelope_is_never_forwarded_upstream(procs: list[Proc], tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
 """The fixtures the official conformance suite calls by name, served by the SDK's low-level server in both eras.
 
-    python conformance_upstream.py [--transport stdio|http]
+    python conformance_upstream.py [--transport stdio|http] [--port P] [--name N]
 
 The suite (@modelcontextprotocol/conformance 0.2.0-alpha.12) has no published reference server; this one implements
 what its server scenarios of the `2025-11-25` and `2026-07-28` requirement sets call: content tools, logging and
@@ -43,8 +43,15 @@ WATCHED = "test://watched-resource"
 JSON_SCHEMA_2020_12: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "type": "object",
-    "$defs": {"address": {"type": "object", "properties": {"street": {"type": "string"}, "city": {"type": "string"}}}},
-    "properties": {"name": {"type": "string"}, "address": {"$ref": "#/$defs/address"}},
+    "$defs": {"address": {"$anchor": "addressDef", "type": "object",
+                          "properties": {"street": {"type": "string"}, "city": {"type": "string"}}}},
+    "properties": {"name": {"type": "string"}, "address": {"$ref": "#/$defs/address"},
+                   "contactMethod": {"type": "string", "enum": ["phone", "email"]},
+                   "phone": {"type": "string"}, "email": {"type": "string"}},
+    "allOf": [{"anyOf": [{"required": ["phone"]}, {"required": ["email"]}]}],
+    "if": {"properties": {"contactMethod": {"const": "phone"}}, "required": ["contactMethod"]},
+    "then": {"required": ["phone"]},
+    "else": {"required": ["email"]},
     "additionalProperties": False,
 }
 DEFAULTS_SCHEMA: dict[str, Any] = {"type": "object", "required": [], "properties": {
@@ -101,6 +108,41 @@ def input_required(requests: dict[str, dict[str, Any]], state: dict[str, Any] | 
     return result
 
 
+NAME_QUESTION = elicit("What is your name?", {"name": {"type": "string"}}, ("name",))
+CONFIRM = elicit("Please confirm", {"ok": {"type": "boolean"}}, ("ok",))
+ROUNDS: dict[str, list[dict[str, dict[str, Any]]]] = {
+    "test_input_required_result_elicitation": [{"user_name": NAME_QUESTION}],
+    "test_input_required_result_sampling": [{"sample_request": sample("What is the capital of France?")}],
+    "test_input_required_result_list_roots": [{"roots_request": ROOTS}],
+    "test_input_required_result_request_state": [{"confirm": CONFIRM}],
+    "test_input_required_result_multiple_inputs": [{"user_name": NAME_QUESTION, "greeting": sample(
+        "Generate a greeting", 50), "client_roots": ROOTS}],
+    "test_input_required_result_multi_round": [
+        {"step1": elicit("Step 1: What is your name?", {"name": {"type": "string"}}, ("name",))},
+        {"step2": elicit("Step 2: What is your favorite color?", {"color": {"type": "string"}}, ("color",))}],
+    "test_input_required_result_tampered_state": [{"confirm": CONFIRM}],
+}
+"""The multi-round-trip fixtures: the questions of each round, by the key the answer comes back under."""
+STATEFUL = {"test_input_required_result_request_state", "test_input_required_result_multiple_inputs",
+            "test_input_required_result_multi_round", "test_input_required_result_tampered_state"}
+
+
+def finish(name: str, answers: dict[str, Any]) -> str:
+    """The final text of a multi-round-trip fixture, from the answers."""
+    if name == "test_input_required_result_elicitation":
+        return f"Hello, {(answers['user_name'].get('content') or {}).get('name')}!"
+    if name == "test_input_required_result_sampling":
+        return f"Sampling result: {(answers['sample_request'].get('content') or {}).get('text', 'no response')}"
+    if name == "test_input_required_result_list_roots":
+        return f"Found {len(answers['roots_request'].get('roots') or [])} root(s)"
+    return {"test_input_required_result_request_state": "state-ok: requestState validated",
+            "test_input_required_result_multiple_inputs": "Multiple inputs completed",
+            "test_input_required_result_multi_round": "Multi-round complete",
+            "test_input_required_result_tampered_state": "integrity-ok: state verified",
+            "test_streaming_elicitation": "confirmed",
+            }.get(name, f"capabilities-ok: received {','.join(sorted(answers))}")
+
+
 TOOLS = [
     tool("test_simple_text", "Tests simple text content response"),
     tool("test_image_content", "Tests image content response"),
@@ -118,6 +160,11 @@ TOOLS = [
     tool("test_elicitation_sep1330_enums", "Tests elicitation with enum schema improvements per SEP-1330"),
     {"name": "json_schema_2020_12_tool", "description": "Tool with JSON Schema 2020-12 features",
      "inputSchema": JSON_SCHEMA_2020_12},
+    {"name": "test_custom_header_tool", "description": "Mirrors arguments into Mcp-Param headers (SEP-2243)",
+     "inputSchema": {"type": "object", "required": ["region"], "properties": {
+         "region": {"type": "string", "x-mcp-header": "Region"},
+         "priority": {"type": "integer", "x-mcp-header": "Priority"},
+         "verbose": {"type": "boolean", "x-mcp-header": "Verbose"}}}},
     tool("test_missing_capability", "Requires the sampling capability the client must declare (SEP-2575)"),
     tool("test_streaming_elicitation", "Asks for input in-band, never with an independent request (SEP-2575)"),
     tool("test_logging_tool", "Logs only when the request opted in with a log level (SEP-2575)"),
@@ -196,14 +243,28 @@ def build_server() -> Server[Any]:
             return responses(params).get(key)
         return await ask(ctx, request)
 
+    async def in_rounds(ctx: Any, params: Any, name: str, rounds: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
+        """The multi-round-trip fixtures. 2026-07-28: one `input_required` result per round, the round number
+        in `requestState` where the suite expects state. Handshake era: the same questions asked as
+        server->client requests, one by one."""
+        if not modern(ctx):
+            answers = {key: await ask(ctx, request) for questions in rounds for key, request in questions.items()}
+            return text(finish(name, answers))
+        got, stateful = responses(params), name in STATEFUL
+        state = json.loads(params.request_state) if params.request_state else {}
+        index = state.get("round", 0) if stateful else 0
+        if (state or not stateful) and all(key in got for key in rounds[index]):
+            if index + 1 == len(rounds):
+                return text(finish(name, got))
+            index += 1
+        return input_required(rounds[index], {"kind": name, "round": index} if stateful else None)
+
     async def log(ctx: Any, level: str, data: str) -> None:
         await ctx.session.send_log_message(level, data, logger="conformance-fixture",
                                            related_request_id=ctx.request_id)
 
     async def call_tool(ctx: Any, params: Any) -> dict[str, Any]:
         name, arguments = params.name, params.arguments or {}
-        got = responses(params)
-        state = json.loads(params.request_state) if params.request_state else {}
         if name == "test_simple_text":
             return text("This is a simple text response for testing.")
         if name == "test_image_content":
@@ -257,9 +318,11 @@ def build_server() -> Server[Any]:
             answer = await interactive(ctx, params, "elicitation", request)
             if answer is None:
                 return input_required({"elicitation": request})
+            if "error" in answer:
+                return text(f"Elicitation not supported or error: {answer['error']}")
             content = json.dumps(answer.get("content", {}))
             return text(f"User response: action={answer.get('action')}, content={content}")
-        if name == "json_schema_2020_12_tool":
+        if name in ("json_schema_2020_12_tool", "test_custom_header_tool"):
             return text(json.dumps(arguments))
         if name == "test_missing_capability":
             if "sampling" not in client_capabilities(ctx):
@@ -268,9 +331,7 @@ def build_server() -> Server[Any]:
             return text("sampling capability declared")
         if name == "test_streaming_elicitation":
             await ctx.session.report_progress(0, 1, "asking")
-            if "confirm" in got:
-                return text("confirmed")
-            return input_required({"confirm": elicit("Please confirm", {"ok": {"type": "boolean"}}, ("ok",))})
+            return await in_rounds(ctx, params, name, [{"confirm": CONFIRM}])
         if name == "test_trigger_tool_change":
             tools.append(tool(f"test_added_tool_{len(tools)}", "Added by test_trigger_tool_change"))
             await bus.publish(ToolsListChanged())
@@ -288,53 +349,18 @@ def build_server() -> Server[Any]:
             for session in list(subscribers.values()):
                 await session.send_resource_updated(WATCHED)
             return text("resource updated")
-        if name == "test_input_required_result_elicitation":
-            if "name" in (got.get("user_name", {}).get("content") or {}):
-                return text(f"Hello, {got['user_name']['content']['name']}!")
-            return input_required({"user_name": elicit("What is your name?", {"name": {"type": "string"}}, ("name",))})
-        if name == "test_input_required_result_sampling":
-            if "sample_request" in got:
-                content = got["sample_request"].get("content") or {}
-                return text(f"Sampling result: {content.get('text', 'no response')}")
-            return input_required({"sample_request": sample("What is the capital of France?")})
-        if name == "test_input_required_result_list_roots":
-            if "roots_request" in got:
-                return text(f"Found {len(got['roots_request'].get('roots') or [])} root(s)")
-            return input_required({"roots_request": ROOTS})
-        if name == "test_input_required_result_request_state":
-            if state.get("kind") == "request-state" and "confirm" in got:
-                return text("state-ok: requestState validated")
-            return input_required({"confirm": elicit("Please confirm", {"ok": {"type": "boolean"}}, ("ok",))},
-                                  {"kind": "request-state"})
-        if name == "test_input_required_result_multiple_inputs":
-            if state and all(key in got for key in ("user_name", "greeting", "client_roots")):
-                return text("Multiple inputs completed")
-            return input_required({"user_name": elicit("What is your name?", {"name": {"type": "string"}}, ("name",)),
-                                   "greeting": sample("Generate a greeting", 50), "client_roots": ROOTS},
-                                  {"kind": "multiple-inputs"})
-        if name == "test_input_required_result_multi_round":
-            if state.get("round") == 2 and "step2" in got:
-                return text("Multi-round complete")
-            if state.get("round") == 1 and "step1" in got:
-                return input_required({"step2": elicit("Step 2: What is your favorite color?",
-                                                       {"color": {"type": "string"}}, ("color",))}, {"round": 2})
-            return input_required({"step1": elicit("Step 1: What is your name?", {"name": {"type": "string"}},
-                                                   ("name",))}, {"round": 1})
-        if name == "test_input_required_result_tampered_state":
-            if state and "confirm" in got:
-                return text("integrity-ok: state verified")
-            return input_required({"confirm": elicit("Please confirm", {"ok": {"type": "boolean"}}, ("ok",))},
-                                  {"kind": "tamper-test"})
+        if name in ROUNDS:
+            return await in_rounds(ctx, params, name, ROUNDS[name])
         if name == "test_input_required_result_capabilities":
-            if got:
-                return text(f"capabilities-ok: received {','.join(sorted(got))}")
             caps = client_capabilities(ctx)
             wanted: dict[str, dict[str, Any]] = {}
             if "elicitation" in caps:
                 wanted["elicit_input"] = elicit("Elicitation input", {"value": {"type": "string"}}, ("value",))
             if "sampling" in caps:
                 wanted["sample_input"] = sample("Sample request", 50)
-            return input_required(wanted, {"kind": "capabilities"}) if wanted else text("no capabilities declared")
+            if not wanted:
+                return text("no capabilities declared")
+            return await in_rounds(ctx, params, name, [wanted])
         if any(name == t["name"] for t in tools):
             return text(f"called {name}")
         raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {name}")
@@ -373,12 +399,13 @@ def build_server() -> Server[Any]:
                 {"role": "user", "content": {"type": "image", "data": PNG, "mimeType": "image/png"}},
                 {"role": "user", "content": {"type": "text", "text": "Please analyze the image above."}}]}
         if params.name == "test_input_required_result_prompt":
-            context = (responses(params).get("user_context", {}).get("content") or {}).get("context")
+            question = elicit("What context should the prompt use?", {"context": {"type": "string"}}, ("context",))
+            answer = responses(params).get("user_context", {}) if modern(ctx) else await ask(ctx, question)
+            context = (answer.get("content") or {}).get("context")
             if context is not None:
                 return {"messages": [{"role": "user", "content": {"type": "text",
                                                                   "text": f"Prompt with context: {context}"}}]}
-            return input_required({"user_context": elicit("What context should the prompt use?",
-                                                          {"context": {"type": "string"}}, ("context",))})
+            return input_required({"user_context": question})
         if any(params.name == p["name"] for p in prompts):
             return {"messages": [{"role": "user", "content": {"type": "text", "text": params.name}}]}
         raise MCPError(types.INVALID_PARAMS, f"Unknown prompt: {params.name}")
@@ -409,7 +436,8 @@ def build_server() -> Server[Any]:
         return wrapped
 
     server = ListChangedServer(
-        NAME, version="1.0.0",
+        NAME, version="1.0.0", get_tool_input_schema=lambda name: next(
+            (t["inputSchema"] for t in tools if t["name"] == name), None),
         cache_hints={method: CacheHint(ttl_ms=0, scope="private") for method in CACHEABLE_METHODS},
         on_list_tools=finished(lambda ctx, params: listed(tools, "tools")), on_call_tool=finished(call_tool),
         on_list_resources=finished(lambda ctx, params: listed(RESOURCES, "resources")),
@@ -436,6 +464,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--transport", choices=["stdio", "http"], default="stdio")
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--name", default=NAME, help="only shown in the process list (the tests mark their runs)")
     args = parser.parse_args()
     server = build_server()
     if args.transport == "stdio":

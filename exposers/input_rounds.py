@@ -1,0 +1,174 @@
+"""Server->client requests of a handshake-era upstream, put to a 2026-07-28 client as `input_required` rounds.
+
+A 2026-07-28 client cannot be sent requests; it is answered `input_required` and retries with `inputResponses`.
+An upstream of the handshake era asks mid-call instead (sampling, elicitation, roots) and waits for the answer.
+So for a 2026-07-28 client the call runs in a task of its own (a *flight*, owned by `InputRounds.run()`): when
+the upstream asks, the client's request is answered `input_required` with a `requestState` naming the flight,
+and the flight waits, parked, with the upstream's call still open. The client's retry carries the answer to the
+waiting upstream request and then waits for the flight's next event: its result, or the upstream's next
+question. A parked flight that is not resumed within `PARKED_TTL` is cancelled (the upstream call with it); a
+state that names no parked flight of the same client and method gets the SDK's own "Invalid or expired
+requestState" error.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import mcp_types as types
+from anyio.abc import TaskGroup
+from mcp.server import ServerRequestContext
+from mcp.shared.exceptions import MCPError
+
+from consumers import CURRENT_DOWNSTREAM
+from exposers.relay import RequestRelay
+from gateway.identity import Identity
+
+logger = logging.getLogger("triad.exposer")
+
+STATE_PREFIX = "triad-round:"
+"""Marks a `requestState` Triad minted; any other state belongs to a 2026-07-28 upstream and passes through."""
+PARKED_TTL = 300.0
+"""How long a parked call waits for the client's retry before it is cancelled."""
+MAX_PARKED = 1000
+"""A bound on parked calls, so clients that never retry cannot grow memory without limit."""
+INPUT_KEY = "input"
+CAPABILITY_OF = {"sampling/createMessage": "sampling", "elicitation/create": "elicitation", "roots/list": "roots"}
+MISSING_CAPABILITY = -32021
+"""MissingRequiredClientCapabilityError (2026-07-28)."""
+
+
+@dataclass
+class _Question:
+    request: Any
+    result_type: Any
+    answered: anyio.Event = field(default_factory=anyio.Event)
+    answer: Any = None
+
+
+class _RoundRelay(RequestRelay):
+    """The downstream of a flight: logs and progress go to whichever request of the client is current, and the
+    upstream's questions become events of the flight."""
+
+    def __init__(self, ctx: ServerRequestContext[Any], flight: _Flight) -> None:
+        super().__init__(ctx)
+        self.modern = False  # the upstream's requests are asked here, never passed through as input_required
+        self._flight = flight
+
+    async def ask(self, request: Any, result_type: Any) -> Any:
+        needed = CAPABILITY_OF.get(request.method)
+        if needed is not None and needed not in (self.capabilities or {}):
+            return types.ErrorData(code=MISSING_CAPABILITY, message=(
+                f"the client did not declare the {needed} capability, so Triad cannot ask it {request.method}"))
+        question = _Question(request, result_type)
+        await self._flight.events.send(question)
+        await question.answered.wait()
+        return question.answer
+
+
+@dataclass
+class _Flight:
+    owner: Identity
+    method: str
+    events: Any
+    receive: Any
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    question: _Question | None = None
+    relay: _RoundRelay | None = None
+
+
+class InputRounds:
+    def __init__(self) -> None:
+        self._task_group: TaskGroup | None = None
+        self._parked: dict[str, _Flight] = {}
+
+    async def run(self) -> None:
+        """Own the flights' tasks; started once in the daemon's task group."""
+        async with anyio.create_task_group() as tg:
+            self._task_group = tg
+            await anyio.sleep_forever()
+
+    async def call(self, ctx: ServerRequestContext[Any], owner: Identity,
+                   forward: Callable[[RequestRelay], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
+        """Run `forward(relay)` for a 2026-07-28 client's request: its result, or an `input_required` round. The
+        relay follows the client's requests from round to round (logs and progress go to the current one)."""
+        state = (ctx.params or {}).get("requestState")
+        if isinstance(state, str) and state.startswith(STATE_PREFIX):
+            return await self._resume(ctx, owner, state)
+        if self._task_group is None:
+            raise RuntimeError("InputRounds.run() is not running")
+        send, receive = anyio.create_memory_object_stream[Any](1)
+        flight = _Flight(owner, ctx.method, send, receive)
+        flight.relay = _RoundRelay(ctx, flight)
+        self._task_group.start_soon(self._fly, flight, forward)
+        return await self._next(flight)
+
+    async def _fly(self, flight: _Flight, forward: Callable[[RequestRelay], Awaitable[dict[str, Any]]]) -> None:
+        assert flight.relay is not None
+        token = CURRENT_DOWNSTREAM.set(flight.relay)
+        try:
+            with flight.scope:
+                try:
+                    outcome: Any = await forward(flight.relay)
+                except Exception as exc:  # delivered to the client's current request, which raises it
+                    outcome = exc
+                await flight.events.send(outcome)
+        finally:
+            CURRENT_DOWNSTREAM.reset(token)
+            flight.events.close()
+
+    async def _next(self, flight: _Flight) -> dict[str, Any]:
+        """Wait for the flight's result or its next question; a client that goes away takes the flight along."""
+        try:
+            event = await flight.receive.receive()
+        except BaseException:
+            flight.scope.cancel()
+            raise
+        if isinstance(event, Exception):
+            raise event
+        if not isinstance(event, _Question):
+            return event
+        if len(self._parked) >= MAX_PARKED:
+            flight.scope.cancel()
+            raise MCPError(types.INTERNAL_ERROR, f"Triad has {MAX_PARKED} calls waiting for input already; "
+                           "answer or abandon those first")
+        flight.question = event
+        state = STATE_PREFIX + secrets.token_urlsafe(24)
+        self._parked[state] = flight
+        assert self._task_group is not None
+        self._task_group.start_soon(self._expire, state, flight)
+        request = event.request.model_dump(by_alias=True, mode="json", exclude_none=True)
+        return {"resultType": "input_required", "inputRequests": {INPUT_KEY: request}, "requestState": state}
+
+    async def _resume(self, ctx: ServerRequestContext[Any], owner: Identity, state: str) -> dict[str, Any]:
+        flight = self._parked.get(state)
+        if flight is None or flight.owner != owner or flight.method != ctx.method:
+            raise MCPError(types.INVALID_PARAMS, "Invalid or expired requestState")
+        question = flight.question
+        assert question is not None and flight.relay is not None
+        answer = ((ctx.params or {}).get("inputResponses") or {}).get(INPUT_KEY)
+        if answer is None:  # asked again, same state: the client may still answer
+            request = question.request.model_dump(by_alias=True, mode="json", exclude_none=True)
+            return {"resultType": "input_required", "inputRequests": {INPUT_KEY: request}, "requestState": state}
+        del self._parked[state]
+        try:
+            question.answer = question.result_type.model_validate(answer, by_name=False)
+        except ValueError:
+            question.answer = types.ErrorData(code=types.INVALID_PARAMS, message=(
+                f"the client's answer to {question.request.method} is not a valid result"))
+        flight.relay.ctx = ctx  # from now on, logs and progress go to this request
+        flight.question = None
+        question.answered.set()
+        return await self._next(flight)
+
+    async def _expire(self, state: str, flight: _Flight) -> None:
+        await anyio.sleep(PARKED_TTL)
+        if self._parked.get(state) is flight:
+            del self._parked[state]
+            logger.info("a call waiting for a client's input was cancelled after %gs without a retry", PARKED_TTL)
+            flight.scope.cancel()
