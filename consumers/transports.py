@@ -1,7 +1,8 @@
 """Opening one upstream transport from its config: stdio child, streamable HTTP, or legacy SSE.
 
-`open_transport` is an async context manager yielding the SDK's `(read, write)` streams; the upstream's owner task
-enters and exits it. A stdio child's stderr is read line by line into Triad's log, tagged with the upstream's name.
+`open_transport` is an async context manager yielding the SDK's `(read, write)` streams, and for streamable HTTP
+the `HttpLink` Triad's lean request path uses (`consumers.http_hop`); the upstream's owner task enters and exits
+it. A stdio child's stderr is read line by line into Triad's log, tagged with the upstream's name.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from mcp import StdioServerParameters, stdio_client
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 
+from consumers.http_hop import HttpLink
 from gateway.config import UpstreamConfig
 
 logger = logging.getLogger("triad.upstream")
@@ -29,18 +31,19 @@ SSE_READ_TIMEOUT = 300.0
 
 
 @asynccontextmanager
-async def open_transport(name: str, config: UpstreamConfig, cwd: str | None) -> AsyncIterator[tuple[Any, Any]]:
+async def open_transport(name: str, config: UpstreamConfig,
+                         cwd: str | None) -> AsyncIterator[tuple[Any, Any, HttpLink | None]]:
     kind = config.kind
     if kind == "stdio":
-        async with _stdio(name, config, cwd) as streams:
-            yield streams
+        async with _stdio(name, config, cwd) as (read, write):
+            yield read, write, None
         return
     headers = {key: value.get_secret_value() for key, value in config.headers.items()}
     assert config.url is not None
     if kind == "sse":
         async with sse_client(config.url, headers=headers, timeout=HTTP_CONNECT_TIMEOUT,
-                              sse_read_timeout=SSE_READ_TIMEOUT) as streams:
-            yield streams
+                              sse_read_timeout=SSE_READ_TIMEOUT) as (read, write):
+            yield read, write, None
         return
     timeout = httpx2.Timeout(HTTP_CONNECT_TIMEOUT, read=max(config.timeout, SSE_READ_TIMEOUT))
     transport = _DrainingTransport(httpx2.AsyncHTTPTransport())
@@ -48,7 +51,8 @@ async def open_transport(name: str, config: UpstreamConfig, cwd: str | None) -> 
         httpx2.AsyncClient(headers=headers, timeout=timeout, follow_redirects=False, transport=transport) as http,
         streamable_http_client(config.url, http_client=http) as (read, write),
     ):
-        yield read, write
+        transport.link = HttpLink(config.url, http)
+        yield read, write, transport.link
 
 
 DRAIN_LIMIT = 0.05
@@ -63,9 +67,13 @@ class _DrainingTransport(httpx2.AsyncBaseTransport):
 
     def __init__(self, inner: httpx2.AsyncBaseTransport) -> None:
         self._inner = inner
+        self.link: HttpLink | None = None
+        """Told the session id the upstream assigns (the SDK keeps it to itself)."""
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         response = await self._inner.handle_async_request(request)
+        if self.link is not None and (session_id := response.headers.get("mcp-session-id")):
+            self.link.session_id = session_id
         if isinstance(response.stream, httpx2.AsyncByteStream):
             response.stream = _DrainOnClose(response.stream)
         return response

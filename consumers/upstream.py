@@ -18,17 +18,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+import httpx2
 import mcp_types as types
 from mcp import ClientSession
 from mcp.client.subscriptions import ResourcesListChanged, ResourceUpdated, listen
 from mcp.shared.exceptions import MCPError
 from mcp.shared.inbound import find_invalid_x_mcp_header, mcp_param_headers, x_mcp_header_map
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import TypeAdapter, ValidationError
+from pydantic import TypeAdapter
 
 from consumers._breaker import CircuitBreaker
 from consumers._errors import UpstreamSessionGone, describe_failure, map_mcp_error, session_gone
 from consumers._streams import EOFWatch
+from consumers.http_hop import HttpHop, SessionGone
 from consumers.relay import CURRENT_DOWNSTREAM, Downstream, answer_input_requests
 from consumers.transports import open_transport
 from gateway.config import UpstreamConfig
@@ -87,6 +89,8 @@ class Upstream:
         self.settled = anyio.Event()
         """Set once the first connection attempt has succeeded or failed (what `triad plan` waits for)."""
         self._session: ClientSession | None = None
+        self._hop: HttpHop | None = None
+        """The lean request path of a handshake-era HTTP upstream, on the live session's connection."""
         self._wake = anyio.Event()
         self._relist = False
         self._suspect = False
@@ -156,6 +160,8 @@ class Upstream:
 
     def _set_session(self, session: ClientSession | None) -> None:
         self._session = session
+        if session is None:
+            self._hop = None
         if session is not None:
             self._breaker.record(True, anyio.current_time())  # a new connection starts with a closed circuit
         self._new_session.set()
@@ -176,7 +182,7 @@ class Upstream:
     async def _connect_and_serve(self) -> None:
         with anyio.CancelScope() as connect_scope:
             connect_scope.deadline = anyio.current_time() + self.config.timeout
-            async with open_transport(self.name, self.config, self.cwd) as (read, write):
+            async with open_transport(self.name, self.config, self.cwd) as (read, write, link):
                 watch = EOFWatch(read)
                 async with ClientSession(watch, write, client_info=CLIENT_INFO, message_handler=self._on_message,
                                          logging_callback=self._on_log, sampling_callback=self._on_sampling,
@@ -186,6 +192,8 @@ class Upstream:
                     catalog = await self._list_catalog(session, init)
                     connect_scope.deadline = math.inf  # connected: from here on only calls have deadlines
                     self.catalog = catalog
+                    self._hop = HttpHop(link, catalog.protocol_version, self._on_wire_notification) \
+                        if link is not None and not self.modern else None
                     self._set_session(session)
                     self._set_state(UpstreamState.READY, "")
                     self.settled.set()
@@ -393,6 +401,14 @@ class Upstream:
             seen.add(cursor)
         raise UpstreamError(self.name, f"more than {MAX_LIST_PAGES} pages of {key}")
 
+    def _on_wire_notification(self, method: str, params: dict[str, Any]) -> None:
+        """A notification on a lean-path reply that is not about the call itself."""
+        if method in ("notifications/tools/list_changed", "notifications/resources/list_changed",
+                      "notifications/prompts/list_changed"):
+            self.request_relist()
+        elif method == "notifications/resources/updated" and isinstance(params.get("uri"), str):
+            self._on_updated(self.name, params["uri"])
+
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, types.ServerNotification):
             message = message.root if hasattr(message, "root") else message
@@ -483,6 +499,8 @@ class Upstream:
         """One request and its answer. A 2026-07-28 upstream may answer `input_required`: for a client of the
         handshake era Triad asks it each input request and sends the retry; a 2026-07-28 client gets the
         result and retries itself."""
+        if self._hop is not None and session is self._session:
+            return await self._hop.request(request, on_progress, downstream)
         result = await session.send_request(request, RAW, progress_callback=on_progress)
         for _ in range(MAX_INPUT_ROUNDS):
             if result.get("resultType") != "input_required" or downstream is None or downstream.modern:
@@ -547,7 +565,15 @@ class Upstream:
                 raise UpstreamSessionGone(self.name, f"upstream {self.name!r} closed the connection during "
                                           f"{method}") from None
             raise map_mcp_error(self.name, exc) from None
-        except ValidationError:
+        except httpx2.TransportError as exc:  # the lean path's connection broke, or the upstream restarted
+            self._suspect_connection()
+            raise UpstreamSessionGone(self.name, f"upstream {self.name!r} connection failed during {method}: "
+                                      f"{type(exc).__name__}") from None
+        except SessionGone:
+            self._suspect_connection()
+            raise UpstreamSessionGone(self.name, f"upstream {self.name!r} lost its session (it restarted?) "
+                                      f"during {method}; reconnecting") from None
+        except ValueError:  # pydantic's ValidationError, or JSON that is not a JSON-RPC response
             raise UpstreamError(self.name, f"upstream {self.name!r} sent a malformed {method} result") from None
         except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream) as exc:
             self._suspect_connection()

@@ -62,6 +62,9 @@ class BearerAuth:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        # RFC 9110 §5.5: a field value excludes surrounding whitespace. httptools keeps it, and the SDK compares
+        # Mcp-* headers with the body exactly, so a value like " tools/call" would be refused.
+        scope["headers"] = [(key, value.strip(b" \t")) for key, value in scope["headers"]]
         config = self.dispatcher.config
         request = Request(scope)
         identity: Identity | None = LOCAL

@@ -249,7 +249,8 @@ async def serve_http(server: Server[Any], transport: str, port: int) -> None:
             return Response()
 
         app = Starlette(routes=[Route("/sse", endpoint=handle_sse), Mount("/messages/", app=sse.handle_post_message)])
-    userver = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    # h11 strips whitespace around header values (RFC 9110) as the conformance suite expects; httptools keeps it
+    userver = uvicorn.Server(uvicorn.Config(app, log_level="warning", http="h11"))
     print(f"READY {port}", file=sys.stderr, flush=True)
     await userver.serve(sockets=[sock])
 

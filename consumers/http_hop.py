@@ -1,0 +1,205 @@
+"""Triad's own request path to a streamable-HTTP upstream of the handshake era: one POST, its reply read as bytes.
+
+The SDK's client session stays in charge of the connection (the handshake, the GET stream, lists, pings); calls,
+reads and gets take this lean path instead, because on the call path the SDK's generic machinery (a dozen task
+spawns, memory streams, validation of every message) cost more than the rest of Triad together (see `bench/`).
+It sends the request on the session the SDK opened, over the same pooled connections, and reads the answer:
+plain JSON, or an SSE stream that may carry, before the result, progress and log notifications and the
+upstream's own requests (sampling, elicitation, roots), which are answered by a POST of their own, exactly as the
+SDK does. Results are raw wire dicts, never re-validated.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import httpx2
+import mcp_types as types
+from mcp.shared.exceptions import MCPError
+from pydantic import ValidationError
+
+from consumers.relay import ASKS, Downstream
+
+logger = logging.getLogger("triad.upstream")
+
+ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
+TAIL_WAIT = 0.05
+"""After the result, how long the upstream may take to end its reply stream before the read is cut."""
+CANCEL_TIMEOUT = 2.0
+"""How long telling the upstream that a request was cancelled may take."""
+
+
+@dataclass
+class HttpLink:
+    """What the lean path needs of an HTTP upstream's connection; the transport fills in the session id."""
+
+    url: str
+    client: httpx2.AsyncClient
+    session_id: str | None = None
+
+
+class SessionGone(Exception):
+    """The upstream answered 404: it does not know the session (it restarted)."""
+
+
+class HttpHop:
+    def __init__(self, link: HttpLink, protocol_version: str,
+                 on_notification: Callable[[str, dict[str, Any]], None]) -> None:
+        self._link = link
+        self._version = protocol_version
+        self._on_notification = on_notification
+        self._ids = itertools.count(1)
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"content-type": "application/json", "accept": "application/json, text/event-stream",
+                   "mcp-protocol-version": self._version}
+        if self._link.session_id is not None:
+            headers["mcp-session-id"] = self._link.session_id
+        return headers
+
+    async def request(self, request: Any, on_progress: ProgressFn, downstream: Downstream | None) -> dict[str, Any]:
+        """Send one request and return its raw result; a JSON-RPC error raises `MCPError`, as the SDK's does."""
+        request_id = f"triad-{next(self._ids)}"
+        message = request.model_dump(by_alias=True, mode="json", exclude_none=True)
+        params = message.setdefault("params", {})
+        params["_meta"] = {**(params.get("_meta") or {}), "progressToken": request_id}
+        body = json.dumps({"jsonrpc": "2.0", "id": request_id, **message}).encode()
+        try:
+            async with self._post(body) as response:
+                if response.status_code == 404:
+                    raise SessionGone
+                if response.status_code >= 400:
+                    text = (await response.aread()).decode(errors="replace")[:200]
+                    raise MCPError(code=types.INTERNAL_ERROR, message=f"HTTP {response.status_code}: {text}")
+                if response.headers.get("content-type", "").startswith("text/event-stream"):
+                    reply = await self._read_stream(response, request_id, on_progress, downstream)
+                else:
+                    reply = json.loads(await response.aread())
+        except anyio.get_cancelled_exc_class():
+            with anyio.move_on_after(CANCEL_TIMEOUT, shield=True):
+                await self._send({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                                  "params": {"requestId": request_id, "reason": "cancelled by Triad's caller"}})
+            raise
+        return _result_of(reply)
+
+    @contextlib.asynccontextmanager
+    async def _post(self, body: bytes) -> AsyncIterator[httpx2.Response]:
+        """The POST, sent a second time when a pooled connection turns out closed before the upstream answered
+        anything (an idle keep-alive connection the upstream closed at that moment)."""
+        for attempt in (1, 2):
+            try:
+                response = await self._link.client.send(
+                    self._link.client.build_request("POST", self._link.url, content=body, headers=self._headers()),
+                    stream=True)
+            except (httpx2.ReadError, httpx2.WriteError, httpx2.RemoteProtocolError):
+                if attempt == 2:
+                    raise
+                continue
+            try:
+                yield response
+            finally:
+                await response.aclose()
+            return
+
+    async def _read_stream(self, response: httpx2.Response, request_id: str, on_progress: ProgressFn,
+                           downstream: Downstream | None) -> dict[str, Any]:
+        reply: dict[str, Any] | None = None
+        # Read to the end of the stream (the upstream ends it after the result), or cancel the read a moment
+        # after the result: an iterator left suspended and finalised later would close the pooled connection
+        # under the next request.
+        with anyio.CancelScope() as tail:
+            async for message in _events(response):
+                if reply is not None:
+                    continue
+                if message.get("id") == request_id and "method" not in message:
+                    reply = message
+                    tail.deadline = anyio.current_time() + TAIL_WAIT
+                    continue
+                method = message.get("method")
+                if not isinstance(method, str):
+                    continue
+                params = message.get("params") if isinstance(message.get("params"), dict) else {}
+                if "id" in message:
+                    await self._answer(message["id"], method, params, downstream)
+                elif method == "notifications/progress" and params.get("progressToken") == request_id:
+                    await on_progress(params.get("progress", 0), params.get("total"), params.get("message"))
+                elif method == "notifications/message" and downstream is not None:
+                    try:
+                        log = types.LoggingMessageNotificationParams.model_validate(params, by_name=False)
+                    except ValidationError:
+                        logger.debug("an upstream sent a malformed log message")
+                    else:
+                        await downstream.log(log)
+                else:
+                    self._on_notification(method, params)
+        if reply is None:
+            raise MCPError(code=types.CONNECTION_CLOSED, message="the upstream ended its reply without a result")
+        return reply
+
+    async def _answer(self, message_id: Any, method: str, params: dict[str, Any],
+                      downstream: Downstream | None) -> None:
+        """The upstream's own request, mid-call: asked of the client whose call this is, answered by a POST."""
+        reply: dict[str, Any] = {"jsonrpc": "2.0", "id": message_id}
+        kinds = ASKS.get(method)
+        if kinds is None or downstream is None:
+            why = "no client call is waiting for it" if kinds else "Triad does not relay it"
+            reply["error"] = {"code": types.METHOD_NOT_FOUND, "message": f"{method}: {why}"}
+        else:
+            try:
+                answer = await downstream.ask(kinds[0].model_validate({"method": method, "params": params},
+                                                                      by_name=False), kinds[1])
+            except ValidationError:
+                answer = types.ErrorData(code=types.INVALID_PARAMS, message=f"malformed {method} request")
+            if isinstance(answer, types.ErrorData):
+                reply["error"] = answer.model_dump(by_alias=True, mode="json", exclude_none=True)
+            else:
+                reply["result"] = answer.model_dump(by_alias=True, mode="json", exclude_none=True)
+        await self._send(reply)
+
+    async def _send(self, message: dict[str, Any]) -> None:
+        """A response or notification to the upstream (it answers 202, no body)."""
+        try:
+            response = await self._link.client.post(self._link.url, content=json.dumps(message).encode(),
+                                                    headers=self._headers())
+            await response.aclose()
+        except httpx2.HTTPError as exc:
+            logger.debug("could not send %s to an upstream: %s", message.get("method", "a response"), exc)
+
+
+async def _events(response: httpx2.Response) -> AsyncIterator[dict[str, Any]]:
+    """The JSON messages of an SSE stream (`data:` lines joined per event; other fields ignored)."""
+    data: list[str] = []
+    async for line in response.aiter_lines():
+        if line:
+            if line.startswith("data:"):
+                data.append(line[5:].removeprefix(" "))
+            continue
+        if data:
+            text, data = "\n".join(data), []
+            try:
+                message = json.loads(text)
+            except ValueError:
+                logger.debug("an upstream sent a malformed SSE event")
+                continue
+            if isinstance(message, dict):
+                yield message
+
+
+def _result_of(reply: Any) -> dict[str, Any]:
+    if not isinstance(reply, dict):
+        raise ValueError("not a JSON-RPC response")
+    error = reply.get("error")
+    if isinstance(error, dict):
+        raise MCPError(code=error.get("code", types.INTERNAL_ERROR), message=str(error.get("message", "")),
+                       data=error.get("data"))
+    result = reply.get("result")
+    if not isinstance(result, dict):
+        raise ValueError("a response without a result object")
+    return result
