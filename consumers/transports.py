@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import aiohttp
 import anyio
 import httpx2
 from mcp import StdioServerParameters, stdio_client
@@ -46,12 +47,15 @@ async def open_transport(name: str, config: UpstreamConfig,
             yield read, write, None
         return
     timeout = httpx2.Timeout(HTTP_CONNECT_TIMEOUT, read=max(config.timeout, SSE_READ_TIMEOUT))
+    # The lean path's requests are bounded by each call's own deadline; only connecting has a timeout of its own.
+    lean_timeout = aiohttp.ClientTimeout(total=None, sock_connect=HTTP_CONNECT_TIMEOUT)
     transport = _DrainingTransport(httpx2.AsyncHTTPTransport())
     async with (
         httpx2.AsyncClient(headers=headers, timeout=timeout, follow_redirects=False, transport=transport) as http,
+        aiohttp.ClientSession(headers=headers, timeout=lean_timeout) as lean,
         streamable_http_client(config.url, http_client=http) as (read, write),
     ):
-        transport.link = HttpLink(config.url, http)
+        transport.link = HttpLink(config.url, lean)
         yield read, write, transport.link
 
 
@@ -85,15 +89,18 @@ class _DrainingTransport(httpx2.AsyncBaseTransport):
 class _DrainOnClose(httpx2.AsyncByteStream):
     def __init__(self, inner: httpx2.AsyncByteStream) -> None:
         self._inner = inner
+        self._ended = False
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         async for chunk in self._inner:
             yield chunk
+        self._ended = True
 
     async def aclose(self) -> None:
-        with anyio.move_on_after(DRAIN_LIMIT):
-            async for _ in self._inner:
-                pass
+        if not self._ended:  # a stream read to its end has nothing left (reading again would wait for nothing)
+            with anyio.move_on_after(DRAIN_LIMIT):
+                async for _ in self._inner:
+                    pass
         await self._inner.aclose()
 
 

@@ -17,8 +17,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import aiohttp
 import anyio
-import httpx2
 import mcp_types as types
 from mcp import ClientSession
 from mcp.client.subscriptions import ResourcesListChanged, ResourceUpdated, listen
@@ -565,10 +565,11 @@ class Upstream:
                 raise UpstreamSessionGone(self.name, f"upstream {self.name!r} closed the connection during "
                                           f"{method}") from None
             raise map_mcp_error(self.name, exc) from None
-        except httpx2.TransportError as exc:  # the lean path's connection broke, or the upstream restarted
+        except aiohttp.ClientError as exc:  # the lean path's connection broke, or the upstream restarted
             self._suspect_connection()
-            raise UpstreamSessionGone(self.name, f"upstream {self.name!r} connection failed during {method}: "
-                                      f"{type(exc).__name__}") from None
+            what = "could not connect" if isinstance(exc, aiohttp.ClientConnectorError) else "the connection broke"
+            raise UpstreamSessionGone(self.name, f"upstream {self.name!r} connection failed during {method} "
+                                      f"({what})") from None
         except SessionGone:
             self._suspect_connection()
             raise UpstreamSessionGone(self.name, f"upstream {self.name!r} lost its session (it restarted?) "

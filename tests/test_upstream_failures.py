@@ -180,8 +180,8 @@ async def test_http_upstream_that_restarts_loses_its_session_and_safe_calls_are_
         assert raised.value.error.message in (
             "upstream 'fx' lost its session (it restarted?) during tools/call; reconnecting",
             "upstream 'fx' closed the connection during tools/call",
-            "upstream 'fx' connection failed during tools/call: ConnectError",
-            "upstream 'fx' connection failed during tools/call: ReadError")
+            "upstream 'fx' connection failed during tools/call (could not connect)",
+            "upstream 'fx' connection failed during tools/call (the connection broke)")
         with anyio.fail_after(30):
             while True:
                 try:
