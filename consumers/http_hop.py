@@ -34,6 +34,10 @@ ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
 TAIL_WAIT = 0.05
 """After the result, how long the upstream may take to end its reply stream before the read is cut."""
 CANCEL_TIMEOUT = 2.0
+DEFAULT_RETRY_MS = 1000
+MAX_RETRY_MS = 30_000
+MAX_RESUMES = 5
+"""How often a reply stream that ends before its result is taken up again (each bounded by the call's deadline)."""
 """How long telling the upstream that a request was cancelled may take."""
 
 
@@ -80,7 +84,10 @@ class HttpHop:
                     text = (await response.read()).decode(errors="replace")[:200]
                     raise MCPError(code=types.INTERNAL_ERROR, message=f"HTTP {response.status}: {text}")
                 if response.content_type == "text/event-stream":
-                    reply = await self._read_stream(response, request_id, on_progress, downstream)
+                    stream = _Stream()
+                    reply = await self._read_stream(response, stream, request_id, on_progress, downstream)
+                    if reply is None:
+                        reply = await self._resume(stream, request_id, on_progress, downstream)
                 else:
                     reply = json.loads(await response.read())
         except anyio.get_cancelled_exc_class():
@@ -107,13 +114,30 @@ class HttpHop:
                 response.release()
             return
 
-    async def _read_stream(self, response: aiohttp.ClientResponse, request_id: str, on_progress: ProgressFn,
-                           downstream: Downstream | None) -> dict[str, Any]:
+    async def _resume(self, stream: _Stream, request_id: str, on_progress: ProgressFn,
+                      downstream: Downstream | None) -> dict[str, Any]:
+        """The upstream ended the reply stream before the result (SEP-1699): wait the `retry` it asked for, then
+        GET the stream again from the last event seen, as often as it keeps ending early."""
+        for _ in range(MAX_RESUMES):
+            if stream.last_id is None:
+                break
+            await anyio.sleep(stream.retry_ms / 1000)
+            headers = {**self._headers(), "accept": "text/event-stream", "last-event-id": stream.last_id}
+            async with self._link.client.get(self._link.url, headers=headers) as response:
+                if response.status != 200 or response.content_type != "text/event-stream":
+                    break
+                reply = await self._read_stream(response, stream, request_id, on_progress, downstream)
+            if reply is not None:
+                return reply
+        raise MCPError(code=types.CONNECTION_CLOSED, message="the upstream ended its reply without a result")
+
+    async def _read_stream(self, response: aiohttp.ClientResponse, stream: _Stream, request_id: str,
+                           on_progress: ProgressFn, downstream: Downstream | None) -> dict[str, Any] | None:
         reply: dict[str, Any] | None = None
         # Read to the end of the stream (the upstream ends it after the result) so the connection goes back to
         # the pool; an upstream that keeps it open a moment longer loses it.
         with anyio.CancelScope() as tail:
-            async for message in _events(response):
+            async for message in _events(response, stream):
                 if reply is not None:
                     continue
                 if message.get("id") == request_id and "method" not in message:
@@ -137,8 +161,6 @@ class HttpHop:
                         await downstream.log(log)
                 else:
                     self._on_notification(method, params)
-        if reply is None:
-            raise MCPError(code=types.CONNECTION_CLOSED, message="the upstream ended its reply without a result")
         return reply
 
     async def _answer(self, message_id: Any, method: str, params: dict[str, Any],
@@ -171,19 +193,33 @@ class HttpHop:
             logger.debug("could not send %s to an upstream: %s", message.get("method", "a response"), exc)
 
 
-async def _events(response: aiohttp.ClientResponse) -> AsyncIterator[dict[str, Any]]:
-    """The JSON messages of an SSE stream (`data:` lines joined per event; other fields ignored)."""
+@dataclass
+class _Stream:
+    """Where a reply stream got to: its last event id and the reconnection delay the upstream asked for."""
+
+    last_id: str | None = None
+    retry_ms: int = DEFAULT_RETRY_MS
+
+
+async def _events(response: aiohttp.ClientResponse, stream: _Stream) -> AsyncIterator[dict[str, Any]]:
+    """The JSON messages of an SSE stream (`data:` lines joined per event); `id:` and `retry:` go to `stream`."""
     data: list[bytes] = []
     async for raw in response.content:
         line = raw.rstrip(b"\r\n")
         if line:
-            if line.startswith(b"data:"):
-                data.append(line[5:].removeprefix(b" "))
+            field, _, value = line.partition(b":")
+            value = value.removeprefix(b" ")
+            if field == b"data":
+                data.append(value)
+            elif field == b"id":
+                stream.last_id = value.decode(errors="replace")
+            elif field == b"retry" and value.isdigit():
+                stream.retry_ms = min(int(value), MAX_RETRY_MS)
             continue
         if data:
             text, data = b"\n".join(data), []
             try:
-                message = json.loads(text)
+                message = json.loads(text) if text.strip() else None
             except ValueError:
                 logger.debug("an upstream sent a malformed SSE event")
                 continue
