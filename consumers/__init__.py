@@ -1,8 +1,10 @@
 """Upstream connections: one owner task per upstream, transports, the pool keyed by name, and the relay seam."""
 
+from consumers._errors import describe_failure
+from consumers.listing import Catalog
 from consumers.pool import UpstreamPool
 from consumers.relay import CURRENT_DOWNSTREAM, Downstream
-from consumers.upstream import Catalog, ProgressFn, Upstream, UpstreamState, describe_failure
+from consumers.upstream import ProgressFn, Upstream, UpstreamState
 
 __all__ = [
     "CURRENT_DOWNSTREAM",

@@ -70,3 +70,48 @@ async def answer_input_requests(upstream: str, downstream: Downstream,
                                 f"{answer.message}")
         answers[key] = answer.model_dump(by_alias=True, mode="json", exclude_none=True)
     return answers
+
+
+def with_params(request: Any, update: dict[str, Any]) -> Any:
+    """The request with wire-spelled params replaced (validated again, so the SDK serialises them as usual)."""
+    params = request.params.model_dump(by_alias=True, mode="json", exclude_none=True) if request.params else {}
+    return type(request).model_validate({"method": request.method, "params": {**params, **update}}, by_name=False)
+
+
+class InFlight:
+    """One upstream's calls in flight and their downstreams, for the SDK session's callbacks: what the upstream
+    sends during a call (logs; sampling, elicitation and roots requests) goes to the downstream that made it."""
+
+    def __init__(self, upstream: str) -> None:
+        self._upstream = upstream
+        self.calls: dict[int, Downstream] = {}
+        """The downstream of each call in flight (the upstream's owner adds and removes them)."""
+
+    def _downstream(self) -> Downstream | None:
+        found = CURRENT_DOWNSTREAM.get()
+        if found is None and len(self.calls) == 1:
+            [found] = self.calls.values()
+        return found
+
+    async def on_log(self, params: types.LoggingMessageNotificationParams) -> None:
+        downstream = self._downstream()
+        if downstream is not None:
+            await downstream.log(params)
+
+    async def _ask(self, request: Any, result_type: Any) -> Any:
+        downstream = self._downstream()
+        if downstream is None:
+            why = ("several calls are in flight on it, and its transport does not say which one this is for"
+                   if self.calls else "no call of a client is in flight on it")
+            return types.ErrorData(code=types.INVALID_REQUEST, message=(
+                f"Triad cannot relay {request.method} from upstream {self._upstream!r}: {why}"))
+        return await downstream.ask(request, result_type)
+
+    async def on_sampling(self, _ctx: Any, params: types.CreateMessageRequestParams) -> Any:
+        return await self._ask(types.CreateMessageRequest(params=params), types.CreateMessageResult)
+
+    async def on_elicitation(self, _ctx: Any, params: Any) -> Any:
+        return await self._ask(types.ElicitRequest(params=params), types.ElicitResult)
+
+    async def on_list_roots(self, _ctx: Any) -> Any:
+        return await self._ask(types.ListRootsRequest(), types.ListRootsResult)

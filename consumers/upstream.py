@@ -14,41 +14,36 @@ import logging
 import math
 import random
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 import anyio
 import mcp_types as types
 from mcp import ClientSession
-from mcp.client.subscriptions import ResourcesListChanged, ResourceUpdated, listen
 from mcp.shared.exceptions import MCPError
-from mcp.shared.inbound import find_invalid_x_mcp_header, mcp_param_headers, x_mcp_header_map
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import TypeAdapter
 
 from consumers._breaker import CircuitBreaker
 from consumers._errors import UpstreamSessionGone, describe_failure, map_mcp_error, session_gone
 from consumers._streams import EOFWatch
 from consumers.http_hop import HttpHop, SessionGone
-from consumers.relay import CURRENT_DOWNSTREAM, Downstream, answer_input_requests
+from consumers.listing import RAW, Catalog, list_catalog
+from consumers.modern import ModernLink
+from consumers.relay import CURRENT_DOWNSTREAM, Downstream, InFlight, answer_input_requests, with_params
+from consumers.subscriptions import Subscriptions
 from consumers.transports import open_transport
 from gateway.config import UpstreamConfig
 from gateway.errors import UpstreamError, UpstreamRefused, UpstreamTimeout, UpstreamUnavailable
 
 logger = logging.getLogger("triad.upstream")
 
-RAW = TypeAdapter(dict[str, Any])
 CLIENT_INFO = types.Implementation(name="triad", version="0.1.0")
 BACKOFF_START = 0.5
 BACKOFF_MAX = 30.0
 PING_TIMEOUT = 10.0
-MAX_LIST_PAGES = 1000
-"""A bound on pages per list, in case an upstream invents a new cursor forever."""
 MAX_INPUT_ROUNDS = 10
 """A bound on `input_required` rounds Triad answers for a handshake-era client, in case an upstream asks forever."""
 LOG_LEVEL_META_KEY = "io.modelcontextprotocol/logLevel"
-CLIENT_CAPABILITIES_META_KEY = "io.modelcontextprotocol/clientCapabilities"
 
 ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
 
@@ -58,19 +53,6 @@ class UpstreamState(enum.StrEnum):
     READY = "ready"
     DEGRADED = "degraded"
     DOWN = "down"
-
-
-@dataclass(frozen=True)
-class Catalog:
-    """What an upstream offers, as raw wire dicts (icons, `_meta`, annotations intact)."""
-
-    tools: tuple[dict[str, Any], ...] = ()
-    resources: tuple[dict[str, Any], ...] = ()
-    templates: tuple[dict[str, Any], ...] = ()
-    prompts: tuple[dict[str, Any], ...] = ()
-    capabilities: dict[str, Any] = field(default_factory=dict)
-    server_info: dict[str, Any] = field(default_factory=dict)
-    protocol_version: str = ""
 
 
 class Upstream:
@@ -100,17 +82,13 @@ class Upstream:
         """Set (and replaced) whenever the session changes, so a retried call can wait for the next one."""
         self._breaker = CircuitBreaker(config.circuit_breaker.failures, config.circuit_breaker.cooldown)
         self._in_flight = 0
-        self._downstreams: dict[int, Downstream] = {}
-        """The downstream of each call in flight, for relaying what a stdio or SSE upstream sends back."""
+        self._relays = InFlight(name)
         self._idle = anyio.Event()
         self._idle.set()
         self._on_updated = on_updated
         """Told (upstream name, raw URI) when a subscribed resource changed."""
-        self._subscriptions: dict[str, int] = {}
-        """Raw URIs clients subscribed to, with how many subscribers each: the upstream is asked once per URI."""
-        self._listen_changed = anyio.Event()
-        self._header_maps: dict[Any, dict[tuple[str, ...], str]] = {}
-        """2026-07-28: per raw tool name, the arguments a `tools/call` mirrors into `Mcp-Param-*` headers."""
+        self._modern = ModernLink(name, self.request_relist, on_updated, lambda: self.subscriptions.uris())
+        self.subscriptions = Subscriptions(name, self.request, lambda: self.modern, self._modern)
 
     def __repr__(self) -> str:
         return f"Upstream({self.name!r}, {self.config.kind}, {self.state.value})"
@@ -185,11 +163,12 @@ class Upstream:
             async with open_transport(self.name, self.config, self.cwd) as (read, write, link):
                 watch = EOFWatch(read)
                 async with ClientSession(watch, write, client_info=CLIENT_INFO, message_handler=self._on_message,
-                                         logging_callback=self._on_log, sampling_callback=self._on_sampling,
-                                         elicitation_callback=self._on_elicitation,
-                                         list_roots_callback=self._on_list_roots) as session:
+                                         logging_callback=self._relays.on_log,
+                                         sampling_callback=self._relays.on_sampling,
+                                         elicitation_callback=self._relays.on_elicitation,
+                                         list_roots_callback=self._relays.on_list_roots) as session:
                     init = await self._negotiate(session)
-                    catalog = await self._list_catalog(session, init)
+                    catalog = await list_catalog(self.name, session, init, None, self._modern.checked_tools)
                     connect_scope.deadline = math.inf  # connected: from here on only calls have deadlines
                     self.catalog = catalog
                     self._hop = HttpHop(link, catalog.protocol_version, self._on_wire_notification) \
@@ -202,9 +181,9 @@ class Upstream:
                                 catalog.protocol_version)
                     async with anyio.create_task_group() as tg:
                         if self.modern:
-                            tg.start_soon(self._listen, session, catalog.capabilities)
-                        elif self._subscriptions:
-                            tg.start_soon(self._resubscribe, session)
+                            tg.start_soon(self._modern.listen, session, catalog.capabilities)
+                        elif self.subscriptions.uris():
+                            tg.start_soon(self.subscriptions.renew, session)
                         await self._serve(session, watch)
                         tg.cancel_scope.cancel()
         if connect_scope.cancelled_caught:
@@ -223,115 +202,17 @@ class Upstream:
             except MCPError as exc:
                 logger.debug("upstream %s: server/discover refused (%s); using initialize", self.name, exc)
             else:
-                self._stamp_for_callers(session)
+                self._modern.stamp_for_callers(session)
                 return found
         return await session.initialize()
-
-    def _stamp_for_callers(self, session: ClientSession) -> None:
-        """On 2026-07-28 every request declares the client's capabilities, and a `tools/call` mirrors arguments
-        marked `x-mcp-header` into `Mcp-Param-*` headers. Triad can only relay what the client it forwards for can
-        do, so that client's declaration replaces Triad's (Triad's own requests, such as lists, keep Triad's); and
-        it mirrors headers from the schemas it listed (the SDK learns them only through its typed `list_tools`).
-        The SDK (pinned to 2.3.x) stamps requests in `_stamp`, set by `discover()`, with no public hook: this
-        wraps it."""
-        stamp = session._stamp
-
-        def stamp_for_caller(data: dict[str, Any], options: Any) -> None:
-            stamp(data, options)
-            params = data.get("params") or {}
-            downstream = CURRENT_DOWNSTREAM.get()
-            if downstream is not None and downstream.capabilities is not None:
-                params["_meta"][CLIENT_CAPABILITIES_META_KEY] = downstream.capabilities
-            header_map = self._header_maps.get(params.get("name")) if data["method"] == "tools/call" else None
-            if header_map:
-                options.setdefault("headers", {}).update(mcp_param_headers(header_map, params.get("arguments") or {}))
-
-        session._stamp = stamp_for_caller
-
-    def _checked_tools(self, tools: tuple[dict[str, Any], ...], version: str) -> tuple[dict[str, Any], ...]:
-        """2026-07-28: a tool whose `x-mcp-header` marks are invalid is dropped (clients MUST), the others' marks
-        are remembered for `tools/call` headers."""
-        if version not in MODERN_PROTOCOL_VERSIONS:
-            return tools
-        kept, maps = [], {}
-        for tool in tools:
-            schema = tool.get("inputSchema")
-            if (reason := find_invalid_x_mcp_header(schema)) is not None:
-                logger.warning("upstream %s: tool %r dropped: invalid x-mcp-header (%s)", self.name,
-                               tool.get("name"), reason)
-                continue
-            if header_map := x_mcp_header_map(schema):
-                maps[tool.get("name")] = header_map
-            kept.append(tool)
-        self._header_maps = maps
-        return tuple(kept)
-
-    async def _listen(self, session: ClientSession, capabilities: dict[str, Any]) -> None:
-        """A 2026-07-28 upstream announces changes only on a `subscriptions/listen` stream; it is opened again
-        whenever the set of subscribed resources changes."""
-        while True:
-            changed = self._listen_changed = anyio.Event()
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(self._listen_once, session, capabilities, tuple(self._subscriptions))
-                await changed.wait()
-                tg.cancel_scope.cancel()
-
-    async def _listen_once(self, session: ClientSession, capabilities: dict[str, Any], uris: tuple[str, ...]) -> None:
-        wanted = {f"{family}_list_changed": bool((capabilities.get(family) or {}).get("listChanged"))
-                  for family in ("tools", "prompts", "resources")}
-        if not any(wanted.values()) and not uris:
-            return
-        try:
-            async with listen(session, **wanted, resource_subscriptions=uris) as subscription:
-                async for event in subscription:
-                    if isinstance(event, ResourceUpdated):
-                        self._on_updated(self.name, event.uri)
-                    elif not isinstance(event, ResourcesListChanged) or wanted["resources_list_changed"]:
-                        self.request_relist()
-        except Exception as exc:  # the upstream still serves calls; only its change notices are lost
-            logger.warning("upstream %s: its subscriptions/listen stream failed (%s); changes will not be seen "
-                           "until it reconnects or a subscription changes", self.name, describe_failure(exc))
 
     # -- resource subscriptions (of downstream clients, one upstream subscription per URI) ----------------------
 
     async def subscribe(self, uri: str) -> None:
-        count = self._subscriptions.get(uri, 0)
-        self._subscriptions[uri] = count + 1
-        if count:
-            return
-        try:
-            await self._subscription_changed(uri, subscribe=True)
-        except BaseException:
-            self._release(uri)
-            raise
+        await self.subscriptions.add(uri)
 
     async def unsubscribe(self, uri: str) -> None:
-        if self._release(uri):
-            await self._subscription_changed(uri, subscribe=False)
-
-    def _release(self, uri: str) -> bool:
-        """One subscriber fewer; True when it was the last one."""
-        count = self._subscriptions.pop(uri, 0)
-        if count > 1:
-            self._subscriptions[uri] = count - 1
-        return count == 1
-
-    async def _subscription_changed(self, uri: str, *, subscribe: bool) -> None:
-        if self.modern:  # subscriptions are part of the listen stream's filter
-            self._listen_changed.set()
-            return
-        params = types.SubscribeRequestParams(uri=uri)
-        await self.request(types.SubscribeRequest(params=params) if subscribe
-                           else types.UnsubscribeRequest(params=types.UnsubscribeRequestParams(uri=uri)))
-
-    async def _resubscribe(self, session: ClientSession) -> None:
-        """A new handshake-era connection knows nothing of earlier subscriptions: ask again for each."""
-        for uri in list(self._subscriptions):
-            try:
-                await session.send_request(types.SubscribeRequest(params=types.SubscribeRequestParams(uri=uri)), RAW)
-            except Exception as exc:  # one refused URI must not stop the others
-                logger.warning("upstream %s: could not subscribe again to a resource: %s", self.name,
-                               describe_failure(exc))
+        await self.subscriptions.remove(uri)
 
     async def _serve(self, session: ClientSession, watch: EOFWatch) -> None:
         """Wait for work: a re-list, a suspected connection, a stop, the stream's end, or a quiet interval."""
@@ -348,7 +229,8 @@ class Upstream:
                 self._relist = False
                 assert self.catalog is not None
                 with anyio.fail_after(self.config.timeout):
-                    self.catalog = await self._list_catalog(session, None)
+                    self.catalog = await list_catalog(self.name, session, None, self.catalog,
+                                                      self._modern.checked_tools)
                 logger.info("upstream %s re-listed: %d tools", self.name, len(self.catalog.tools))
                 self._on_change(self)
 
@@ -362,44 +244,6 @@ class Upstream:
                     await session.send_ping()
         except Exception as exc:  # any failure of the ping means the connection is not usable
             raise UpstreamUnavailable(self.name, f"did not answer ping ({describe_failure(exc)})") from None
-
-    async def _list_catalog(self, session: ClientSession,
-                            init: types.InitializeResult | types.DiscoverResult | None) -> Catalog:
-        if init is None:
-            assert self.catalog is not None
-            caps, info, version = self.catalog.capabilities, self.catalog.server_info, self.catalog.protocol_version
-        else:
-            caps = init.capabilities.model_dump(by_alias=True, mode="json", exclude_none=True)
-            server_info = session.server_info if isinstance(init, types.DiscoverResult) else init.server_info
-            info = server_info.model_dump(by_alias=True, mode="json", exclude_none=True) if server_info else {}
-            version = session.protocol_version or ""
-        tools = await self._list_all(session, types.ListToolsRequest, "tools") if "tools" in caps else ()
-        tools = self._checked_tools(tools, version)
-        resources = templates = prompts = ()
-        if "resources" in caps:
-            resources = await self._list_all(session, types.ListResourcesRequest, "resources")
-            templates = await self._list_all(session, types.ListResourceTemplatesRequest, "resourceTemplates")
-        if "prompts" in caps:
-            prompts = await self._list_all(session, types.ListPromptsRequest, "prompts")
-        return Catalog(tools, resources, templates, prompts, caps, info, version)
-
-    async def _list_all(self, session: ClientSession, request_type: Any, key: str) -> tuple[dict[str, Any], ...]:
-        """Follow `nextCursor` to the end; a cursor seen before is an error, never an endless loop."""
-        items: list[dict[str, Any]] = []
-        seen: set[str] = set()
-        cursor: str | None = None
-        for _ in range(MAX_LIST_PAGES):
-            params = types.PaginatedRequestParams(cursor=cursor) if cursor is not None else None
-            page = await session.send_request(request_type(params=params), RAW)
-            items.extend(page.get(key) or ())
-            cursor = page.get("nextCursor")
-            if cursor is None:
-                return tuple(items)
-            if cursor in seen:
-                raise UpstreamError(self.name, f"{request_type.model_fields['method'].default}: the upstream "
-                                    "repeated a pagination cursor")
-            seen.add(cursor)
-        raise UpstreamError(self.name, f"more than {MAX_LIST_PAGES} pages of {key}")
 
     def _on_wire_notification(self, method: str, params: dict[str, Any]) -> None:
         """A notification on a lean-path reply that is not about the call itself."""
@@ -419,38 +263,6 @@ class Upstream:
             self._on_updated(self.name, str(message.params.uri))
         elif isinstance(message, Exception):
             logger.warning("upstream %s transport error: %s", self.name, describe_failure(message))
-
-    # -- relays to the downstream that caused them (see consumers.relay) --------------------------------------
-
-    def _downstream(self) -> Downstream | None:
-        found = CURRENT_DOWNSTREAM.get()
-        if found is None and len(self._downstreams) == 1:
-            [found] = self._downstreams.values()
-        return found
-
-    async def _on_log(self, params: types.LoggingMessageNotificationParams) -> None:
-        downstream = self._downstream()
-        if downstream is not None:
-            await downstream.log(params)
-
-    async def _ask(self, what: str, request: Any, result_type: Any) -> Any:
-        downstream = self._downstream()
-        if downstream is None:
-            why = ("several calls are in flight on it, and its transport does not say which one this is for"
-                   if self._downstreams else "no call of a client is in flight on it")
-            return types.ErrorData(code=types.INVALID_REQUEST,
-                                   message=f"Triad cannot relay {what} from upstream {self.name!r}: {why}")
-        return await downstream.ask(request, result_type)
-
-    async def _on_sampling(self, _ctx: Any, params: types.CreateMessageRequestParams) -> Any:
-        return await self._ask("sampling/createMessage", types.CreateMessageRequest(params=params),
-                               types.CreateMessageResult)
-
-    async def _on_elicitation(self, _ctx: Any, params: Any) -> Any:
-        return await self._ask("elicitation/create", types.ElicitRequest(params=params), types.ElicitResult)
-
-    async def _on_list_roots(self, _ctx: Any) -> Any:
-        return await self._ask("roots/list", types.ListRootsRequest(), types.ListRootsResult)
 
     def _set_state(self, state: UpstreamState, reason: str) -> None:
         changed = (state, reason) != (self.state, self.reason)
@@ -506,7 +318,7 @@ class Upstream:
             if result.get("resultType") != "input_required" or downstream is None or downstream.modern:
                 return result
             answers = await answer_input_requests(self.name, downstream, result.get("inputRequests"))
-            request = _with_params(request, {"inputResponses": answers, "requestState": result.get("requestState")})
+            request = with_params(request, {"inputResponses": answers, "requestState": result.get("requestState")})
             result = await session.send_request(request, RAW, progress_callback=on_progress)
         raise UpstreamError(self.name, f"upstream {self.name!r} asked for input more than {MAX_INPUT_ROUNDS} times "
                             f"in one {request.method}")
@@ -542,9 +354,9 @@ class Upstream:
         self._idle = anyio.Event() if self._in_flight == 1 else self._idle
         call_key = id(scope := anyio.CancelScope(deadline=start + timeout))
         if (downstream := CURRENT_DOWNSTREAM.get()) is not None:
-            self._downstreams[call_key] = downstream
+            self._relays.calls[call_key] = downstream
             if self.modern and downstream.log_level is not None:  # 2026-07-28 logs only on a request's opt-in
-                request = _with_params(request, {"_meta": {**(request.params.meta or {}),
+                request = with_params(request, {"_meta": {**(request.params.meta or {}),
                                                            LOG_LEVEL_META_KEY: downstream.log_level}})
         try:
             with scope:
@@ -581,35 +393,8 @@ class Upstream:
             raise UpstreamUnavailable(self.name, f"upstream {self.name!r} connection failed during {method}: "
                                       f"{type(exc).__name__}") from None
         finally:
-            self._downstreams.pop(call_key, None)
+            self._relays.calls.pop(call_key, None)
             self._in_flight -= 1
             if not self._in_flight:
                 self._idle.set()
 
-
-def _with_params(request: Any, update: dict[str, Any]) -> Any:
-    """The request with wire-spelled params replaced (validated again, so the SDK serialises them as usual)."""
-    params = request.params.model_dump(by_alias=True, mode="json", exclude_none=True) if request.params else {}
-    return type(request).model_validate({"method": request.method, "params": {**params, **update}}, by_name=False)
-
-
-def _with_params(request: Any, update: dict[str, Any]) -> Any:
-    """The request with wire-spelled params replaced (validated again, so the SDK serialises them as usual)."""
-    params = request.params.model_dump(by_alias=True, mode="json", exclude_none=True) if request.params else {}
-    return type(request).model_validate({"method": request.method, "params": {**params, **update}}, by_name=False)
-
-
-def _declare_callers_capabilities(session: ClientSession) -> None:
-    """On 2026-07-28 each request declares the client's capabilities. Triad can only relay what the client it
-    forwards for can do, so that client's own declaration replaces Triad's (requests of Triad's own, such as
-    lists, keep Triad's). The SDK (pinned to 2.3.x) stamps its session-wide declaration in `_stamp`, after
-    `discover()`, with no public hook; this wraps it."""
-    stamp = session._stamp
-
-    def stamp_for_caller(data: dict[str, Any], options: Any) -> None:
-        stamp(data, options)
-        downstream = CURRENT_DOWNSTREAM.get()
-        if downstream is not None and downstream.capabilities is not None:
-            data["params"]["_meta"][CLIENT_CAPABILITIES_META_KEY] = downstream.capabilities
-
-    session._stamp = stamp_for_caller

@@ -1,0 +1,74 @@
+"""What an upstream offers: its catalog, listed page by page as raw wire dicts."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import mcp_types as types
+from mcp import ClientSession
+from pydantic import TypeAdapter
+
+from gateway.errors import UpstreamError
+
+RAW = TypeAdapter(dict[str, Any])
+MAX_LIST_PAGES = 1000
+"""A bound on pages per list, in case an upstream invents a new cursor forever."""
+
+Tools = tuple[dict[str, Any], ...]
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """What an upstream offers, as raw wire dicts (icons, `_meta`, annotations intact)."""
+
+    tools: Tools = ()
+    resources: tuple[dict[str, Any], ...] = ()
+    templates: tuple[dict[str, Any], ...] = ()
+    prompts: tuple[dict[str, Any], ...] = ()
+    capabilities: dict[str, Any] = field(default_factory=dict)
+    server_info: dict[str, Any] = field(default_factory=dict)
+    protocol_version: str = ""
+
+
+async def list_catalog(name: str, session: ClientSession, init: types.InitializeResult | types.DiscoverResult | None,
+                       previous: Catalog | None, check_tools: Callable[[Tools, str], Tools]) -> Catalog:
+    """Every page of every family the upstream offers. `init` is the handshake or discovery result of a new
+    connection; None re-lists on the same one (`previous` keeps its capabilities)."""
+    if init is None:
+        assert previous is not None
+        caps, info, version = previous.capabilities, previous.server_info, previous.protocol_version
+    else:
+        caps = init.capabilities.model_dump(by_alias=True, mode="json", exclude_none=True)
+        server_info = session.server_info if isinstance(init, types.DiscoverResult) else init.server_info
+        info = server_info.model_dump(by_alias=True, mode="json", exclude_none=True) if server_info else {}
+        version = session.protocol_version or ""
+    tools = check_tools(await list_all(name, session, types.ListToolsRequest, "tools"), version) \
+        if "tools" in caps else ()
+    resources = templates = prompts = ()
+    if "resources" in caps:
+        resources = await list_all(name, session, types.ListResourcesRequest, "resources")
+        templates = await list_all(name, session, types.ListResourceTemplatesRequest, "resourceTemplates")
+    if "prompts" in caps:
+        prompts = await list_all(name, session, types.ListPromptsRequest, "prompts")
+    return Catalog(tools, resources, templates, prompts, caps, info, version)
+
+
+async def list_all(name: str, session: ClientSession, request_type: Any, key: str) -> tuple[dict[str, Any], ...]:
+    """Follow `nextCursor` to the end; a cursor seen before is an error, never an endless loop."""
+    items: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    cursor: str | None = None
+    for _ in range(MAX_LIST_PAGES):
+        params = types.PaginatedRequestParams(cursor=cursor) if cursor is not None else None
+        page = await session.send_request(request_type(params=params), RAW)
+        items.extend(page.get(key) or ())
+        cursor = page.get("nextCursor")
+        if cursor is None:
+            return tuple(items)
+        if cursor in seen:
+            raise UpstreamError(name, f"{request_type.model_fields['method'].default}: the upstream "
+                                "repeated a pagination cursor")
+        seen.add(cursor)
+    raise UpstreamError(name, f"more than {MAX_LIST_PAGES} pages of {key}")

@@ -1,0 +1,73 @@
+"""Clients' resource subscriptions at one upstream: asked of the upstream once per URI, however many subscribe.
+
+Handshake era: `resources/subscribe` and `resources/unsubscribe`, asked again on each new connection. 2026-07-28:
+the URIs are part of the `subscriptions/listen` filter, so a change reopens the stream (`ModernLink`). The
+`Upstream` owns one `Subscriptions`; updates come back through its notification handlers.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import mcp_types as types
+from mcp import ClientSession
+
+from consumers._errors import describe_failure
+from consumers.listing import RAW
+from consumers.modern import ModernLink
+
+logger = logging.getLogger("triad.upstream")
+
+
+class Subscriptions:
+    def __init__(self, upstream: str, request: Callable[[Any], Awaitable[Any]], modern: Callable[[], bool],
+                 link: ModernLink) -> None:
+        self._upstream = upstream
+        self._request = request
+        self._modern = modern
+        self._link = link
+        self._counts: dict[str, int] = {}
+        """Raw URI -> how many clients subscribed to it."""
+
+    def uris(self) -> tuple[str, ...]:
+        return tuple(self._counts)
+
+    async def add(self, uri: str) -> None:
+        count = self._counts.get(uri, 0)
+        self._counts[uri] = count + 1
+        if count:
+            return
+        try:
+            await self._changed(uri, subscribe=True)
+        except BaseException:
+            self._release(uri)
+            raise
+
+    async def remove(self, uri: str) -> None:
+        if self._release(uri):
+            await self._changed(uri, subscribe=False)
+
+    def _release(self, uri: str) -> bool:
+        """One subscriber fewer; True when it was the last one."""
+        count = self._counts.pop(uri, 0)
+        if count > 1:
+            self._counts[uri] = count - 1
+        return count == 1
+
+    async def _changed(self, uri: str, *, subscribe: bool) -> None:
+        if self._modern():
+            self._link.subscriptions_changed()
+            return
+        await self._request(types.SubscribeRequest(params=types.SubscribeRequestParams(uri=uri)) if subscribe
+                            else types.UnsubscribeRequest(params=types.UnsubscribeRequestParams(uri=uri)))
+
+    async def renew(self, session: ClientSession) -> None:
+        """A new handshake-era connection knows nothing of earlier subscriptions: ask again for each."""
+        for uri in self.uris():
+            try:
+                await session.send_request(types.SubscribeRequest(params=types.SubscribeRequestParams(uri=uri)), RAW)
+            except Exception as exc:  # one refused URI must not stop the others
+                logger.warning("upstream %s: could not subscribe again to a resource: %s", self._upstream,
+                               describe_failure(exc))
