@@ -78,6 +78,7 @@ class _Flight:
     events: Any
     receive: Any
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    expiry: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     question: _Question | None = None
     relay: _RoundRelay | None = None
 
@@ -140,6 +141,7 @@ class InputRounds:
         flight.question = event
         state = STATE_PREFIX + secrets.token_urlsafe(24)
         self._parked[state] = flight
+        flight.expiry = anyio.CancelScope()
         assert self._task_group is not None
         self._task_group.start_soon(self._expire, state, flight)
         request = event.request.model_dump(by_alias=True, mode="json", exclude_none=True)
@@ -156,6 +158,7 @@ class InputRounds:
             request = question.request.model_dump(by_alias=True, mode="json", exclude_none=True)
             return {"resultType": "input_required", "inputRequests": {INPUT_KEY: request}, "requestState": state}
         del self._parked[state]
+        flight.expiry.cancel()
         try:
             question.answer = question.result_type.model_validate(answer, by_name=False)
         except ValueError:
@@ -167,7 +170,8 @@ class InputRounds:
         return await self._next(flight)
 
     async def _expire(self, state: str, flight: _Flight) -> None:
-        await anyio.sleep(PARKED_TTL)
+        with flight.expiry:  # cancelled when the client's retry comes
+            await anyio.sleep(PARKED_TTL)
         if self._parked.get(state) is flight:
             del self._parked[state]
             logger.info("a call waiting for a client's input was cancelled after %gs without a retry", PARKED_TTL)
