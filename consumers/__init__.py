@@ -3,8 +3,8 @@
 from consumers._errors import describe_failure
 from consumers.listing import Catalog
 from consumers.pool import UpstreamPool
-from consumers.relay import CURRENT_DOWNSTREAM, Downstream
-from consumers.upstream import ProgressFn, Upstream, UpstreamState
+from consumers.relay import CURRENT_DOWNSTREAM, Downstream, ProgressFn
+from consumers.upstream import Upstream, UpstreamState
 
 __all__ = [
     "CURRENT_DOWNSTREAM",

@@ -16,7 +16,7 @@ import contextlib
 import itertools
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,19 +26,19 @@ import mcp_types as types
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
-from consumers.relay import ASKS, Downstream
+from consumers.relay import ASKS, Downstream, ProgressFn
 
 logger = logging.getLogger("triad.upstream")
 
-ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
 TAIL_WAIT = 0.05
 """After the result, how long the upstream may take to end its reply stream before the read is cut."""
 CANCEL_TIMEOUT = 2.0
+"""How long telling the upstream that a request was cancelled may take."""
 DEFAULT_RETRY_MS = 1000
+"""The wait before taking up a reply stream again when the upstream named none (SSE `retry:`)."""
 MAX_RETRY_MS = 30_000
 MAX_RESUMES = 5
 """How often a reply stream that ends before its result is taken up again (each bounded by the call's deadline)."""
-"""How long telling the upstream that a request was cancelled may take."""
 
 
 @dataclass

@@ -21,6 +21,7 @@ import anyio
 from mcp import ClientSession
 from mcp.client.subscriptions import ResourcesListChanged, ResourceUpdated, listen
 from mcp.shared.inbound import find_invalid_x_mcp_header, mcp_param_headers, x_mcp_header_map
+from mcp_types import CLIENT_CAPABILITIES_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from consumers._errors import describe_failure
@@ -29,7 +30,6 @@ from consumers.relay import CURRENT_DOWNSTREAM
 
 logger = logging.getLogger("triad.upstream")
 
-CLIENT_CAPABILITIES_META_KEY = "io.modelcontextprotocol/clientCapabilities"
 
 
 class ModernLink:

@@ -13,6 +13,7 @@ the answers for the retry; a 2026-07-28 downstream gets the result itself and re
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from typing import Any, Protocol
 
@@ -20,6 +21,9 @@ import mcp_types as types
 from pydantic import ValidationError
 
 from gateway.errors import UpstreamError
+
+ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
+"""Told (progress, total, message) of an upstream call's progress notifications."""
 
 ASKS: dict[str, tuple[Any, Any]] = {
     "sampling/createMessage": (types.CreateMessageRequest, types.CreateMessageResult),

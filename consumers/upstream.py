@@ -13,7 +13,7 @@ import enum
 import logging
 import math
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -21,6 +21,7 @@ import anyio
 import mcp_types as types
 from mcp import ClientSession
 from mcp.shared.exceptions import MCPError
+from mcp_types import LOG_LEVEL_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from consumers._breaker import CircuitBreaker
@@ -29,7 +30,7 @@ from consumers._streams import EOFWatch
 from consumers.http_hop import HttpHop, SessionGone
 from consumers.listing import RAW, Catalog, list_catalog
 from consumers.modern import ModernLink
-from consumers.relay import CURRENT_DOWNSTREAM, Downstream, InFlight, answer_input_requests, with_params
+from consumers.relay import CURRENT_DOWNSTREAM, Downstream, InFlight, ProgressFn, answer_input_requests, with_params
 from consumers.subscriptions import Subscriptions
 from consumers.transports import open_transport
 from gateway.config import UpstreamConfig
@@ -43,9 +44,6 @@ BACKOFF_MAX = 30.0
 PING_TIMEOUT = 10.0
 MAX_INPUT_ROUNDS = 10
 """A bound on `input_required` rounds Triad answers for a handshake-era client, in case an upstream asks forever."""
-LOG_LEVEL_META_KEY = "io.modelcontextprotocol/logLevel"
-
-ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
 
 
 class UpstreamState(enum.StrEnum):

@@ -39,8 +39,6 @@ MAX_PARKED = 1000
 """A bound on parked calls, so clients that never retry cannot grow memory without limit."""
 INPUT_KEY = "input"
 CAPABILITY_OF = {"sampling/createMessage": "sampling", "elicitation/create": "elicitation", "roots/list": "roots"}
-MISSING_CAPABILITY = -32021
-"""MissingRequiredClientCapabilityError (2026-07-28)."""
 
 
 @dataclass
@@ -63,7 +61,7 @@ class _RoundRelay(RequestRelay):
     async def ask(self, request: Any, result_type: Any) -> Any:
         needed = CAPABILITY_OF.get(request.method)
         if needed is not None and needed not in (self.capabilities or {}):
-            return types.ErrorData(code=MISSING_CAPABILITY, message=(
+            return types.ErrorData(code=types.MISSING_REQUIRED_CLIENT_CAPABILITY, message=(
                 f"the client did not declare the {needed} capability, so Triad cannot ask it {request.method}"))
         question = _Question(request, result_type)
         await self._flight.events.send(question)

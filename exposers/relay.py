@@ -15,11 +15,10 @@ import mcp_types as types
 from mcp.server import ServerRequestContext
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp.shared.message import ServerMessageMetadata
+from mcp_types import CLIENT_CAPABILITIES_META_KEY, LOG_LEVEL_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 LOG_LEVEL_STATE_KEY = "triad.log_level"
-LOG_LEVEL_META_KEY = "io.modelcontextprotocol/logLevel"
-CLIENT_CAPABILITIES_META_KEY = "io.modelcontextprotocol/clientCapabilities"
 LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 
 

@@ -326,7 +326,7 @@ def build_server() -> Server[Any]:
             return text(json.dumps(arguments))
         if name == "test_missing_capability":
             if "sampling" not in client_capabilities(ctx):
-                raise MCPError(-32021, "Missing required client capability",
+                raise MCPError(types.MISSING_REQUIRED_CLIENT_CAPABILITY, "Missing required client capability",
                                data={"requiredCapabilities": {"sampling": {}}})
             return text("sampling capability declared")
         if name == "test_streaming_elicitation":
