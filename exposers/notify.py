@@ -15,8 +15,10 @@ from typing import Any
 import anyio
 from mcp.server.subscriptions import (
     InMemorySubscriptionBus,
+    ListenHandler,
     PromptsListChanged,
     ResourcesListChanged,
+    ResourceUpdated,
     ToolsListChanged,
 )
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
@@ -25,6 +27,9 @@ from gateway.dispatch import Dispatcher
 from gateway.identity import LOCAL, Identity
 
 logger = logging.getLogger("triad.exposer")
+
+RELEASE_TIMEOUT = 5.0
+"""How long releasing a closed listen stream's upstream subscriptions may take."""
 
 
 class Notifier:
@@ -38,6 +43,8 @@ class Notifier:
         """Per connection: the exposed URIs it subscribed to -> (upstream, raw URI)."""
         self._updated: list[tuple[str, str]] = []
         """(upstream, raw URI) of subscribed resources that changed, waiting for `run()` to tell their clients."""
+        self._listened: dict[tuple[str, str], list[str]] = {}
+        """(upstream, raw URI) -> the exposed URIs 2026-07-28 listen streams subscribed to (one entry per stream)."""
         dispatcher.add_listener(self._on_registry)
 
     @property
@@ -85,6 +92,36 @@ class Notifier:
         self._updated.append((upstream, raw))
         self._dirty.set()
 
+    def listen_handler(self, identity_of: Any) -> Any:
+        """`subscriptions/listen` for 2026-07-28 clients: the SDK's handler on this notifier's bus, with the
+        stream's resource subscriptions made at their upstreams while it lasts (`identity_of(ctx)` routes them)."""
+        inner = ListenHandler(self.bus)
+
+        async def listen(ctx: Any, params: Any) -> Any:
+            held: list[tuple[str, str, str]] = []
+            try:
+                for uri in params.notifications.resource_subscriptions or ():
+                    try:
+                        owner, raw = await self._dispatcher.subscribe(identity_of(ctx), {"uri": uri})
+                    except Exception as exc:  # that URI gets no updates; the stream still serves
+                        logger.info("a listen stream's subscription to a resource was refused: %s", exc)
+                        continue
+                    held.append((owner, raw, uri))
+                    self._listened.setdefault((owner, raw), []).append(uri)
+                return await inner(ctx, params)
+            finally:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(RELEASE_TIMEOUT):
+                    for owner, raw, uri in held:
+                        self._listened[(owner, raw)].remove(uri)
+                        if not self._listened[(owner, raw)]:
+                            del self._listened[(owner, raw)]
+                        try:
+                            await self._dispatcher.unsubscribe(owner, raw)
+                        except Exception as exc:  # the client is gone either way
+                            logger.debug("could not unsubscribe upstream %s: %s", owner, exc)
+
+        return listen
+
     async def _push_updates(self) -> None:
         updated, self._updated = set(self._updated), []
         for connection, subscribed in list(self._subscriptions.items()):
@@ -94,6 +131,9 @@ class Notifier:
                         await connection.send_resource_updated(uri)
                     except Exception as exc:  # a client that went away must not stop the others
                         logger.debug("could not notify a session: %s", exc)
+        for key in updated:
+            for uri in set(self._listened.get(key, ())):
+                await self.bus.publish(ResourceUpdated(uri=uri))
 
     async def run(self) -> None:
         while True:

@@ -22,7 +22,6 @@ from mcp.server import NotificationOptions, Server, ServerRequestContext
 from mcp.server._otel import OpenTelemetryMiddleware
 from mcp.server.caching import CACHEABLE_METHODS, CacheHint
 from mcp.server.context import CallNext, HandlerResult
-from mcp.server.subscriptions import ListenHandler
 from mcp.shared.exceptions import MCPError
 
 from consumers import CURRENT_DOWNSTREAM
@@ -163,7 +162,7 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
         on_completion=completion,
         on_subscribe_resource=subscribe,
         on_unsubscribe_resource=unsubscribe,
-        on_subscriptions_listen=ListenHandler(notifier.bus),
+        on_subscriptions_listen=notifier.listen_handler(identity_of),
     )
     server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, set_logging_level)
 

@@ -121,7 +121,7 @@ async def test_list_changes_and_resource_updates_reach_the_clients(upstream_era:
                                                                    triads: dict[str, tuple[str, Proc]]) -> None:
     """An upstream's list change (pushed in the handshake era, on its listen stream in 2026) re-lists it and
     reaches a handshake client as a push and a 2026 client on its own listen stream; a subscribed resource's
-    update reaches the subscriber."""
+    update reaches both subscribers (`resources/subscribe`, and a listen stream's resource subscription)."""
     url, _ = triads[upstream_era]
     seen: list[Any] = []
     updated, changed = anyio.Event(), anyio.Event()
@@ -149,9 +149,13 @@ async def test_list_changes_and_resource_updates_reach_the_clients(upstream_era:
             await changed.wait()
         after = {tool.name for tool in (await session.list_tools()).tools}
         assert after - before and all(name.startswith("test_added_tool") for name in after - before)
-        await call(session, "test_trigger_resource_update")
-        with anyio.fail_after(15):
-            await updated.wait()
+        async with modern.listen(resource_subscriptions=["test://watched-resource"]) as watching:
+            await call(session, "test_trigger_resource_update")
+            with anyio.fail_after(15):
+                await updated.wait()
+                async for event in watching:  # the 2026 client's listen stream subscribed at the upstream too
+                    assert event.uri == "test://watched-resource"  # type: ignore[union-attr]
+                    break
         update = next(m for m in seen if isinstance(m, types.ResourceUpdatedNotification))
         assert str(update.params.uri) == "test://watched-resource"
 
