@@ -109,16 +109,23 @@ async def test_upstream_logs_are_relayed_honouring_the_clients_level(procs: list
         assert [level for level, _ in ada.logs] == ["warning", "error"]
 
 
-async def test_a_cancelled_client_call_cancels_the_upstream_call(procs: list[Proc], tmp_path: Path) -> None:
-    config = write_config(tmp_path, {"upstreams": {"fx": stdio_upstream("cancel")}})
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_a_cancelled_client_call_cancels_the_upstream_call(transport: str, procs: list[Proc],
+                                                                 tmp_path: Path) -> None:
+    """Over stdio through the SDK's session; over HTTP through Triad's lean path, which sends the cancellation."""
+    if transport == "stdio":
+        upstream: dict[str, Any] = stdio_upstream("cancel")
+    else:
+        upstream = {"url": start_fixture(procs, "http", "cancel-http")}
+    upstream_log = procs[-1] if transport == "http" else None
+    config = write_config(tmp_path, {"upstreams": {"fx": upstream}})
     url = start_triad(procs, config, wait_ready=1)
-    triad = procs[-1]
     async with streamable_http_client(url) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
         with anyio.move_on_after(0.5):
             await session.call_tool("slow", {"seconds": 30})
         # in a thread: the client's own cancel notification must be able to go out meanwhile
-        await triad.until(r"\[fx\] slow call \d+ cancelled")
+        await (upstream_log or procs[-1]).until(r"slow call \S+ cancelled")
         assert (await call(session, "echo", {"text": "after"}))["content"][0]["text"] == "after"
 
 
