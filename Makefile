@@ -20,7 +20,8 @@ $(NODE_DIR)/node_modules/.installed: $(NODE_DIR)/package.json
 setup: $(VENV)/.installed
 
 run: $(VENV)/.installed
-	$(BIN)/triad serve -c config.example.yaml
+	# the venv first on PATH: the example's demo upstream is `python examples/demo_upstream.py` and needs `mcp`
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/triad serve -c config.example.yaml
 
 test: $(VENV)/.installed $(NODE_DIR)/node_modules/.installed
 	$(BIN)/ruff check .
