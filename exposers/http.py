@@ -22,6 +22,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from exposers.fast_lists import FastLists
+from exposers.notify import Notifier
 from exposers.server import IDENTITY_SCOPE_KEY, GatewayServer
 from gateway.config import is_loopback
 from gateway.dispatch import Dispatcher
@@ -89,7 +91,8 @@ class BearerAuth:
         await self.app(scope, receive, send)
 
 
-def build_app(server: GatewayServer, dispatcher: Dispatcher, host: str, reloader: Reloader | None = None) -> Starlette:
+def build_app(server: GatewayServer, dispatcher: Dispatcher, notifier: Notifier, host: str,
+              reloader: Reloader | None = None) -> Starlette:
     security = security_settings(host)
     manager = StreamableHTTPSessionManager(
         app=server,
@@ -139,7 +142,8 @@ def build_app(server: GatewayServer, dispatcher: Dispatcher, host: str, reloader
 
     return Starlette(
         routes=[
-            Route("/mcp", endpoint=BearerAuth(StreamableHTTPASGIApp(manager), dispatcher)),
+            Route("/mcp", endpoint=BearerAuth(FastLists(StreamableHTTPASGIApp(manager), dispatcher, notifier,
+                                                        security), dispatcher)),
             Route("/sse", endpoint=BearerAuth(_endpoint(handle_sse), dispatcher)),
             Mount("/messages/", app=BearerAuth(sse.handle_post_message, dispatcher)),
             Route("/healthz", endpoint=healthz),
