@@ -92,7 +92,7 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
 
     async def forwarded(ctx: ServerRequestContext[Any], forward: Callable[[RequestRelay], Awaitable[dict[str, Any]]]
                         ) -> dict[str, Any]:
-        """Run `forward()` with this request as the upstream's downstream: its logs, progress and questions come
+        """Run `forward(relay)` with this request as the upstream's downstream: its logs, progress and questions come
         back here. A 2026-07-28 client takes questions as `input_required` rounds when some upstream speaks the
         handshake era (an upstream of 2026-07-28 asks in-band itself)."""
         relay = RequestRelay(ctx)
