@@ -8,7 +8,7 @@ so the bytes are what the SDK would send) and answers later requests for it with
 Only the plain case is taken here: a POST on a session the SDK opened (and the notifier tracks), at protocol
 version 2025-11-25, carrying one list request with at most a cursor. Anything else - a batch, another method, a
 run-level list in `_meta`, an unknown session, a bad cursor - goes to the SDK untouched, so its checks and errors
-stay the only ones. The DNS-rebinding check runs first, as the SDK's would.
+stay the only ones. The DNS-rebinding check runs first, as the SDK's does.
 """
 
 from __future__ import annotations
@@ -53,14 +53,14 @@ class FastLists:
         if tracked is None or headers.get(b"mcp-protocol-version") != VERSION.encode():
             await self.app(scope, receive, send)
             return
+        if (refused := await self._security.validate_request(Request(scope, receive), is_post=True)) is not None:
+            await refused(scope, receive, send)  # as the SDK answers any POST that fails the check
+            return
         body, more = await _read_body(receive)
         replay = _replay(body, more, receive)
         page = await self._page(scope, body, tracked.provider) if not more else None
         if page is None:
             await self.app(scope, replay, send)
-            return
-        if (refused := await self._security.validate_request(Request(scope, replay), is_post=True)) is not None:
-            await refused(scope, replay, send)
             return
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(page)).encode())]})

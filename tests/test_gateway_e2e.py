@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2
 import mcp_types as types
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
@@ -306,3 +307,26 @@ async def test_unprefixed_reads_route_by_listed_uri_and_by_template(procs: list[
         assert item.contents[0].text == "item 9"  # type: ignore[union-attr]
         static = await via.read_resource("fixture://static")
         assert static.contents[0].text.endswith("route-1")  # type: ignore[union-attr]
+
+
+async def test_list_pages_served_from_bytes_equal_the_sdks(procs: list[Proc], tmp_path: Path) -> None:
+    """A plain 2025-11-25 list on a session is answered from pages serialised once (plain JSON); the same list
+    with a run-level list in `_meta` goes through the SDK (SSE). The tools are the same either way."""
+    upstream = start_fixture(procs, "http", "fast-lists")
+    config = write_config(tmp_path, {"upstreams": {"fx": {"url": upstream}}, "naming": {"prefix": "never"}})
+    url = start_triad(procs, config, wait_ready=1)
+    headers = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
+    async with httpx2.AsyncClient(timeout=30) as http:
+        hello = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}
+        opened = await http.post(url, headers=headers,
+                                 json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello})
+        headers |= {"mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
+        await http.post(url, headers=headers, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+        fast = await http.post(url, headers=headers, json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
+        slow = await http.post(url, headers=headers, json={"jsonrpc": "2.0", "id": 3, "method": "tools/list",
+                                                           "params": {"_meta": {"triad/tools": ["*"]}}})
+    assert fast.headers["content-type"] == "application/json"
+    assert slow.headers["content-type"].startswith("text/event-stream")
+    through_sdk = json.loads(next(line[5:] for line in slow.text.splitlines() if line.startswith("data:")))
+    assert fast.json()["id"] == 2 and fast.json()["result"] == through_sdk["result"]
+    assert "echo" in [tool["name"] for tool in fast.json()["result"]["tools"]]
