@@ -169,7 +169,7 @@ class Upstream:
                     catalog = await list_catalog(self.name, session, init, None, self._modern.checked_tools)
                     connect_scope.deadline = math.inf  # connected: from here on only calls have deadlines
                     self.catalog = catalog
-                    self._hop = HttpHop(link, catalog.protocol_version, self._on_wire_notification) \
+                    self._hop = HttpHop(link, catalog.protocol_version, self._on_notification) \
                         if link is not None and not self.modern else None
                     self._set_session(session)
                     self._set_state(UpstreamState.READY, "")
@@ -243,8 +243,8 @@ class Upstream:
         except Exception as exc:  # any failure of the ping means the connection is not usable
             raise UpstreamUnavailable(self.name, f"did not answer ping ({describe_failure(exc)})") from None
 
-    def _on_wire_notification(self, method: str, params: dict[str, Any]) -> None:
-        """A notification on a lean-path reply that is not about the call itself."""
+    def _on_notification(self, method: str, params: dict[str, Any]) -> None:
+        """A notification not about a call in flight, from the SDK's session or a lean-path reply."""
         if method in ("notifications/tools/list_changed", "notifications/resources/list_changed",
                       "notifications/prompts/list_changed"):
             self.request_relist()
@@ -252,13 +252,10 @@ class Upstream:
             self._on_updated(self.name, params["uri"])
 
     async def _on_message(self, message: Any) -> None:
-        if isinstance(message, types.ServerNotification):
-            message = message.root if hasattr(message, "root") else message
-        if isinstance(message, types.ToolListChangedNotification | types.ResourceListChangedNotification
-                      | types.PromptListChangedNotification):
-            self.request_relist()
-        elif isinstance(message, types.ResourceUpdatedNotification):
-            self._on_updated(self.name, str(message.params.uri))
+        message = getattr(message, "root", message)
+        if isinstance(message, types.Notification):
+            params = message.params.model_dump(by_alias=True, mode="json", exclude_none=True) if message.params else {}
+            self._on_notification(message.method, params)
         elif isinstance(message, Exception):
             logger.warning("upstream %s transport error: %s", self.name, describe_failure(message))
 

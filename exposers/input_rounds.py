@@ -142,8 +142,7 @@ class InputRounds:
         flight.expiry = anyio.CancelScope()
         assert self._task_group is not None
         self._task_group.start_soon(self._expire, state, flight)
-        request = event.request.model_dump(by_alias=True, mode="json", exclude_none=True)
-        return {"resultType": "input_required", "inputRequests": {INPUT_KEY: request}, "requestState": state}
+        return _round(event, state)
 
     async def _resume(self, ctx: ServerRequestContext[Any], owner: Identity, state: str) -> dict[str, Any]:
         flight = self._parked.get(state)
@@ -153,8 +152,7 @@ class InputRounds:
         assert question is not None and flight.relay is not None
         answer = ((ctx.params or {}).get("inputResponses") or {}).get(INPUT_KEY)
         if answer is None:  # asked again, same state: the client may still answer
-            request = question.request.model_dump(by_alias=True, mode="json", exclude_none=True)
-            return {"resultType": "input_required", "inputRequests": {INPUT_KEY: request}, "requestState": state}
+            return _round(question, state)
         del self._parked[state]
         flight.expiry.cancel()
         try:
@@ -174,3 +172,9 @@ class InputRounds:
             del self._parked[state]
             logger.info("a call waiting for a client's input was cancelled after %gs without a retry", PARKED_TTL)
             flight.scope.cancel()
+
+
+def _round(question: _Question, state: str) -> dict[str, Any]:
+    """The `input_required` result that puts `question` to the client."""
+    request = question.request.model_dump(by_alias=True, mode="json", exclude_none=True)
+    return {"resultType": "input_required", "inputRequests": {INPUT_KEY: request}, "requestState": state}

@@ -10,6 +10,7 @@ subscription bus). A connection is forgotten through its own exit stack when it 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from typing import Any
 
 import anyio
@@ -90,7 +91,11 @@ class Notifier:
         return self._subscriptions.get(connection, {}).pop(uri, None)
 
     async def _release(self, connection: Any) -> None:
-        for upstream, raw in self._subscriptions.pop(connection, {}).values():
+        await self._unsubscribe_all(self._subscriptions.pop(connection, {}).values())
+
+    async def _unsubscribe_all(self, subscriptions: Iterable[tuple[str, str]]) -> None:
+        """Release (upstream, raw URI) subscriptions of a client that is gone."""
+        for upstream, raw in subscriptions:
             try:
                 await self._dispatcher.unsubscribe(upstream, raw)
             except Exception as exc:  # the client is gone either way; the upstream may be too
@@ -119,15 +124,12 @@ class Notifier:
                     self._listened.setdefault((owner, raw), []).append(uri)
                 return await inner(ctx, params)
             finally:
+                for owner, raw, uri in held:
+                    self._listened[(owner, raw)].remove(uri)
+                    if not self._listened[(owner, raw)]:
+                        del self._listened[(owner, raw)]
                 with anyio.CancelScope(shield=True), anyio.move_on_after(RELEASE_TIMEOUT):
-                    for owner, raw, uri in held:
-                        self._listened[(owner, raw)].remove(uri)
-                        if not self._listened[(owner, raw)]:
-                            del self._listened[(owner, raw)]
-                        try:
-                            await self._dispatcher.unsubscribe(owner, raw)
-                        except Exception as exc:  # the client is gone either way
-                            logger.debug("could not unsubscribe upstream %s: %s", owner, exc)
+                    await self._unsubscribe_all((owner, raw) for owner, raw, _uri in held)
 
         return listen
 
