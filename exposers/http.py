@@ -22,7 +22,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from exposers.fast_lists import FastLists
+from exposers.fast_path import FastPath
 from exposers.notify import Notifier
 from exposers.server import IDENTITY_SCOPE_KEY, GatewayServer
 from gateway.config import is_loopback
@@ -142,8 +142,8 @@ def build_app(server: GatewayServer, dispatcher: Dispatcher, notifier: Notifier,
 
     return Starlette(
         routes=[
-            Route("/mcp", endpoint=BearerAuth(FastLists(StreamableHTTPASGIApp(manager), dispatcher, notifier,
-                                                        security), dispatcher)),
+            Route("/mcp", endpoint=BearerAuth(FastPath(StreamableHTTPASGIApp(manager), dispatcher, notifier, manager,
+                                                       security, MAX_REQUEST_BODY), dispatcher)),
             Route("/sse", endpoint=BearerAuth(_endpoint(handle_sse), dispatcher)),
             Mount("/messages/", app=BearerAuth(sse.handle_post_message, dispatcher)),
             Route("/healthz", endpoint=healthz),

@@ -38,7 +38,8 @@ class Notifier:
         self.bus = InMemorySubscriptionBus()
         self._dispatcher = dispatcher
         self._connections: dict[Any, tuple[Identity, tuple[int, int, int]]] = {}
-        self._sessions: dict[str, Identity] = {}
+        self._sessions: dict[str, Any] = {}
+        """Session id -> the connection of a live handshake-era HTTP session."""
         self._dirty = anyio.Event()
         self._modern_seen = dispatcher.view(LOCAL).fingerprint
         self._subscriptions: dict[Any, dict[str, tuple[str, str]]] = {}
@@ -62,13 +63,15 @@ class Notifier:
         self._connections[connection] = (identity, self._dispatcher.view(identity).fingerprint)
         connection.exit_stack.callback(self._connections.pop, connection, None)
         if connection.session_id is not None:
-            self._sessions[connection.session_id] = identity
+            self._sessions[connection.session_id] = connection
             connection.exit_stack.callback(self._sessions.pop, connection.session_id, None)
 
-    def session_identity(self, session_id: str) -> Identity | None:
-        """The identity a live handshake-era HTTP session was opened with; None for a session Triad does not
-        have (never opened, closed, or reaped)."""
-        return self._sessions.get(session_id)
+    def session(self, session_id: str) -> tuple[Any, Identity] | None:
+        """The connection of a live handshake-era HTTP session and the identity it was opened with; None for a
+        session Triad does not have (never opened, closed, or reaped)."""
+        connection = self._sessions.get(session_id)
+        found = self._connections.get(connection) if connection is not None else None
+        return (connection, found[0]) if found is not None else None
 
     def _on_registry(self) -> None:
         self._dirty.set()

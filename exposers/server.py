@@ -173,9 +173,7 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
         try:
             result = await call_next(ctx)
         except TriadError as exc:
-            if not isinstance(exc, UpstreamRefused):
-                logger.info("%s failed: %s", ctx.method, exc.message)
-            raise MCPError(exc.code, exc.message, exc.data) from None
+            raise MCPError.from_error_data(error_data(ctx.method, exc)) from None
         return result
 
     if not tracing_enabled():
@@ -187,10 +185,12 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
 
 
 def session_of(ctx: ServerRequestContext[Any]) -> Session:
-    """The hook session of this request's connection, kept in the connection's own state (gone with it)."""
     connection = getattr(ctx.session, "_connection", None)
-    if connection is None:
-        return Session()
+    return hook_session(connection) if connection is not None else Session()
+
+
+def hook_session(connection: Any) -> Session:
+    """The hook session of a connection, kept in the connection's own state (gone with it)."""
     found = connection.state.get(SESSION_STATE_KEY)
     if found is None:
         found = connection.state[SESSION_STATE_KEY] = Session(connection.session_id or f"conn-{id(connection):x}")
@@ -206,6 +206,19 @@ def client_name(ctx: ServerRequestContext[Any]) -> str | None:
     meta = (ctx.params or {}).get("_meta")
     info = meta.get("io.modelcontextprotocol/clientInfo") if isinstance(meta, dict) else None
     return info.get("name") if isinstance(info, dict) else None
+
+
+def error_data(method: str, exc: Exception) -> types.ErrorData:
+    """The one rendering of a failed request: a `TriadError` keeps its code; anything else is logged with its
+    traceback and becomes INTERNAL_ERROR without details."""
+    if isinstance(exc, TriadError):
+        if not isinstance(exc, UpstreamRefused):
+            logger.info("%s failed: %s", method, exc.message)
+        return types.ErrorData(code=exc.code, message=exc.message, data=exc.data)
+    if isinstance(exc, MCPError):
+        return exc.error
+    logger.exception("%s failed", method)
+    return types.ErrorData(code=types.INTERNAL_ERROR, message="Internal error")
 
 
 def complete(result: dict[str, Any]) -> dict[str, Any]:

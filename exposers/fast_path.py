@@ -1,0 +1,201 @@
+"""Triad's own path for the hot requests of handshake-era HTTP sessions, in front of the SDK's `/mcp` app.
+
+The SDK's server puts every request through generic machinery (a memory stream into the session, a task per
+request, an SSE response object, validation and re-serialisation of the result). For a proxy that is most of the
+cost of a call, so the requests that make up nearly all traffic are served here instead: list pages from bytes
+(`fast_lists`) and `tools/call` (`fast_calls`; with tracing on, calls stay on the SDK's path for its spans), plus
+the client's answers to requests sent on those calls' streams and its cancellations of those calls.
+
+Only the plain case is taken: a POST on a live session the SDK opened (and the notifier tracks), whose
+`MCP-Protocol-Version` header is the session's own version, with the content type and Accept header the SDK
+requires, carrying one such message. Anything else (a batch, another method, extra params, an unknown or expired
+session, a body over the limit) goes to the SDK untouched, so its checks and errors stay the only ones. The
+DNS-rebinding check runs first, as the SDK's does.
+
+SDK internals used (mcp 2.3.x), for one reason: a request served here must count as activity of its session, or
+the SDK would reap a session that only lists and calls as idle. `_held` does what
+`StreamableHTTPServerTransport.handle_request` does with the transport's in-flight count and idle scope, and the
+transport is found in `StreamableHTTPSessionManager._server_instances`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import anyio
+from mcp.server.streamable_http import StreamableHTTPServerTransport, check_accept_headers
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
+from starlette.requests import Request
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from exposers.fast_calls import CALL_PARAMS, Answers, CallReply, serve_call
+from exposers.fast_lists import ListPages
+from exposers.notify import Notifier
+from exposers.server import IDENTITY_SCOPE_KEY
+from gateway.dispatch import Dispatcher
+from gateway.identity import Identity
+from gateway.tracing import tracing_enabled
+
+
+class FastPath:
+    def __init__(self, app: ASGIApp, dispatcher: Dispatcher, notifier: Notifier,
+                 manager: StreamableHTTPSessionManager, security: TransportSecuritySettings | None,
+                 max_body: int) -> None:
+        self.app = app
+        self._dispatcher = dispatcher
+        self._notifier = notifier
+        self._manager = manager
+        self._security = TransportSecurityMiddleware(security)
+        self._max_body = max_body
+        self._pages = ListPages(dispatcher)
+        self._answers = Answers()
+        self._serve_calls = not tracing_enabled()
+        """With tracing on, calls take the SDK's path, whose server span continues the client's trace."""
+        self._calls: dict[tuple[str, str], anyio.CancelScope] = {}
+        """(session id, JSON of the request id) -> the cancel scope of a call served here."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = dict(scope["headers"]) if scope["type"] == "http" and scope["method"] == "POST" else {}
+        session_id = headers.get(b"mcp-session-id", b"").decode()
+        found = self._notifier.session(session_id) if session_id else None
+        transport = self._manager._server_instances.get(session_id) if found is not None else None
+        if (found is None or transport is None or transport.is_terminated
+                or (transport.idle_scope is not None and transport.idle_scope.cancel_called)
+                or headers.get(b"mcp-protocol-version") != found[0].protocol_version.encode()
+                or not headers.get(b"content-type", b"").startswith(b"application/json")):
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope, receive)
+        if (refused := await self._security.validate_request(request, is_post=True)) is not None:
+            await refused(scope, receive, send)  # as the SDK answers any POST that fails the check
+            return
+        body, more = await _read_body(receive, self._max_body)
+        whole = not more and len(body) <= self._max_body
+        message = _message(body) if whole and all(check_accept_headers(request)) else None
+        connection, tracked = found
+        with _held(transport):
+            if message is not None and await self._serve(scope, send, message, connection, tracked, session_id):
+                return
+        await self.app(scope, _replay(body, more, receive), send)
+
+    async def _serve(self, scope: Scope, send: Send, message: dict[str, Any], connection: Any, tracked: Identity,
+                     session_id: str) -> bool:
+        """Serve `message` here; False when it is not one for this path."""
+        response_headers = [(b"mcp-session-id", session_id.encode())]
+        method = message.get("method")
+        if method is None:  # a response: the answer to a request sent on a call's stream, if ours
+            if "id" not in message or not self._answers.deliver(session_id, message):
+                return False
+            await _accepted(send, response_headers)
+            return True
+        if "id" not in message:
+            if method != "notifications/cancelled" or not isinstance(params := message.get("params"), dict):
+                return False
+            cancel = self._calls.get((session_id, json.dumps(params.get("requestId"))))
+            if cancel is None:
+                return False
+            cancel.cancel()
+            await _accepted(send, response_headers)
+            return True
+        identity = scope.get(IDENTITY_SCOPE_KEY)
+        if not isinstance(identity, Identity):
+            return False
+        if identity.provider is None and tracked.provider is not None:  # inferred from the session's clientInfo
+            identity = dataclasses.replace(identity, provider=tracked.provider)
+        if method in self._pages.listers:
+            page = await self._pages.reply(identity, connection.protocol_version, message)
+            if page is None:
+                return False
+            await send({"type": "http.response.start", "status": 200, "headers": [
+                (b"content-type", b"application/json"), (b"content-length", str(len(page)).encode()),
+                *response_headers]})
+            await send({"type": "http.response.body", "body": page})
+            return True
+        if method != "tools/call" or not self._serve_calls or not _plain_call(message.get("params")):
+            return False
+        key = (session_id, json.dumps(message["id"]))
+        if key in self._calls:
+            return False  # a duplicate id: the SDK's error
+        reply = CallReply(send, message["id"], message["params"], connection, self._answers, response_headers)
+        self._calls[key] = cancel = anyio.CancelScope()
+        try:
+            await serve_call(self._dispatcher, identity, message, reply, connection, cancel)
+        finally:
+            del self._calls[key]
+        return True
+
+
+def _message(body: bytes) -> dict[str, Any] | None:
+    """One JSON-RPC 2.0 message (not a batch), or None."""
+    try:
+        message = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
+        return None
+    ident = message.get("id")
+    if "id" in message and (isinstance(ident, bool) or not isinstance(ident, str | int)):
+        return None
+    return message
+
+
+def _plain_call(params: Any) -> bool:
+    if not isinstance(params, dict) or not isinstance(params.get("name"), str) or set(params) - CALL_PARAMS:
+        return False
+    return all(params.get(key) is None or isinstance(params[key], dict) for key in ("arguments", "_meta"))
+
+
+@contextlib.contextmanager
+def _held(transport: StreamableHTTPServerTransport) -> Iterator[None]:
+    """The session counts a request in flight (its idle countdown suspended), as in the SDK's `handle_request`."""
+    idle = transport.idle_scope
+    timeout = transport._idle_timeout
+    if idle is None or timeout is None:
+        yield
+        return
+    transport._requests_in_flight += 1
+    idle.deadline = math.inf
+    try:
+        yield
+    finally:
+        transport._requests_in_flight -= 1
+        if not transport._requests_in_flight:
+            idle.deadline = anyio.current_time() + timeout
+
+
+async def _accepted(send: Send, headers: list[tuple[bytes, bytes]]) -> None:
+    await send({"type": "http.response.start", "status": 202, "headers": headers})
+    await send({"type": "http.response.body", "body": b""})
+
+
+async def _read_body(receive: Receive, limit: int) -> tuple[bytes, bool]:
+    """The request body, up to `limit` bytes; True as the second value when there is more."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        chunk = message.get("body", b"")
+        chunks.append(chunk)
+        size += len(chunk)
+        if not message.get("more_body") or size > limit:
+            return b"".join(chunks), bool(message.get("more_body"))
+
+
+def _replay(body: bytes, more: bool, receive: Receive) -> Receive:
+    """A `receive` that gives the body read so far again, then the rest of the request."""
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": more}
+        return await receive()
+
+    return replay

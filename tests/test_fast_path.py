@@ -1,0 +1,137 @@
+"""Triad's own path for calls and lists of handshake-era HTTP sessions (`exposers.fast_path`), seen on the wire.
+
+A raw HTTP client shows what the SDK clients in the other tests do not: which reply is plain JSON and which a
+stream, that a request the lean path does not take still gets the SDK's answer, and that the client's answers and
+cancellations reach the calls served on the lean path.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+
+from tests.conftest import Proc, start_fixture, start_triad, write_config
+
+pytestmark = pytest.mark.anyio
+
+VERSION = "2025-11-25"
+
+
+class Raw:
+    """One handshake-era session over plain HTTP: the client's side, byte for byte."""
+
+    def __init__(self, http: httpx2.AsyncClient, url: str) -> None:
+        self.http, self.url = http, url
+        self.headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+    async def open(self, capabilities: dict[str, Any] | None = None) -> Raw:
+        params = {"protocolVersion": VERSION, "capabilities": capabilities or {},
+                  "clientInfo": {"name": "raw", "version": "1"}}
+        response = await self.post({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": params})
+        assert response.status_code == 200, response.text
+        self.headers |= {"Mcp-Session-Id": response.headers["mcp-session-id"], "MCP-Protocol-Version": VERSION}
+        assert (await self.post({"jsonrpc": "2.0", "method": "notifications/initialized"})).status_code == 202
+        return self
+
+    async def post(self, body: Any, **headers: str) -> httpx2.Response:
+        return await self.http.post(self.url, content=json.dumps(body), headers={**self.headers, **headers})
+
+
+def events(text: str) -> list[dict[str, Any]]:
+    return [json.loads(line[5:]) for line in text.splitlines() if line.startswith("data:") and line[5:].strip()]
+
+
+def call(ident: Any, tool: str, arguments: dict[str, Any], meta: dict[str, Any] | None = None) -> dict[str, Any]:
+    params: dict[str, Any] = {"name": tool, "arguments": arguments, **({"_meta": meta} if meta else {})}
+    return {"jsonrpc": "2.0", "id": ident, "method": "tools/call", "params": params}
+
+
+async def test_a_plain_call_is_answered_as_json_and_one_with_progress_as_a_stream(procs: list[Proc],
+                                                                                  tmp_path: Path) -> None:
+    upstream = start_fixture(procs, "http", "fast-reply")
+    url = start_triad(procs, write_config(tmp_path, {"upstreams": {"fx": {"url": upstream}}}), wait_ready=1)
+    async with httpx2.AsyncClient(timeout=30) as http:
+        session = await Raw(http, url).open()
+        plain = await session.post(call("a", "echo", {"text": "hi"}))
+        assert plain.headers["content-type"] == "application/json"
+        assert plain.headers["mcp-session-id"] == session.headers["Mcp-Session-Id"]
+        body = plain.json()
+        assert body["id"] == "a" and body["result"]["content"][0]["text"] == "hi"
+        assert "resultType" not in body["result"]  # a 2026-07-28 field, not for this version
+
+        streamed = await session.post(call(7, "progress", {"steps": 2}, {"progressToken": "tok"}))
+        assert streamed.headers["content-type"] == "text/event-stream"
+        messages = events(streamed.text)
+        assert [m.get("method") for m in messages] == ["notifications/progress"] * 2 + [None]
+        assert [m["params"]["progress"] for m in messages[:2]] == [1, 2]
+        assert all(m["params"]["progressToken"] == "tok" for m in messages[:2])
+        assert messages[2]["id"] == 7 and messages[2]["result"]["content"][0]["text"] == "2 steps"
+
+        unknown = (await session.post(call(8, "nope", {}))).json()
+        assert unknown["id"] == 8 and unknown["error"]["code"] == -32602 and "nope" in unknown["error"]["message"]
+
+
+async def test_requests_the_lean_path_does_not_take_get_the_sdks_answers(procs: list[Proc], tmp_path: Path) -> None:
+    upstream = start_fixture(procs, "http", "fast-fallback")
+    url = start_triad(procs, write_config(tmp_path, {"upstreams": {"fx": {"url": upstream}}}), wait_ready=1)
+    async with httpx2.AsyncClient(timeout=30) as http:
+        session = await Raw(http, url).open()
+        # another version in the header than the session's: the SDK serves it, as a stream
+        other = await session.post(call(1, "echo", {"text": "sdk"}), **{"MCP-Protocol-Version": "2025-06-18"})
+        assert other.headers["content-type"].startswith("text/event-stream")
+        assert events(other.text)[-1]["result"]["content"][0]["text"] == "sdk"
+        unknown_session = await session.post(call(2, "echo", {"text": "x"}), **{"Mcp-Session-Id": "not-a-session"})
+        assert unknown_session.status_code == 404
+        malformed = await http.post(url, content=b'{"jsonrpc": "2.0", "id": 3, "method": ', headers=session.headers)
+        assert malformed.status_code == 400 and malformed.json()["error"]["code"] == -32700
+        wrong_accept = await session.post(call(4, "echo", {"text": "x"}), Accept="application/json")
+        assert wrong_accept.status_code == 406
+        # the session still serves calls on the lean path after all that
+        again = (await session.post(call(5, "echo", {"text": "still"}))).json()
+        assert again["result"]["content"][0]["text"] == "still"
+
+
+async def test_a_client_answers_and_cancels_calls_served_on_the_lean_path(procs: list[Proc], tmp_path: Path) -> None:
+    upstream = start_fixture(procs, "http", "fast-answers")
+    fixture = procs[-1]
+    url = start_triad(procs, write_config(tmp_path, {"upstreams": {"fx": {"url": upstream}}}), wait_ready=1)
+    async with httpx2.AsyncClient(timeout=30) as http:
+        session = await Raw(http, url).open({"elicitation": {"form": {}}})
+        seen: list[dict[str, Any]] = []
+        with anyio.fail_after(20):
+            async with http.stream("POST", url, content=json.dumps(call(1, "ask", {"question": "ready?"})),
+                                   headers=session.headers) as reply:
+                assert reply.headers["content-type"] == "text/event-stream"
+                async for line in reply.aiter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    message = json.loads(line[5:])
+                    seen.append(message)
+                    if message.get("method") == "elicitation/create":
+                        assert message["params"]["message"] == "ready?"
+                        stray = await session.post({"jsonrpc": "2.0", "id": "triad-ask-999", "result": {}})
+                        assert stray.status_code == 202  # not ours: the SDK takes it (and drops it)
+                        answer = {"jsonrpc": "2.0", "id": message["id"],
+                                  "result": {"action": "accept", "content": {"answer": "raw yes"}}}
+                        assert (await session.post(answer)).status_code == 202
+        assert "raw yes" in seen[-1]["result"]["content"][0]["text"]
+
+        async def slow_call() -> None:
+            response = await session.post(call("slow-1", "slow", {"seconds": 30}))
+            seen.append({"status": response.status_code, "events": events(response.text)})
+
+        seen.clear()
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(slow_call)
+                await anyio.sleep(0.5)
+                cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled",
+                          "params": {"requestId": "slow-1", "reason": "changed my mind"}}
+                assert (await session.post(cancel)).status_code == 202
+            await fixture.until(r"slow call \S+ cancelled")
+        assert seen == [{"status": 200, "events": []}]  # the reply ends with no response for the cancelled call
