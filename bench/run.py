@@ -6,7 +6,8 @@
 Prints a Markdown table and writes JSON rows to bench/results/. Every process it starts is stopped at the end.
 Figures per row: sequential p50/p99 (raw JSON-RPC driver), calls/s with 8 and 32 concurrent sessions, the proxy
 process's CPU time per forwarded call and its peak RSS. The fleet part starts 50 upstreams x 100 tools behind
-Triad and measures start-to-ready, `tools/list` over 5,000 tools, the upstream requests that listing caused, and
+Triad and measures start-to-ready (beside the spawn floor: the same 50 upstreams started and listed by a bare
+script), `tools/list` over 5,000 tools (with Triad's CPU per page), the upstream requests that listing caused, and
 Triad's RSS with 1,000 idle HTTP sessions.
 """
 
@@ -259,7 +260,7 @@ async def call_rows(tmp: Path, calls: int, skip_peers: bool) -> list[dict[str, A
 
 async def fleet_rows(tmp: Path) -> dict[str, Any]:
     fleet = {f"fleet{i:02d}": {"command": PY, "args": [str(HERE / "fleet_upstream.py")]} for i in range(50)}
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = {"fleet_spawn_floor_s": await spawn_floor(50)}
     with processes() as started:
         # one upstream on its own: spawn, initialize, list (what Triad waits for, per upstream)
         solo, solo_url = start_triad(tmp, triad_config(tmp, {"solo": fleet["fleet00"]}), "INFO")
@@ -275,6 +276,7 @@ async def fleet_rows(tmp: Path) -> dict[str, Any]:
             session = await RawSession(http, url).open()
             await list_all(session)  # warm-up: views and pages are computed once per registry version
             times, pages, first_page = [], 0, []
+            cpu_before = triad.cpu_seconds()
             for _ in range(20):
                 start = time.perf_counter()
                 tools, pages = await list_all(session)
@@ -286,6 +288,7 @@ async def fleet_rows(tmp: Path) -> dict[str, Any]:
             out["fleet_pages"] = pages
             out["fleet_list_all_pages_ms"] = statistics.median(times)
             out["fleet_list_one_page_ms"] = statistics.median(first_page)
+            out["fleet_list_triad_cpu_ms_per_page"] = (triad.cpu_seconds() - cpu_before) * 1000 / (20 * (pages + 1))
         out["fleet_upstream_requests_during_lists"] = (triad.log.read_text().count("fleet-request tools/list")
                                                        - lists_before)
         out["fleet_rss_mb"] = triad.memory("VmRSS")
@@ -315,6 +318,29 @@ async def fleet_rows(tmp: Path) -> dict[str, Any]:
             assert len(result["tools"]) == 100
             out["direct_list_100_tools_ms"] = statistics.median(times)
     return out
+
+
+async def spawn_floor(count: int) -> float:
+    """Seconds for this (small) process to start `count` fleet upstreams at once and have each answer `initialize`
+    and `tools/list`: what starting the fleet costs the machine before any gateway work."""
+    messages = b"".join(json.dumps(m).encode() + b"\n" for m in (
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25"}},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}))
+    started = time.perf_counter()
+
+    async def one() -> None:
+        async with await anyio.open_process([PY, str(HERE / "fleet_upstream.py")], stderr=subprocess.DEVNULL) as proc:
+            assert proc.stdin is not None and proc.stdout is not None
+            await proc.stdin.send(messages)
+            received = b""
+            while received.count(b"\n") < 2:
+                received += await proc.stdout.receive()
+            await proc.stdin.aclose()
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(count):
+            tg.start_soon(one)
+    return time.perf_counter() - started
 
 
 async def list_all(session: RawSession) -> tuple[int, int]:
