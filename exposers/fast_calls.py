@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from starlette.types import Send
 
 from consumers import CURRENT_DOWNSTREAM
-from exposers.relay import LEVELS, LOG_LEVEL_STATE_KEY
+from exposers.relay import LEVELS, LOG_LEVEL_STATE_KEY, declared_capabilities, wants_log
 from exposers.server import error_data, hook_session
 from gateway.dispatch import Dispatcher
 from gateway.identity import Identity
@@ -83,11 +83,10 @@ class CallReply:
 
     @property
     def capabilities(self) -> dict[str, Any] | None:
-        client = self._connection.client_params
-        return client.capabilities.model_dump(by_alias=True, mode="json", exclude_none=True) if client else None
+        return declared_capabilities(self._connection)
 
     async def log(self, params: types.LoggingMessageNotificationParams) -> None:
-        if LEVELS.index(params.level) < LEVELS.index(self.log_level):
+        if not wants_log(params.level, self.log_level):
             return
         with warnings.catch_warnings():  # the model is deprecated in 2026-07-28, still relayed for these clients
             warnings.simplefilter("ignore", MCPDeprecationWarning)

@@ -38,10 +38,7 @@ class RequestRelay:
             meta = (self.ctx.params or {}).get("_meta")
             declared = meta.get(CLIENT_CAPABILITIES_META_KEY) if isinstance(meta, dict) else None
             return declared if isinstance(declared, dict) else {}
-        client = getattr(getattr(self.ctx.session, "_connection", None), "client_params", None)
-        if client is None:
-            return None
-        return client.capabilities.model_dump(by_alias=True, mode="json", exclude_none=True)
+        return declared_capabilities(getattr(self.ctx.session, "_connection", None))
 
     @property
     def log_level(self) -> str | None:
@@ -54,8 +51,7 @@ class RequestRelay:
         return (connection.state.get(LOG_LEVEL_STATE_KEY) if connection is not None else None) or LEVELS[0]
 
     async def log(self, params: types.LoggingMessageNotificationParams) -> None:
-        wanted = self.log_level
-        if wanted is None or LEVELS.index(params.level) < LEVELS.index(wanted):
+        if not wants_log(params.level, self.log_level):
             return
         with warnings.catch_warnings():  # logging is deprecated in 2026-07-28, still relayed for older clients
             warnings.simplefilter("ignore", MCPDeprecationWarning)
@@ -75,3 +71,14 @@ class RequestRelay:
             return await self.ctx.session.send_request(request, result_type, metadata=metadata)
         except MCPError as exc:
             return exc.error
+
+
+def declared_capabilities(connection: Any) -> dict[str, Any] | None:
+    """What a handshake-era client declared in `initialize`; None when unknown."""
+    client = getattr(connection, "client_params", None)
+    return client.capabilities.model_dump(by_alias=True, mode="json", exclude_none=True) if client else None
+
+
+def wants_log(level: str, wanted: str | None) -> bool:
+    """A log message at `level` goes to a client that asked for `wanted` and above (None: no logs)."""
+    return wanted is not None and LEVELS.index(level) >= LEVELS.index(wanted)
