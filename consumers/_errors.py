@@ -15,6 +15,18 @@ class UpstreamSessionGone(UpstreamUnavailable):
     and answers 404 "Session not found"); a new one is being opened, and a request safe to repeat may be."""
 
 
+class SessionGone(Exception):
+    """The lean HTTP path's upstream answered 404: it does not know the session (it restarted)."""
+
+
+class HopBroken(Exception):
+    """The lean HTTP path's connection failed (`connect`: could not connect at all)."""
+
+    def __init__(self, *, connect: bool) -> None:
+        super().__init__("could not connect" if connect else "the connection broke")
+        self.connect = connect
+
+
 def session_gone(exc: MCPError) -> bool:
     return exc.error.code == types.INVALID_REQUEST and exc.error.message in ("Session not found",
                                                                             "Session terminated")

@@ -26,6 +26,7 @@ import mcp_types as types
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
+from consumers._errors import HopBroken, SessionGone
 from consumers.relay import ASKS, Downstream, ProgressFn
 
 logger = logging.getLogger("triad.upstream")
@@ -49,9 +50,17 @@ class HttpLink:
     client: aiohttp.ClientSession
     session_id: str | None = None
 
+    def hop(self, protocol_version: str, on_notification: Callable[[str, dict[str, Any]], None]) -> HttpHop:
+        return HttpHop(self, protocol_version, on_notification)
 
-class SessionGone(Exception):
-    """The upstream answered 404: it does not know the session (it restarted)."""
+
+@contextlib.asynccontextmanager
+async def open_link(url: str, headers: dict[str, str], connect_timeout: float) -> AsyncIterator[HttpLink]:
+    """The lean path's own keep-alive client for one upstream. Its requests are bounded by each call's deadline;
+    only connecting has a timeout of its own."""
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout)
+    async with aiohttp.ClientSession(headers=headers, timeout=timeout) as client:
+        yield HttpLink(url, client)
 
 
 class HttpHop:
@@ -76,6 +85,13 @@ class HttpHop:
         params = message.setdefault("params", {})
         params["_meta"] = {**(params.get("_meta") or {}), "progressToken": request_id}
         body = json.dumps({"jsonrpc": "2.0", "id": request_id, **message}).encode()
+        try:
+            return await self._request(body, request_id, on_progress, downstream)
+        except aiohttp.ClientError as exc:
+            raise HopBroken(connect=isinstance(exc, aiohttp.ClientConnectorError)) from exc
+
+    async def _request(self, body: bytes, request_id: str, on_progress: ProgressFn,
+                       downstream: Downstream | None) -> dict[str, Any]:
         try:
             async with self._post(body) as response:
                 if response.status == 404:

@@ -12,17 +12,18 @@ import os
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import aiohttp
 import anyio
 import httpx2
 from mcp import StdioServerParameters, stdio_client
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 
-from consumers.http_hop import HttpLink
 from gateway.config import UpstreamConfig
+
+if TYPE_CHECKING:
+    from consumers.http_hop import HttpLink
 
 logger = logging.getLogger("triad.upstream")
 
@@ -46,17 +47,18 @@ async def open_transport(name: str, config: UpstreamConfig,
                               sse_read_timeout=SSE_READ_TIMEOUT) as (read, write):
             yield read, write, None
         return
+    # Imported here: aiohttp (about 9 MB) is loaded only when some upstream speaks streamable HTTP.
+    from consumers.http_hop import open_link
+
     timeout = httpx2.Timeout(HTTP_CONNECT_TIMEOUT, read=max(config.timeout, SSE_READ_TIMEOUT))
-    # The lean path's requests are bounded by each call's own deadline; only connecting has a timeout of its own.
-    lean_timeout = aiohttp.ClientTimeout(total=None, sock_connect=HTTP_CONNECT_TIMEOUT)
     transport = _DrainingTransport(httpx2.AsyncHTTPTransport())
     async with (
+        open_link(config.url, headers, HTTP_CONNECT_TIMEOUT) as link,
         httpx2.AsyncClient(headers=headers, timeout=timeout, follow_redirects=False, transport=transport) as http,
-        aiohttp.ClientSession(headers=headers, timeout=lean_timeout) as lean,
         streamable_http_client(config.url, http_client=http) as (read, write),
     ):
-        transport.link = HttpLink(config.url, lean)
-        yield read, write, transport.link
+        transport.link = link
+        yield read, write, link
 
 
 DRAIN_LIMIT = 0.05

@@ -14,9 +14,8 @@ import logging
 import math
 import random
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import aiohttp
 import anyio
 import mcp_types as types
 from mcp import ClientSession
@@ -25,9 +24,8 @@ from mcp_types import LOG_LEVEL_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from consumers._breaker import CircuitBreaker
-from consumers._errors import UpstreamSessionGone, describe_failure, map_mcp_error, session_gone
+from consumers._errors import HopBroken, SessionGone, UpstreamSessionGone, describe_failure, map_mcp_error, session_gone
 from consumers._streams import EOFWatch
-from consumers.http_hop import HttpHop, SessionGone
 from consumers.listing import RAW, Catalog, list_catalog
 from consumers.modern import ModernLink
 from consumers.relay import CURRENT_DOWNSTREAM, Downstream, InFlight, ProgressFn, answer_input_requests, with_params
@@ -35,6 +33,9 @@ from consumers.subscriptions import Subscriptions
 from consumers.transports import open_transport
 from gateway.config import UpstreamConfig
 from gateway.errors import UpstreamError, UpstreamRefused, UpstreamTimeout, UpstreamUnavailable
+
+if TYPE_CHECKING:
+    from consumers.http_hop import HttpHop
 
 logger = logging.getLogger("triad.upstream")
 
@@ -169,7 +170,7 @@ class Upstream:
                     catalog = await list_catalog(self.name, session, init, None, self._modern.checked_tools)
                     connect_scope.deadline = math.inf  # connected: from here on only calls have deadlines
                     self.catalog = catalog
-                    self._hop = HttpHop(link, catalog.protocol_version, self._on_notification) \
+                    self._hop = link.hop(catalog.protocol_version, self._on_notification) \
                         if link is not None and not self.modern else None
                     self._set_session(session)
                     self._set_state(UpstreamState.READY, "")
@@ -372,11 +373,10 @@ class Upstream:
                 raise UpstreamSessionGone(self.name, f"upstream {self.name!r} closed the connection during "
                                           f"{method}") from None
             raise map_mcp_error(self.name, exc) from None
-        except aiohttp.ClientError as exc:  # the lean path's connection broke, or the upstream restarted
+        except HopBroken as exc:  # the lean path's connection broke, or the upstream restarted
             self._suspect_connection()
-            what = "could not connect" if isinstance(exc, aiohttp.ClientConnectorError) else "the connection broke"
             raise UpstreamSessionGone(self.name, f"upstream {self.name!r} connection failed during {method} "
-                                      f"({what})") from None
+                                      f"({exc})") from None
         except SessionGone:
             self._suspect_connection()
             raise UpstreamSessionGone(self.name, f"upstream {self.name!r} lost its session (it restarted?) "
