@@ -30,7 +30,6 @@ from gateway.dispatch import Dispatcher
 from gateway.identity import LOCAL, Identity, identity_for, identity_for_token, requires_token, run_list
 from gateway.reload import Reloader
 
-SESSION_IDLE_TIMEOUT = 1800.0
 MAX_SESSIONS = 10_000
 MAX_REQUEST_BODY = 4 * 2**20
 
@@ -97,7 +96,7 @@ def build_app(server: GatewayServer, dispatcher: Dispatcher, notifier: Notifier,
     manager = StreamableHTTPSessionManager(
         app=server,
         security_settings=security,
-        session_idle_timeout=SESSION_IDLE_TIMEOUT,
+        session_idle_timeout=dispatcher.config.listen.session_idle_timeout,
         max_sessions=MAX_SESSIONS,
         max_request_body_size=MAX_REQUEST_BODY,
     )

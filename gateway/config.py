@@ -33,6 +33,8 @@ DEFAULT_MAX_CALL_TIME = 600.0
 DEFAULT_PING_INTERVAL = 15.0
 """How often an idle upstream is pinged; a missed ping means the connection is gone and is re-opened."""
 DEFAULT_PAGE_SIZE = 200
+DEFAULT_SESSION_IDLE_TIMEOUT = 1800.0
+"""How long a handshake-era HTTP session may go without a request before Triad forgets it."""
 DEFAULT_MAX_NAME_LENGTH = 64
 SPEC_MAX_NAME_LENGTH = 128
 """The MCP spec allows tool names up to 128 characters; LLM providers cap at 64, hence the default."""
@@ -87,6 +89,7 @@ class _Model(BaseModel):
 class ListenConfig(_Model):
     host: str = "127.0.0.1"
     port: int = Field(default=DEFAULT_PORT, ge=0, le=65535)
+    session_idle_timeout: Duration = Field(default=DEFAULT_SESSION_IDLE_TIMEOUT, gt=0)
 
 
 class ToolFilter(_Model):

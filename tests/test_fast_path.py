@@ -135,3 +135,27 @@ async def test_a_client_answers_and_cancels_calls_served_on_the_lean_path(procs:
                 assert (await session.post(cancel)).status_code == 202
             await fixture.until(r"slow call \S+ cancelled")
         assert seen == [{"status": 200, "events": []}]  # the reply ends with no response for the cancelled call
+
+
+async def test_requests_served_on_the_lean_path_keep_their_session_alive(procs: list[Proc], tmp_path: Path) -> None:
+    """The SDK forgets a session after `session_idle_timeout` without requests; calls and lists that Triad serves
+    itself count as requests of their session (`fast_path._held`), an idle session still expires."""
+    upstream = start_fixture(procs, "http", "fast-idle")
+    config = {"listen": {"session_idle_timeout": "1.5s"}, "upstreams": {"fx": {"url": upstream}}}
+    url = start_triad(procs, write_config(tmp_path, config), wait_ready=1)
+    async with httpx2.AsyncClient(timeout=30) as http:
+        busy, idle = await Raw(http, url).open(), await Raw(http, url).open()
+        for i in range(8):  # 4 s, well past the idle timeout, one lean request every 0.5 s
+            await anyio.sleep(0.5)
+            request = call(i, "echo", {"text": "alive"}) if i % 2 else {"jsonrpc": "2.0", "id": i,
+                                                                         "method": "tools/list"}
+            response = await session_post(busy, request)
+            assert response.headers["content-type"] == "application/json", response.text
+        assert (await busy.post(call(99, "echo", {"text": "still"}))).json()["result"]["content"][0]["text"] == "still"
+        assert (await idle.post(call(1, "echo", {"text": "gone?"}))).status_code == 404
+
+
+async def session_post(session: Raw, body: dict[str, Any]) -> httpx2.Response:
+    response = await session.post(body)
+    assert response.status_code == 200, response.text
+    return response
