@@ -31,7 +31,8 @@ async def app(scope: dict, receive, send) -> None:  # type: ignore[no-untyped-de
             break
     if body:
         json.loads(body)  # the one parse: what a gateway must at least do to route
-    headers = {k.decode(): v.decode() for k, v in scope["headers"] if k.decode() in (*PASSED, "accept")}
+    headers = {k.decode(): v.decode() for k, v in scope["headers"]
+               if k.startswith(b"mcp-") or k in (b"content-type", b"accept", b"last-event-id")}
     response = await client.request(scope["method"], UPSTREAM, content=body, headers=headers)
     await send({"type": "http.response.start", "status": response.status_code,
                 "headers": [(k.encode(), v.encode()) for k, v in response.headers.items() if k in PASSED]})

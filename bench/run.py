@@ -76,16 +76,27 @@ class Process:
                 self.popen.wait()
 
 
-class RawSession:
-    """A lean JSON-RPC-over-HTTP client: one keep-alive connection, one parse per response."""
+MODERN = "2026-07-28"
+MODERN_META = {"io.modelcontextprotocol/protocolVersion": MODERN,
+               "io.modelcontextprotocol/clientInfo": {"name": "bench", "version": "1"},
+               "io.modelcontextprotocol/clientCapabilities": {}}
 
-    def __init__(self, http: httpx2.AsyncClient, url: str) -> None:
-        self.http, self.url, self.headers, self.next_id = http, url, dict(ACCEPT), 0
+
+class RawSession:
+    """A lean JSON-RPC-over-HTTP client: one keep-alive connection, one parse per response. A handshake-era session
+    (2025-11-25), or with `modern` a stateless 2026-07-28 client (its envelope in `_meta` and routing headers)."""
+
+    def __init__(self, http: httpx2.AsyncClient, url: str, modern: bool = False) -> None:
+        self.http, self.url, self.headers, self.next_id, self.modern = http, url, dict(ACCEPT), 0, modern
 
     async def request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
         self.next_id += 1
+        headers = self.headers
+        if self.modern:
+            params = {**(params or {}), "_meta": MODERN_META}
+            headers = {**headers, "Mcp-Method": method, **({"Mcp-Name": params["name"]} if "name" in params else {})}
         body = {"jsonrpc": "2.0", "id": self.next_id, "method": method, **({"params": params} if params else {})}
-        response = await self.http.post(self.url, json=body, headers=self.headers)
+        response = await self.http.post(self.url, json=body, headers=headers)
         if "mcp-session-id" in response.headers:
             self.headers["Mcp-Session-Id"] = response.headers["mcp-session-id"]
         text = response.text
@@ -97,6 +108,9 @@ class RawSession:
         return message["result"]
 
     async def open(self) -> RawSession:
+        if self.modern:
+            self.headers["MCP-Protocol-Version"] = MODERN
+            return self
         await self.request("initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
                                           "clientInfo": {"name": "bench", "version": "1"}})
         self.headers["MCP-Protocol-Version"] = "2025-11-25"
@@ -122,9 +136,9 @@ async def wait_listening(url: str, seconds: float = 60) -> None:
                 await anyio.sleep(0.1)
 
 
-async def sequential(url: str, tool: str, calls: int) -> list[float]:
+async def sequential(url: str, tool: str, calls: int, modern: bool) -> list[float]:
     async with httpx2.AsyncClient() as http:
-        session = await RawSession(http, url).open()
+        session = await RawSession(http, url, modern).open()
         for _ in range(20):
             await session.call(tool)  # warm-up
         times = []
@@ -135,10 +149,10 @@ async def sequential(url: str, tool: str, calls: int) -> list[float]:
         return times
 
 
-async def concurrent(url: str, tool: str, sessions: int, calls_each: int) -> float:
+async def concurrent(url: str, tool: str, sessions: int, calls_each: int, modern: bool) -> float:
     limits = httpx2.Limits(max_connections=sessions, max_keepalive_connections=sessions)
     async with httpx2.AsyncClient(limits=limits, timeout=60) as http:
-        opened = [await RawSession(http, url).open() for _ in range(sessions)]
+        opened = [await RawSession(http, url, modern).open() for _ in range(sessions)]
 
         async def run(session: RawSession) -> None:
             for _ in range(calls_each):
@@ -171,17 +185,18 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]
 
 
-async def measure(name: str, url: str, proxy: Process | None, calls: int, sdk: bool) -> dict[str, Any]:
-    row: dict[str, Any] = {"row": name}
+async def measure(name: str, url: str, proxy: Process | None, calls: int, sdk: bool,
+                  modern: bool = False) -> dict[str, Any]:
+    row: dict[str, Any] = {"row": name, "era": MODERN if modern else "2025-11-25"}
     cpu_before = proxy.cpu_seconds() if proxy else 0.0
-    times = await sequential(url, "echo", calls)
+    times = await sequential(url, "echo", calls, modern)
     forwarded = calls + 20
     row["p50_ms"], row["p99_ms"] = statistics.median(times), percentile(times, 99)
-    slow = await sequential(url, "echo_slow", max(calls // 3, 50))
+    slow = await sequential(url, "echo_slow", max(calls // 3, 50), modern)
     forwarded += len(slow) + 20
     row["slow_p50_ms"] = statistics.median(slow)
-    row["rps_8"] = await concurrent(url, "echo", 8, max(calls // 8, 20))
-    row["rps_32"] = await concurrent(url, "echo", 32, max(calls // 16, 10))
+    row["rps_8"] = await concurrent(url, "echo", 8, max(calls // 8, 20), modern)
+    row["rps_32"] = await concurrent(url, "echo", 32, max(calls // 16, 10), modern)
     forwarded += 8 * max(calls // 8, 20) + 32 * max(calls // 16, 10)
     if proxy is not None:
         row["cpu_ms_per_call"] = (proxy.cpu_seconds() - cpu_before) * 1000 / forwarded
@@ -230,16 +245,22 @@ async def call_rows(tmp: Path, calls: int, skip_peers: bool) -> list[dict[str, A
         await wait_listening(f"http://127.0.0.1:{pipe_port}/mcp")
         rows.append(await measure("transparent pipe -> HTTP", f"http://127.0.0.1:{pipe_port}/mcp", pipe, calls, False))
 
-        triad, url = start_triad(tmp, triad_config(tmp, {"echo": {"url": upstream}}))
+        triad, triad_url = start_triad(tmp, triad_config(tmp, {"echo": {"url": upstream}}))
         started.append(triad)
-        await start_to_ready(triad, url, 1)
-        rows.append(await measure("Triad -> HTTP", url, triad, calls, sdk=True))
+        await start_to_ready(triad, triad_url, 1)
+        rows.append(await measure("Triad -> HTTP", triad_url, triad, calls, sdk=True))
 
         stdio_upstream = {"echo": {"command": PY, "args": [str(HERE / "echo_upstream.py")]}}
         triad_stdio, url = start_triad(tmp, triad_config(tmp, stdio_upstream))
         started.append(triad_stdio)
         await start_to_ready(triad_stdio, url, 1)
         rows.append(await measure("Triad -> stdio", url, triad_stdio, calls, sdk=False))
+
+        # The same hops for a stateless 2026-07-28 client (its requests take the SDK's path in Triad)
+        rows.append(await measure("direct, 2026-07-28 client", upstream, None, calls, False, modern=True))
+        rows.append(await measure("transparent pipe, 2026-07-28 client", f"http://127.0.0.1:{pipe_port}/mcp", pipe,
+                                  calls, False, modern=True))
+        rows.append(await measure("Triad -> HTTP, 2026-07-28 client", triad_url, triad, calls, False, modern=True))
 
         if not skip_peers and (PEERS["mcp-proxy"] / "mcp-proxy").exists():
             port = free_port()
@@ -369,27 +390,29 @@ async def start_to_ready(proc: Process, url: str, count: int) -> float:
     return time.perf_counter() - proc.started
 
 def table(rows: list[dict[str, Any]]) -> str:
-    base = next(r for r in rows if r["row"].startswith("direct"))
-    pipe = next((r for r in rows if r["row"].startswith("transparent")), None)
+    """Each row is compared with the direct row and the pipe row of its own protocol era."""
+    bases = {r["era"]: r for r in rows if r["row"].startswith("direct")}
+    pipes = {r["era"]: r for r in rows if r["row"].startswith("transparent")}
     head = ("| row | p50 ms | p99 ms | added p50 ms | slow p50 ms | calls/s 8 | calls/s 32 | CPU ms/call | peak RSS MB "
             "| SDK p50 ms |")
     lines = [head, "|" + "---|" * 10]
     for r in rows:
-        added = r["p50_ms"] - base["p50_ms"]
+        added = r["p50_ms"] - bases[r["era"]]["p50_ms"]
         lines.append(f"| {r['row']} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {added:+.2f} | {r['slow_p50_ms']:.2f} "
                      f"| {r['rps_8']:.0f} | {r['rps_32']:.0f} | {r.get('cpu_ms_per_call', float('nan')):.2f} "
                      f"| {r.get('peak_rss_mb', float('nan')):.0f} | {r.get('sdk_p50_ms', float('nan')):.2f} |")
-    if pipe is not None:
+    if pipes:
         lines += ["", "Ratios to the transparent pipe (hop vs hop: added p50 and CPU per call; throughput at 32):", ""]
+    for r in rows:
+        base, pipe = bases[r["era"]], pipes.get(r["era"])
+        if pipe is None or "cpu_ms_per_call" not in r or r is pipe:
+            continue
         pipe_added = pipe["p50_ms"] - base["p50_ms"]
         pipe_slow_added = pipe["slow_p50_ms"] - base["slow_p50_ms"]
-        for r in rows:
-            if "cpu_ms_per_call" not in r or r is pipe:
-                continue
-            lines.append(f"- {r['row']}: added p50 x{(r['p50_ms'] - base['p50_ms']) / pipe_added:.2f} (slow upstream "
-                         f"x{(r['slow_p50_ms'] - base['slow_p50_ms']) / pipe_slow_added:.2f}), CPU/call "
-                         f"x{r['cpu_ms_per_call'] / pipe['cpu_ms_per_call']:.2f}, calls/s at 32 "
-                         f"x{r['rps_32'] / pipe['rps_32']:.2f}, p50 vs direct x{r['p50_ms'] / base['p50_ms']:.2f}")
+        lines.append(f"- {r['row']}: added p50 x{(r['p50_ms'] - base['p50_ms']) / pipe_added:.2f} (slow upstream "
+                     f"x{(r['slow_p50_ms'] - base['slow_p50_ms']) / pipe_slow_added:.2f}), CPU/call "
+                     f"x{r['cpu_ms_per_call'] / pipe['cpu_ms_per_call']:.2f}, calls/s at 32 "
+                     f"x{r['rps_32'] / pipe['rps_32']:.2f}, p50 vs direct x{r['p50_ms'] / base['p50_ms']:.2f}")
     return "\n".join(lines)
 
 
