@@ -148,7 +148,10 @@ def _message(body: bytes) -> dict[str, Any] | None:
 def _plain_call(params: Any) -> bool:
     if not isinstance(params, dict) or not isinstance(params.get("name"), str) or set(params) - CALL_PARAMS:
         return False
-    return all(params.get(key) is None or isinstance(params[key], dict) for key in ("arguments", "_meta"))
+    if not all(params.get(key) is None or isinstance(params[key], dict) for key in ("arguments", "_meta")):
+        return False
+    token = (params.get("_meta") or {}).get("progressToken")
+    return token is None or (isinstance(token, str | int) and not isinstance(token, bool))
 
 
 @contextlib.contextmanager
