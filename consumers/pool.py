@@ -111,8 +111,11 @@ class UpstreamPool:
         pending = self._pending.get(upstream.name)
         if pending is upstream and upstream.state is UpstreamState.READY:
             del self._pending[upstream.name]
-            self._retire(self._upstreams[upstream.name], "replaced by a config reload")
+            old = self._upstreams[upstream.name]
+            self._retire(old, "replaced by a config reload")
             self._upstreams[upstream.name] = upstream
+            assert self._task_group is not None
+            upstream.take_subscriptions(old, self._task_group)
             logger.info("upstream %s: new connection settings are live", upstream.name)
         if upstream is self._upstreams.get(upstream.name):
             self._on_change(upstream)

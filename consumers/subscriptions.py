@@ -34,6 +34,13 @@ class Subscriptions:
     def uris(self) -> tuple[str, ...]:
         return tuple(self._counts)
 
+    def adopt(self, other: Subscriptions) -> bool:
+        """Take over the subscribers of the connection this one replaces (after a reload); True when there are
+        any, for the caller to ask the upstream (`renew`, or a new listen stream)."""
+        for uri, count in other._counts.items():
+            self._counts[uri] = self._counts.get(uri, 0) + count
+        return bool(other._counts)
+
     async def add(self, uri: str) -> None:
         count = self._counts.get(uri, 0)
         self._counts[uri] = count + 1
@@ -64,7 +71,11 @@ class Subscriptions:
                             else types.UnsubscribeRequest(params=types.UnsubscribeRequestParams(uri=uri)))
 
     async def renew(self, session: ClientSession) -> None:
-        """A new handshake-era connection knows nothing of earlier subscriptions: ask again for each."""
+        """A new connection knows nothing of earlier subscriptions: ask again for each (2026-07-28: a new listen
+        stream names them all)."""
+        if self._modern():
+            self._link.subscriptions_changed()
+            return
         for uri in self.uris():
             try:
                 await session.send_request(types.SubscribeRequest(params=types.SubscribeRequestParams(uri=uri)), RAW)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import mcp_types as types
+from anyio.abc import TaskGroup
 from mcp import ClientSession
 from mcp.shared.exceptions import MCPError
 from mcp_types import LOG_LEVEL_META_KEY
@@ -207,11 +208,10 @@ class Upstream:
 
     # -- resource subscriptions (of downstream clients, one upstream subscription per URI) ----------------------
 
-    async def subscribe(self, uri: str) -> None:
-        await self.subscriptions.add(uri)
-
-    async def unsubscribe(self, uri: str) -> None:
-        await self.subscriptions.remove(uri)
+    def take_subscriptions(self, old: Upstream, task_group: TaskGroup) -> None:
+        """This connection replaces `old` (a reload): its clients' resource subscriptions come along."""
+        if self.subscriptions.adopt(old.subscriptions) and self._session is not None:
+            task_group.start_soon(self.subscriptions.renew, self._session, name=f"renew:{self.name}")
 
     async def _serve(self, session: ClientSession, watch: EOFWatch) -> None:
         """Wait for work: a re-list, a suspected connection, a stop, the stream's end, or a quiet interval."""

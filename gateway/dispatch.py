@@ -312,13 +312,13 @@ class Dispatcher:
         if not _subscribable(upstream):
             raise InvalidRequest(f"resource {uri} cannot be subscribed to: its upstream does not offer "
                                  "resource subscriptions")
-        await upstream.subscribe(raw)
+        await upstream.subscriptions.add(raw)
         return owner, raw
 
     async def unsubscribe(self, owner: str, raw: str) -> None:
         upstream = self.pool.get(owner)
         if upstream is not None:
-            await upstream.unsubscribe(raw)
+            await upstream.subscriptions.remove(raw)
 
     def _route_uri(self, view: ClientView, uri: str) -> tuple[str, str]:
         """(upstream, raw URI) for an exposed URI or URI template expansion; unknown looks like hidden."""

@@ -9,11 +9,12 @@ from typing import Any
 
 import anyio
 import httpx2
+import mcp_types as types
 import pytest
 import yaml
 from mcp.shared.exceptions import MCPError
 
-from tests.conftest import Proc, marker, start_triad, stdio_upstream, surviving_processes, write_config
+from tests.conftest import PYTHON, ROOT, Proc, marker, start_triad, stdio_upstream, surviving_processes, write_config
 from tests.servers.fixture_upstream import TOOL_COUNT
 from tests.test_gateway_e2e import ListChanges, all_tools, call, http_session
 from tests.test_policy_e2e import session_as
@@ -165,3 +166,37 @@ async def test_changing_listen_says_a_restart_is_needed(procs: list[Proc], tmp_p
     start_triad(procs, path, wait_ready=2)
     rewrite(path, {**base_config(), "listen": {"port": 9999}})
     await procs[-1].until(r"listen changed .* it takes effect on restart only")
+
+
+@pytest.mark.parametrize("era", ["handshake", "auto"])
+async def test_a_replaced_upstream_keeps_its_clients_resource_subscriptions(era: str, procs: list[Proc],
+                                                                            tmp_path: Path) -> None:
+    """New connection settings open a new connection; what clients subscribed to is asked of it again."""
+    upstream = Proc([PYTHON, str(ROOT / "tests" / "servers" / "conformance_upstream.py"), "--transport", "http",
+                     "--name", marker("rl-sub")])
+    procs.append(upstream)
+    port = upstream.wait_for(r"READY (\d+)").group(1)
+    up_url = f"http://127.0.0.1:{port}/mcp"
+
+    def config(generation: str) -> dict[str, Any]:
+        return {"upstreams": {"fx": {"url": up_url, "protocol": era, "headers": {"X-Generation": generation}}},
+                "naming": {"prefix": "never"}}
+
+    path = write_config(tmp_path, config("1"))
+    url = start_triad(procs, path, wait_ready=1)
+    triad = procs[-1]
+    updated = anyio.Event()
+
+    async def on_message(message: Any) -> None:
+        if isinstance(getattr(message, "root", message), types.ResourceUpdatedNotification):
+            updated.set()
+
+    async with http_session(url, message_handler=on_message) as via:
+        await via.subscribe_resource("test://watched-resource")
+        rewrite(path, config("2"))
+        await triad.until(r"upstream fx: new connection settings are live")
+        with anyio.fail_after(15):
+            while not updated.is_set():  # the renewed subscription may still be on its way to the upstream
+                await call(via, "test_trigger_resource_update")
+                with anyio.move_on_after(0.5):
+                    await updated.wait()

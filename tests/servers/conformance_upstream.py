@@ -199,8 +199,11 @@ def build_server() -> Server[Any]:
             return text("prompt list changed")
         if name == "test_trigger_resource_update":
             await bus.publish(ResourceUpdated(uri=WATCHED))
-            for session in list(subscribers.values()):
-                await session.send_resource_updated(WATCHED)
+            for key, session in list(subscribers.items()):
+                try:
+                    await session.send_resource_updated(WATCHED)
+                except Exception:  # a subscriber that went away (its connection closed)
+                    subscribers.pop(key, None)
             return text("resource updated")
         if name in ROUNDS:
             return await in_rounds(ctx, params, name, ROUNDS[name])
