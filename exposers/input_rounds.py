@@ -15,18 +15,16 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import mcp_types as types
 from anyio.abc import TaskGroup
-from mcp.server import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
-from consumers import CURRENT_DOWNSTREAM
-from exposers.relay import RequestRelay
+from consumers import CURRENT_DOWNSTREAM, Downstream
 from gateway.identity import Identity
 
 logger = logging.getLogger("triad.exposer")
@@ -41,6 +39,16 @@ INPUT_KEY = "input"
 CAPABILITY_OF = {"sampling/createMessage": "sampling", "elicitation/create": "elicitation", "roots/list": "roots"}
 
 
+class ClientRequest(Downstream, Protocol):
+    """The relay of one request of a 2026-07-28 client (the SDK's or Triad's own HTTP path)."""
+
+    async def progress(self, value: float, total: float | None, message: str | None) -> None: ...
+
+
+Forward = Callable[[Any], Awaitable[dict[str, Any]]]
+"""Runs the request with the given downstream (a flight's relay) and returns its result."""
+
+
 @dataclass
 class _Question:
     request: Any
@@ -49,14 +57,29 @@ class _Question:
     answer: Any = None
 
 
-class _RoundRelay(RequestRelay):
-    """The downstream of a flight: logs and progress go to whichever request of the client is current, and the
-    upstream's questions become events of the flight."""
+class _RoundRelay:
+    """The downstream of a flight: logs and progress go to whichever request of the client is current (`current`,
+    the relay of that request), and the upstream's questions become events of the flight."""
 
-    def __init__(self, ctx: ServerRequestContext[Any], flight: _Flight) -> None:
-        super().__init__(ctx)
-        self.modern = False  # the upstream's requests are asked here, never passed through as input_required
+    modern = False  # the upstream's requests are asked here, never passed through as input_required
+
+    def __init__(self, current: ClientRequest, flight: _Flight) -> None:
+        self.current = current
         self._flight = flight
+
+    @property
+    def capabilities(self) -> dict[str, Any] | None:
+        return self.current.capabilities
+
+    @property
+    def log_level(self) -> str | None:
+        return self.current.log_level
+
+    async def log(self, params: types.LoggingMessageNotificationParams) -> None:
+        await self.current.log(params)
+
+    async def progress(self, value: float, total: float | None, message: str | None) -> None:
+        await self.current.progress(value, total, message)
 
     async def ask(self, request: Any, result_type: Any) -> Any:
         needed = CAPABILITY_OF.get(request.method)
@@ -92,22 +115,23 @@ class InputRounds:
             self._task_group = tg
             await anyio.sleep_forever()
 
-    async def call(self, ctx: ServerRequestContext[Any], owner: Identity,
-                   forward: Callable[[RequestRelay], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
-        """Run `forward(relay)` for a 2026-07-28 client's request: its result, or an `input_required` round. The
-        relay follows the client's requests from round to round (logs and progress go to the current one)."""
-        state = (ctx.params or {}).get("requestState")
+    async def call(self, request: ClientRequest, method: str, params: Mapping[str, Any], owner: Identity,
+                   forward: Forward) -> dict[str, Any]:
+        """Run `forward(relay)` for a 2026-07-28 client's request (`request` is its relay): its result, or an
+        `input_required` round. The flight's relay follows the client's requests from round to round (logs and
+        progress go to the current one)."""
+        state = params.get("requestState")
         if isinstance(state, str) and state.startswith(STATE_PREFIX):
-            return await self._resume(ctx, owner, state)
+            return await self._resume(request, method, params, owner, state)
         if self._task_group is None:
             raise RuntimeError("InputRounds.run() is not running")
         send, receive = anyio.create_memory_object_stream[Any](1)
-        flight = _Flight(owner, ctx.method, send, receive)
-        flight.relay = _RoundRelay(ctx, flight)
+        flight = _Flight(owner, method, send, receive)
+        flight.relay = _RoundRelay(request, flight)
         self._task_group.start_soon(self._fly, flight, forward)
         return await self._next(flight)
 
-    async def _fly(self, flight: _Flight, forward: Callable[[RequestRelay], Awaitable[dict[str, Any]]]) -> None:
+    async def _fly(self, flight: _Flight, forward: Forward) -> None:
         assert flight.relay is not None
         token = CURRENT_DOWNSTREAM.set(flight.relay)
         try:
@@ -144,13 +168,14 @@ class InputRounds:
         self._task_group.start_soon(self._expire, state, flight)
         return _round(event, state)
 
-    async def _resume(self, ctx: ServerRequestContext[Any], owner: Identity, state: str) -> dict[str, Any]:
+    async def _resume(self, request: ClientRequest, method: str, params: Mapping[str, Any], owner: Identity,
+                      state: str) -> dict[str, Any]:
         flight = self._parked.get(state)
-        if flight is None or flight.owner != owner or flight.method != ctx.method:
+        if flight is None or flight.owner != owner or flight.method != method:
             raise MCPError(types.INVALID_PARAMS, "Invalid or expired requestState")
         question = flight.question
         assert question is not None and flight.relay is not None
-        answer = ((ctx.params or {}).get("inputResponses") or {}).get(INPUT_KEY)
+        answer = (params.get("inputResponses") or {}).get(INPUT_KEY)
         if answer is None:  # asked again, same state: the client may still answer
             return _round(question, state)
         del self._parked[state]
@@ -160,7 +185,7 @@ class InputRounds:
         except ValueError:
             question.answer = types.ErrorData(code=types.INVALID_PARAMS, message=(
                 f"the client's answer to {question.request.method} is not a valid result"))
-        flight.relay.ctx = ctx  # from now on, logs and progress go to this request
+        flight.relay.current = request  # from now on, logs and progress go to this request
         flight.question = None
         question.answered.set()
         return await self._next(flight)

@@ -35,20 +35,15 @@ class RequestRelay:
     @property
     def capabilities(self) -> dict[str, Any] | None:
         if self.era_2026:
-            meta = (self.ctx.params or {}).get("_meta")
-            declared = meta.get(CLIENT_CAPABILITIES_META_KEY) if isinstance(meta, dict) else None
-            return declared if isinstance(declared, dict) else {}
+            return envelope_capabilities(self.ctx.params)
         return declared_capabilities(getattr(self.ctx.session, "_connection", None))
 
     @property
     def log_level(self) -> str | None:
         """2026-07-28: the level this request opted in to (none: no logs). Before: the session's, else all."""
         if self.era_2026:
-            meta = (self.ctx.params or {}).get("_meta")
-            level = meta.get(LOG_LEVEL_META_KEY) if isinstance(meta, dict) else None
-            return level if level in LEVELS else None
-        connection = getattr(self.ctx.session, "_connection", None)
-        return (connection.state.get(LOG_LEVEL_STATE_KEY) if connection is not None else None) or LEVELS[0]
+            return envelope_log_level(self.ctx.params)
+        return session_log_level(getattr(self.ctx.session, "_connection", None))
 
     async def log(self, params: types.LoggingMessageNotificationParams) -> None:
         if not wants_log(params.level, self.log_level):
@@ -71,6 +66,25 @@ class RequestRelay:
             return await self.ctx.session.send_request(request, result_type, metadata=metadata)
         except MCPError as exc:
             return exc.error
+
+
+def envelope_capabilities(params: Any) -> dict[str, Any]:
+    """What a 2026-07-28 request says its client can do (`_meta`); nothing when it says nothing."""
+    meta = (params or {}).get("_meta")
+    declared = meta.get(CLIENT_CAPABILITIES_META_KEY) if isinstance(meta, dict) else None
+    return declared if isinstance(declared, dict) else {}
+
+
+def envelope_log_level(params: Any) -> str | None:
+    """The log level a 2026-07-28 request opted in to (`_meta`); None: it wants no logs."""
+    meta = (params or {}).get("_meta")
+    level = meta.get(LOG_LEVEL_META_KEY) if isinstance(meta, dict) else None
+    return level if level in LEVELS else None
+
+
+def session_log_level(connection: Any) -> str:
+    """The level a handshake-era session set with `logging/setLevel`; all messages until it sets one."""
+    return (connection.state.get(LOG_LEVEL_STATE_KEY) if connection is not None else None) or LEVELS[0]
 
 
 def declared_capabilities(connection: Any) -> dict[str, Any] | None:

@@ -97,7 +97,7 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
         handshake era (an upstream of 2026-07-28 asks in-band itself)."""
         relay = RequestRelay(ctx)
         if rounds is not None and relay.modern and not dispatcher.pool.all_modern:
-            return await rounds.call(ctx, identity_of(ctx), forward)
+            return await rounds.call(relay, ctx.method, ctx.params or {}, identity_of(ctx), forward)
         token = CURRENT_DOWNSTREAM.set(relay)
         try:
             return await forward(relay)
