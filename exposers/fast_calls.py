@@ -1,12 +1,18 @@
-"""`tools/call` of handshake-era HTTP sessions, served without the SDK's per-request machinery (see `fast_path`).
+"""`tools/call` served without the SDK's per-request machinery (see `fast_path`), in both protocol eras.
 
 The reply is plain JSON when nothing comes before the result, which is the common case. As soon as the call has
-something to say first (progress, a log message, a sampling, elicitation or roots request of the upstream), the
-reply becomes an SSE stream of those messages that ends with the result, as the SDK's own reply would. The client
-answers a request of ours in a POST of its own, which `fast_path` hands to `Answers.deliver`.
+something to say first (progress, a log message, a request of the upstream), the reply becomes an SSE stream of
+those messages that ends with the result, as the SDK's own reply would.
+- Handshake era: the call belongs to a session. The client answers a request of ours in a POST of its own, which
+  `fast_path` hands to `Answers.deliver`, and cancels with `notifications/cancelled`.
+- 2026-07-28: the request stands alone. An error carries the HTTP status of the spec's table; the client cancels
+  by closing the connection; a call silent for `PING_INTERVAL` turns its reply into a stream kept open by pings
+  (so a proxy's idle timeout does not cut it); an upstream's questions become `input_required` rounds
+  (`InputRounds`) when an upstream of the handshake era could ask any.
 
 The result is the upstream's raw wire dict after the hooks, not re-validated (DESIGN: no re-validation in a
-proxy); only `resultType`, which exists from 2026-07-28 on, is dropped, as the SDK drops it for these versions.
+proxy). `resultType`, a 2026-07-28 field, is dropped for the handshake era and set for 2026-07-28, where the
+result also carries Triad's `serverInfo` in `_meta`, as the SDK's results do.
 """
 
 from __future__ import annotations
@@ -14,22 +20,34 @@ from __future__ import annotations
 import itertools
 import json
 import warnings
+from collections.abc import Mapping
 from typing import Any
 
 import anyio
 import mcp_types as types
 from mcp.shared.exceptions import MCPDeprecationWarning
+from mcp.shared.inbound import ERROR_CODE_HTTP_STATUS
+from mcp_types import PROTOCOL_VERSION_META_KEY, SERVER_INFO_META_KEY
 from pydantic import ValidationError
-from starlette.types import Send
+from starlette.types import Receive, Send
 
 from consumers import CURRENT_DOWNSTREAM
-from exposers.relay import LEVELS, LOG_LEVEL_STATE_KEY, declared_capabilities, wants_log
-from exposers.server import error_data, hook_session
+from exposers.input_rounds import InputRounds
+from exposers.relay import (
+    cannot_ask,
+    declared_capabilities,
+    envelope_capabilities,
+    envelope_log_level,
+    session_log_level,
+    wants_log,
+)
+from exposers.server import complete, error_data, hook_session
 from gateway.dispatch import Dispatcher
+from gateway.hooks import Session
 from gateway.identity import Identity
 
-CALL_PARAMS = frozenset({"name", "arguments", "_meta"})
-"""The params a plain `tools/call` carries; anything more (a task, say) is left to the SDK."""
+PING_INTERVAL = 15.0
+"""A 2026-07-28 call silent this long gets a stream with a keep-alive comment this often (the SDK's interval)."""
 
 
 class Answers:
@@ -48,59 +66,109 @@ class Answers:
         found[0].set()
         return True
 
-    async def ask(self, session_id: str, message: dict[str, Any], write: Any) -> dict[str, Any]:
-        """Send `message` as a request through `write` and wait for the client's response."""
+    async def ask(self, session_id: str, message: dict[str, Any], reply: Reply) -> dict[str, Any]:
+        """Send `message` as a request on `reply` and wait for the client's response."""
         key = (session_id, f"triad-ask-{next(self._ids)}")
         answered, replies = self._waiting[key] = (anyio.Event(), [])
         try:
-            await write({"jsonrpc": "2.0", "id": key[1], **message})
+            await reply.event({"jsonrpc": "2.0", "id": key[1], **message})
             await answered.wait()
         finally:
             del self._waiting[key]
         return replies[0]
 
 
-class CallReply:
-    """One call's way back to its client, and its `consumers.Downstream` for the upstream's messages."""
+class Reply:
+    """The wire side of one call's answer: JSON, or an SSE stream once something comes before the result."""
 
-    modern = False
-
-    def __init__(self, send: Send, request_id: Any, params: dict[str, Any], connection: Any, answers: Answers,
-                 headers: list[tuple[bytes, bytes]]) -> None:
+    def __init__(self, send: Send, headers: list[tuple[bytes, bytes]]) -> None:
         self._send = send
-        self._id = request_id
-        meta = params.get("_meta")
-        self.progress_token = meta.get("progressToken") if isinstance(meta, dict) else None
-        self._connection = connection
-        self._answers = answers
         self._headers = headers
         self._streaming = False
         self._lock = anyio.Lock()
+        self.finished = False
 
-    @property
-    def log_level(self) -> str:
-        return self._connection.state.get(LOG_LEVEL_STATE_KEY) or LEVELS[0]
+    async def event(self, message: dict[str, Any]) -> None:
+        await self._stream(_sse(json.dumps(message, separators=(",", ":")).encode()))
 
-    @property
-    def capabilities(self) -> dict[str, Any] | None:
-        return declared_capabilities(self._connection)
+    async def ping(self) -> None:
+        await self._stream(b": ping\r\n\r\n")
+
+    async def _stream(self, chunk: bytes) -> None:
+        async with self._lock:
+            if not self._streaming:
+                await self._start_stream()
+            await self._send({"type": "http.response.body", "body": chunk, "more_body": True})
+
+    async def finish(self, response: bytes | None, status: int = 200) -> None:
+        """Send the JSON-RPC response and end the reply (`status` only when it is not a stream yet). None: the call
+        was cancelled, and its reply stream ends without one, as the SDK's does."""
+        async with self._lock:
+            self.finished = True
+            if response is not None and not self._streaming:
+                await self._send({"type": "http.response.start", "status": status, "headers": [
+                    (b"content-type", b"application/json"), (b"content-length", str(len(response)).encode()),
+                    *self._headers]})
+                await self._send({"type": "http.response.body", "body": response})
+                return
+            if not self._streaming:
+                await self._start_stream()
+            await self._send({"type": "http.response.body", "body": _sse(response) if response else b""})
+
+    async def _start_stream(self) -> None:
+        self._streaming = True
+        await self._send({"type": "http.response.start", "status": 200, "headers": [
+            (b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache, no-transform"), *self._headers]})
+
+
+class _CallRelay:
+    """A call's `consumers.Downstream`: the upstream's logs and progress go out on the call's reply."""
+
+    modern: bool
+    log_level: str | None
+    capabilities: dict[str, Any] | None
+
+    def __init__(self, reply: Reply, params: Mapping[str, Any]) -> None:
+        self.reply = reply
+        self.params = params
+        meta = params.get("_meta")
+        self.progress_token = meta.get("progressToken") if isinstance(meta, dict) else None
 
     async def log(self, params: types.LoggingMessageNotificationParams) -> None:
         if not wants_log(params.level, self.log_level):
             return
-        with warnings.catch_warnings():  # the model is deprecated in 2026-07-28, still relayed for these clients
+        with warnings.catch_warnings():  # the model is deprecated in 2026-07-28, still relayed where asked for
             warnings.simplefilter("ignore", MCPDeprecationWarning)
             dumped = params.model_dump(by_alias=True, mode="json", exclude_none=True)
-        await self._event({"jsonrpc": "2.0", "method": "notifications/message", "params": dumped})
+        await self.reply.event({"jsonrpc": "2.0", "method": "notifications/message", "params": dumped})
 
     async def progress(self, value: float, total: float | None, message: str | None) -> None:
         params = {"progressToken": self.progress_token, "progress": value, "total": total, "message": message}
-        await self._event({"jsonrpc": "2.0", "method": "notifications/progress",
-                           "params": {key: v for key, v in params.items() if v is not None}})
+        await self.reply.event({"jsonrpc": "2.0", "method": "notifications/progress",
+                                "params": {key: v for key, v in params.items() if v is not None}})
+
+
+class SessionCallRelay(_CallRelay):
+    """A call of a handshake-era session: the session's log level; the upstream's requests asked on the reply."""
+
+    modern = False
+
+    def __init__(self, reply: Reply, params: Mapping[str, Any], connection: Any, answers: Answers) -> None:
+        super().__init__(reply, params)
+        self._connection = connection
+        self._answers = answers
+
+    @property
+    def log_level(self) -> str | None:  # type: ignore[override]
+        return session_log_level(self._connection)
+
+    @property
+    def capabilities(self) -> dict[str, Any] | None:  # type: ignore[override]
+        return declared_capabilities(self._connection)
 
     async def ask(self, request: Any, result_type: Any) -> Any:
         message = request.model_dump(by_alias=True, mode="json", exclude_none=True)
-        reply = await self._answers.ask(self._connection.session_id, message, self._event)
+        reply = await self._answers.ask(self._connection.session_id, message, self.reply)
         if "error" in reply:
             try:
                 return types.ErrorData.model_validate(reply["error"])
@@ -112,62 +180,106 @@ class CallReply:
             return types.ErrorData(code=types.INVALID_PARAMS,
                                    message=f"the client's answer to {request.method} is not valid: {exc.errors()[:3]}")
 
-    async def _event(self, message: dict[str, Any]) -> None:
-        async with self._lock:
-            if not self._streaming:
-                await self._start_stream()
-            await self._send({"type": "http.response.body", "body": _sse(message), "more_body": True})
 
-    async def finish(self, response: bytes | None) -> None:
-        """Send the JSON-RPC response and end the reply. None: the call was cancelled, and its reply stream ends
-        without one, as the SDK's does."""
-        async with self._lock:
-            if response is not None and not self._streaming:
-                await self._send({"type": "http.response.start", "status": 200, "headers": [
-                    (b"content-type", b"application/json"), (b"content-length", str(len(response)).encode()),
-                    *self._headers]})
-                await self._send({"type": "http.response.body", "body": response})
-                return
-            if not self._streaming:
-                await self._start_stream()
-            await self._send({"type": "http.response.body", "body": _sse_bytes(response) if response else b""})
+class ModernCallRelay(_CallRelay):
+    """A 2026-07-28 request: the envelope's log level and capabilities; no requests to the client."""
 
-    async def _start_stream(self) -> None:
-        self._streaming = True
-        await self._send({"type": "http.response.start", "status": 200, "headers": [
-            (b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache, no-transform"), *self._headers]})
+    modern = True
+
+    @property
+    def log_level(self) -> str | None:  # type: ignore[override]
+        return envelope_log_level(self.params)
+
+    @property
+    def capabilities(self) -> dict[str, Any] | None:  # type: ignore[override]
+        return envelope_capabilities(self.params)
+
+    async def ask(self, request: Any, result_type: Any) -> Any:
+        meta = self.params.get("_meta") or {}
+        return cannot_ask(request.method, str(meta.get(PROTOCOL_VERSION_META_KEY)))
 
 
-async def serve_call(dispatcher: Dispatcher, identity: Identity, message: dict[str, Any], reply: CallReply,
+async def serve_call(dispatcher: Dispatcher, identity: Identity, message: dict[str, Any], relay: SessionCallRelay,
                      connection: Any, cancel: anyio.CancelScope) -> None:
-    """Run the call through the dispatcher with `reply` as its downstream, and answer it (unless cancelled)."""
+    """A handshake-era call: run it with `relay` as its downstream, and answer it (unless cancelled)."""
     params = message["params"]
-    token = CURRENT_DOWNSTREAM.set(reply)
+    token = CURRENT_DOWNSTREAM.set(relay)
     body: bytes | None = None
     try:
         with cancel:
             try:
                 result = await dispatcher.call_tool(
-                    identity, params, reply.progress if reply.progress_token is not None else None,
+                    identity, params, relay.progress if relay.progress_token is not None else None,
                     hook_session(connection))
                 result.pop("resultType", None)
                 body = _response(message["id"], {"result": result})
             except Exception as exc:
-                error = error_data("tools/call", exc)
-                body = _response(message["id"], {"error": error.model_dump(by_alias=True, mode="json",
-                                                                           exclude_none=True)})
+                body = _response(message["id"], {"error": _dump(error_data("tools/call", exc))})
     finally:
         CURRENT_DOWNSTREAM.reset(token)
-    await reply.finish(body)
+    await relay.reply.finish(body)
+
+
+async def serve_modern_call(dispatcher: Dispatcher, rounds: InputRounds | None, identity: Identity,
+                            message: dict[str, Any], relay: ModernCallRelay, receive: Receive,
+                            server_info: Mapping[str, Any]) -> None:
+    """A 2026-07-28 call: run it (in input rounds when a handshake-era upstream could ask something), answer it
+    with the status its outcome maps to; a client that closes the connection cancels it."""
+    params = message["params"]
+
+    async def forward(downstream: Any) -> dict[str, Any]:
+        progress = downstream.progress if relay.progress_token is not None else None
+        return await dispatcher.call_tool(identity, params, progress, Session())
+
+    token = CURRENT_DOWNSTREAM.set(relay)
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_guard, receive, relay.reply, tg.cancel_scope)
+            try:
+                if rounds is not None and not dispatcher.pool.all_modern:
+                    result = await rounds.call(relay, "tools/call", params, identity, forward)
+                else:
+                    result = await forward(relay)
+                await relay.reply.finish(_response(message["id"], {"result": _stamped(complete(result), server_info)}))
+            except Exception as exc:
+                error = error_data("tools/call", exc)
+                await relay.reply.finish(_response(message["id"], {"error": _dump(error)}),
+                                         ERROR_CODE_HTTP_STATUS.get(error.code, 200))
+    finally:
+        CURRENT_DOWNSTREAM.reset(token)
+
+
+async def _guard(receive: Receive, reply: Reply, call: anyio.CancelScope) -> None:
+    """Cancel the call when its client goes away; keep a silent call's stream open with pings. Ends by itself once
+    the reply is complete: uvicorn then answers `receive()` with `http.disconnect` (no cancellation needed, which
+    anyio makes costly)."""
+    while True:
+        with anyio.move_on_after(PING_INTERVAL):
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            if not reply.finished:
+                call.cancel()
+            return
+        await reply.ping()
+
+
+def _stamped(result: dict[str, Any], server_info: Mapping[str, Any]) -> dict[str, Any]:
+    """Triad's `serverInfo` in a 2026-07-28 result's `_meta`; a value the upstream put there stays."""
+    meta = result.get("_meta")
+    if meta is None:
+        result["_meta"] = {SERVER_INFO_META_KEY: dict(server_info)}
+    elif isinstance(meta, dict) and meta.get(SERVER_INFO_META_KEY) is None:
+        result["_meta"] = {**meta, SERVER_INFO_META_KEY: dict(server_info)}
+    return result
+
+
+def _dump(error: types.ErrorData) -> dict[str, Any]:
+    return error.model_dump(by_alias=True, mode="json", exclude_none=True)
 
 
 def _response(request_id: Any, outcome: dict[str, Any]) -> bytes:
     return json.dumps({"jsonrpc": "2.0", "id": request_id, **outcome}, separators=(",", ":")).encode()
 
 
-def _sse(message: dict[str, Any]) -> bytes:
-    return _sse_bytes(json.dumps(message, separators=(",", ":")).encode())
-
-
-def _sse_bytes(data: bytes) -> bytes:
+def _sse(data: bytes) -> bytes:
     return b"event: message\r\ndata: " + data + b"\r\n\r\n"

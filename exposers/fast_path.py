@@ -24,30 +24,47 @@ import contextlib
 import dataclasses
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import anyio
 from mcp.server.streamable_http import StreamableHTTPServerTransport, check_accept_headers
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
+from mcp.shared.inbound import (
+    InboundLadderRejection,
+    classify_inbound_request,
+    find_duplicated_routing_header,
+    validate_mcp_param_headers,
+)
+from mcp_types.methods import validate_client_request
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from exposers.fast_calls import CALL_PARAMS, Answers, CallReply, serve_call
+from exposers.fast_calls import Answers, ModernCallRelay, Reply, SessionCallRelay, serve_call, serve_modern_call
 from exposers.fast_lists import ListPages
+from exposers.input_rounds import InputRounds
 from exposers.notify import Notifier
-from exposers.server import IDENTITY_SCOPE_KEY
+from exposers.server import IDENTITY_SCOPE_KEY, tool_input_schema
 from gateway.dispatch import Dispatcher
-from gateway.identity import Identity
+from gateway.identity import Identity, infer_provider
 from gateway.tracing import tracing_enabled
+
+CALL_PARAMS = frozenset({"name", "arguments", "_meta"})
+"""The params of a plain handshake-era `tools/call`; anything more (a task, say) is left to the SDK."""
+MODERN_PARAMS = CALL_PARAMS | {"inputResponses", "requestState"}
+"""A 2026-07-28 `tools/call` may also be the retry of an `input_required` round."""
 
 
 class FastPath:
     def __init__(self, app: ASGIApp, dispatcher: Dispatcher, notifier: Notifier,
                  manager: StreamableHTTPSessionManager, security: TransportSecuritySettings | None,
-                 max_body: int) -> None:
+                 max_body: int, rounds: InputRounds | None, server_info: Mapping[str, Any]) -> None:
         self.app = app
+        self._rounds = rounds
+        self._server_info = server_info
         self._dispatcher = dispatcher
         self._notifier = notifier
         self._manager = manager
@@ -62,27 +79,83 @@ class FastPath:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = dict(scope["headers"]) if scope["type"] == "http" and scope["method"] == "POST" else {}
-        session_id = headers.get(b"mcp-session-id", b"").decode()
+        if not headers.get(b"content-type", b"").startswith(b"application/json"):
+            await self.app(scope, receive, send)
+            return
+        version = headers.get(b"mcp-protocol-version", b"").decode(errors="replace")
+        if version in MODERN_PROTOCOL_VERSIONS and self._serve_calls:
+            await self._modern(scope, receive, send)
+            return
+        session_id = headers.get(b"mcp-session-id", b"").decode(errors="replace")
         found = self._notifier.session(session_id) if session_id else None
         transport = self._manager._server_instances.get(session_id) if found is not None else None
         if (found is None or transport is None or transport.is_terminated
                 or (transport.idle_scope is not None and transport.idle_scope.cancel_called)
-                or headers.get(b"mcp-protocol-version") != found[0].protocol_version.encode()
-                or not headers.get(b"content-type", b"").startswith(b"application/json")):
+                or version != found[0].protocol_version):
             await self.app(scope, receive, send)
             return
-        request = Request(scope, receive)
-        if (refused := await self._security.validate_request(request, is_post=True)) is not None:
-            await refused(scope, receive, send)  # as the SDK answers any POST that fails the check
+        if (read := await self._read(scope, receive, send)) is None:
             return
-        body, more = await _read_body(receive, self._max_body)
-        whole = not more and len(body) <= self._max_body
-        message = _message(body) if whole and all(check_accept_headers(request)) else None
+        _request, body, more, message = read
         connection, tracked = found
         with _held(transport):
             if message is not None and await self._serve(scope, send, message, connection, tracked, session_id):
                 return
         await self.app(scope, _replay(body, more, receive), send)
+
+    async def _read(self, scope: Scope, receive: Receive, send: Send
+                    ) -> tuple[Request, bytes, bool, dict[str, Any] | None] | None:
+        """The DNS-rebinding check (None: refused, and answered as the SDK answers any POST that fails it), then
+        the body, whether more is left unread, and its message when it is one this path may take."""
+        request = Request(scope, receive)
+        if (refused := await self._security.validate_request(request, is_post=True)) is not None:
+            await refused(scope, receive, send)
+            return None
+        body, more = await _read_body(receive, self._max_body)
+        whole = not more and len(body) <= self._max_body
+        return request, body, more, _message(body) if whole and all(check_accept_headers(request)) else None
+
+    async def _modern(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A 2026-07-28 request: a plain `tools/call` is served here, anything else by the SDK."""
+        if (read := await self._read(scope, receive, send)) is None:
+            return
+        request, body, more, message = read
+        identity = self._modern_caller(scope, request, message) if message is not None else None
+        if identity is None or message is None:
+            await self.app(scope, _replay(body, more, receive), send)
+            return
+        relay = ModernCallRelay(Reply(send, []), message["params"])
+        await serve_modern_call(self._dispatcher, self._rounds, identity, message, relay, receive,
+                                self._server_info)
+
+    def _modern_caller(self, scope: Scope, request: Request, message: dict[str, Any]) -> Identity | None:
+        """The caller of a 2026-07-28 `tools/call` that passes every check the SDK makes before its handler (the
+        envelope, the routing and `Mcp-Param-*` headers, the params); None for anything else, which the SDK
+        then refuses with its own error."""
+        params = message.get("params")
+        if message.get("method") != "tools/call" or "id" not in message or not _plain_call(params, MODERN_PARAMS):
+            return None
+        if find_duplicated_routing_header(request.headers.items()) is not None:
+            return None
+        verdict = classify_inbound_request(message, headers=dict(request.headers))
+        if isinstance(verdict, InboundLadderRejection):
+            return None
+        arguments = params.get("arguments") or {}
+        if arguments or any(key.startswith("mcp-param-") for key in request.headers):
+            schema = tool_input_schema(self._dispatcher, params["name"])
+            if schema is not None and validate_mcp_param_headers(schema, arguments, request.headers) is not None:
+                return None
+        try:
+            validate_client_request("tools/call", verdict.protocol_version, params)
+        except ValidationError:
+            return None
+        identity = scope.get(IDENTITY_SCOPE_KEY)
+        if not isinstance(identity, Identity):
+            return None
+        client = verdict.client_info if isinstance(verdict.client_info, dict) else {}
+        if identity.provider is None and (provider := infer_provider(self._dispatcher.config, client.get("name"))):
+            identity = dataclasses.replace(identity, provider=provider)
+        return identity
 
     async def _serve(self, scope: Scope, send: Send, message: dict[str, Any], connection: Any, tracked: Identity,
                      session_id: str) -> bool:
@@ -117,15 +190,15 @@ class FastPath:
                 *response_headers]})
             await send({"type": "http.response.body", "body": page})
             return True
-        if method != "tools/call" or not self._serve_calls or not _plain_call(message.get("params")):
+        if method != "tools/call" or not self._serve_calls or not _plain_call(message.get("params"), CALL_PARAMS):
             return False
         key = (session_id, json.dumps(message["id"]))
         if key in self._calls:
             return False  # a duplicate id: the SDK's error
-        reply = CallReply(send, message["id"], message["params"], connection, self._answers, response_headers)
+        relay = SessionCallRelay(Reply(send, response_headers), message["params"], connection, self._answers)
         self._calls[key] = cancel = anyio.CancelScope()
         try:
-            await serve_call(self._dispatcher, identity, message, reply, connection, cancel)
+            await serve_call(self._dispatcher, identity, message, relay, connection, cancel)
         finally:
             del self._calls[key]
         return True
@@ -145,8 +218,8 @@ def _message(body: bytes) -> dict[str, Any] | None:
     return message
 
 
-def _plain_call(params: Any) -> bool:
-    if not isinstance(params, dict) or not isinstance(params.get("name"), str) or set(params) - CALL_PARAMS:
+def _plain_call(params: Any, allowed: frozenset[str]) -> bool:
+    if not isinstance(params, dict) or not isinstance(params.get("name"), str) or set(params) - allowed:
         return False
     if not all(params.get(key) is None or isinstance(params[key], dict) for key in ("arguments", "_meta")):
         return False

@@ -23,6 +23,7 @@ from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from exposers.fast_path import FastPath
+from exposers.input_rounds import InputRounds
 from exposers.notify import Notifier
 from exposers.server import IDENTITY_SCOPE_KEY, GatewayServer
 from gateway.config import is_loopback
@@ -91,7 +92,7 @@ class BearerAuth:
 
 
 def build_app(server: GatewayServer, dispatcher: Dispatcher, notifier: Notifier, host: str,
-              reloader: Reloader | None = None) -> Starlette:
+              reloader: Reloader | None = None, rounds: InputRounds | None = None) -> Starlette:
     security = security_settings(host)
     manager = StreamableHTTPSessionManager(
         app=server,
@@ -142,7 +143,8 @@ def build_app(server: GatewayServer, dispatcher: Dispatcher, notifier: Notifier,
     return Starlette(
         routes=[
             Route("/mcp", endpoint=BearerAuth(FastPath(StreamableHTTPASGIApp(manager), dispatcher, notifier, manager,
-                                                       security, MAX_REQUEST_BODY), dispatcher)),
+                                                       security, MAX_REQUEST_BODY, rounds, server.server_info_stamp),
+                                              dispatcher)),
             Route("/sse", endpoint=BearerAuth(_endpoint(handle_sse), dispatcher)),
             Mount("/messages/", app=BearerAuth(sse.handle_post_message, dispatcher)),
             Route("/healthz", endpoint=healthz),

@@ -58,14 +58,19 @@ class RequestRelay:
 
     async def ask(self, request: Any, result_type: Any) -> Any:
         if self.era_2026:
-            return types.ErrorData(code=types.INVALID_REQUEST, message=(
-                f"the client speaks {self.ctx.protocol_version}, which has no server-to-client requests, and this "
-                f"request was not forwarded in input_required rounds; Triad cannot relay {request.method}"))
+            return cannot_ask(request.method, self.ctx.protocol_version)
         try:
             metadata = ServerMessageMetadata(related_request_id=self.ctx.request_id)
             return await self.ctx.session.send_request(request, result_type, metadata=metadata)
         except MCPError as exc:
             return exc.error
+
+
+def cannot_ask(method: str, version: str) -> types.ErrorData:
+    """What an upstream is told when it asks a 2026-07-28 client something outside input rounds."""
+    return types.ErrorData(code=types.INVALID_REQUEST, message=(
+        f"the client speaks {version}, which has no server-to-client requests, and this request was not "
+        f"forwarded in input_required rounds; Triad cannot relay {method}"))
 
 
 def envelope_capabilities(params: Any) -> dict[str, Any]:

@@ -151,7 +151,7 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
         # registry of the moment, so nothing Triad serves is marked fresh or shareable.
         cache_hints={method: CacheHint(ttl_ms=0, scope="private") for method in CACHEABLE_METHODS},
         # The 2026-07-28 HTTP path checks Mcp-Param-* headers against a tool's schema before any handler runs.
-        get_tool_input_schema=lambda name: _schema_of(dispatcher, name),
+        get_tool_input_schema=lambda name: tool_input_schema(dispatcher, name),
         on_list_tools=lister(dispatcher.list_tools),
         on_call_tool=call_tool,
         on_list_resources=lister(dispatcher.list_resources),
@@ -227,6 +227,7 @@ def complete(result: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def _schema_of(dispatcher: Dispatcher, name: str) -> dict[str, Any] | None:
+def tool_input_schema(dispatcher: Dispatcher, name: str) -> dict[str, Any] | None:
+    """The input schema of an exposed tool, for the 2026-07-28 `Mcp-Param-*` header checks."""
     descriptor = dispatcher.registry.tools.get(name)
     return dict(descriptor.input_schema) if descriptor is not None else None

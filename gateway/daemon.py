@@ -97,7 +97,7 @@ class _Uvicorn(uvicorn.Server):
 async def serve_http(config: TriadConfig, host: str, port: int) -> None:
     async with running_gateway(config, host, watch=True) as gw:
         server = build_server(gw.dispatcher, gw.notifier, LOCAL, gw.rounds)
-        app = build_app(server, gw.dispatcher, gw.notifier, host, gw.reloader)
+        app = build_app(server, gw.dispatcher, gw.notifier, host, gw.reloader, gw.rounds)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

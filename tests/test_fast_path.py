@@ -159,3 +159,73 @@ async def session_post(session: Raw, body: dict[str, Any]) -> httpx2.Response:
     response = await session.post(body)
     assert response.status_code == 200, response.text
     return response
+
+
+MODERN = "2026-07-28"
+
+
+async def modern_post(http: httpx2.AsyncClient, url: str, ident: Any, tool: str, arguments: dict[str, Any],
+                      capabilities: dict[str, Any] | None = None, **extra: Any) -> httpx2.Response:
+    """A stateless 2026-07-28 `tools/call`: the envelope in `_meta`, the routing headers; `extra` joins the params
+    (`_meta` entries under `meta`)."""
+    meta = {"io.modelcontextprotocol/protocolVersion": MODERN,
+            "io.modelcontextprotocol/clientCapabilities": capabilities or {},
+            "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"}, **extra.pop("meta", {})}
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json",
+               "MCP-Protocol-Version": MODERN, "Mcp-Method": "tools/call", "Mcp-Name": extra.pop("name_header", tool)}
+    params = {"name": tool, "arguments": arguments, "_meta": meta, **extra}
+    return await http.post(url, content=json.dumps({"jsonrpc": "2.0", "id": ident, "method": "tools/call",
+                                                    "params": params}), headers=headers)
+
+
+async def test_a_2026_call_on_the_lean_path(procs: list[Proc], tmp_path: Path) -> None:
+    """Stateless calls: JSON with Triad's serverInfo, a stream for progress and opted-in logs, the spec's status
+    for errors, the SDK's own refusal of a request whose headers disagree with its body."""
+    upstream = start_fixture(procs, "http", "fast-modern")
+    url = start_triad(procs, write_config(tmp_path, {"upstreams": {"fx": {"url": upstream}}}), wait_ready=1)
+    async with httpx2.AsyncClient(timeout=30) as http:
+        plain = await modern_post(http, url, 1, "echo", {"text": "now"})
+        assert plain.headers["content-type"] == "application/json" and "mcp-session-id" not in plain.headers
+        result = plain.json()["result"]
+        assert result["content"][0]["text"] == "now" and result["resultType"] == "complete"
+        assert result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"] == "triad"
+        assert result["_meta"]["fixture/upstream"]  # the upstream's own _meta passes through
+
+        streamed = await modern_post(http, url, 2, "progress", {"steps": 2}, meta={"progressToken": 5})
+        assert streamed.headers["content-type"] == "text/event-stream"
+        messages = events(streamed.text)
+        assert [m.get("method") for m in messages] == ["notifications/progress"] * 2 + [None]
+        assert messages[-1]["result"]["content"][0]["text"] == "2 steps"
+
+        quiet = await modern_post(http, url, 3, "log", {})  # no log level in the envelope: no logs
+        assert quiet.headers["content-type"] == "application/json"
+        logged = await modern_post(http, url, 4, "log", {}, meta={"io.modelcontextprotocol/logLevel": "warning"})
+        levels = [m["params"]["level"] for m in events(logged.text) if m.get("method") == "notifications/message"]
+        assert levels == ["warning", "error"]
+
+        unknown = await modern_post(http, url, 5, "nope", {})
+        assert unknown.status_code == 400 and unknown.json()["error"]["code"] == -32602
+        mismatch = await modern_post(http, url, 6, "echo", {"text": "x"}, name_header="other")
+        assert mismatch.status_code == 400 and mismatch.json()["error"]["code"] == -32020
+
+
+async def test_a_2026_client_answers_rounds_and_cancels_by_closing_on_the_lean_path(procs: list[Proc],
+                                                                                 tmp_path: Path) -> None:
+    upstream = start_fixture(procs, "http", "fast-modern-rounds")
+    fixture = procs[-1]
+    url = start_triad(procs, write_config(tmp_path, {"upstreams": {"fx": {"url": upstream}}}), wait_ready=1)
+    async with httpx2.AsyncClient(timeout=30) as http:
+        capabilities = {"elicitation": {"form": {}}}
+        first = (await modern_post(http, url, 1, "ask", {"question": "go?"}, capabilities)).json()["result"]
+        assert first["resultType"] == "input_required"
+        (key, question), = first["inputRequests"].items()
+        assert question["method"] == "elicitation/create" and question["params"]["message"] == "go?"
+        answer = {"action": "accept", "content": {"answer": "go!"}}
+        retried = await modern_post(http, url, 2, "ask", {"question": "go?"}, capabilities,
+                                    inputResponses={key: answer}, requestState=first["requestState"])
+        assert "go!" in retried.json()["result"]["content"][0]["text"]
+
+        with anyio.move_on_after(0.5):  # the client gives up: its connection closes, which cancels the call
+            await modern_post(http, url, 3, "slow", {"seconds": 30})
+        with anyio.fail_after(10):
+            await fixture.until(r"slow call \S+ cancelled")
