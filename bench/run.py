@@ -5,7 +5,8 @@
 
 Prints a Markdown table and writes JSON rows to bench/results/. Every process it starts is stopped at the end.
 Figures per row: sequential p50/p99 (raw JSON-RPC driver), calls/s with 8 and 32 concurrent sessions, the proxy
-process's CPU time per forwarded call and its peak RSS. The fleet part starts 50 upstreams x 100 tools behind
+process's CPU time per forwarded call and its peak RSS; gathered in rounds that visit every row in turn, so that
+the machine's noisy moments fall on all rows alike. The fleet part starts 50 upstreams x 100 tools behind
 Triad and measures start-to-ready (beside the spawn floor: the same 50 upstreams started and listed by a bare
 script), `tools/list` over 5,000 tools (with Triad's CPU per page), the upstream requests that listing caused, and
 Triad's RSS with 1,000 idle HTTP sessions.
@@ -25,6 +26,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -136,33 +138,27 @@ async def wait_listening(url: str, seconds: float = 60) -> None:
                 await anyio.sleep(0.1)
 
 
-async def sequential(url: str, tool: str, calls: int, modern: bool) -> list[float]:
-    async with httpx2.AsyncClient() as http:
-        session = await RawSession(http, url, modern).open()
-        for _ in range(20):
-            await session.call(tool)  # warm-up
-        times = []
-        for _ in range(calls):
-            start = time.perf_counter()
-            await session.call(tool)
-            times.append((time.perf_counter() - start) * 1000)
-        return times
-
-
-async def concurrent(url: str, tool: str, sessions: int, calls_each: int, modern: bool) -> float:
-    limits = httpx2.Limits(max_connections=sessions, max_keepalive_connections=sessions)
-    async with httpx2.AsyncClient(limits=limits, timeout=60) as http:
-        opened = [await RawSession(http, url, modern).open() for _ in range(sessions)]
-
-        async def run(session: RawSession) -> None:
-            for _ in range(calls_each):
-                await session.call(tool)
-
+async def timed(session: RawSession, tool: str, calls: int) -> list[float]:
+    times = []
+    for _ in range(calls):
         start = time.perf_counter()
-        async with anyio.create_task_group() as tg:
-            for session in opened:
-                tg.start_soon(run, session)
-        return sessions * calls_each / (time.perf_counter() - start)
+        await session.call(tool)
+        times.append((time.perf_counter() - start) * 1000)
+    return times
+
+
+async def concurrently(sessions: list[RawSession], calls_each: int) -> tuple[int, float]:
+    """(calls made, seconds taken) with every session calling `echo` at once."""
+
+    async def run(session: RawSession) -> None:
+        for _ in range(calls_each):
+            await session.call("echo")
+
+    start = time.perf_counter()
+    async with anyio.create_task_group() as tg:
+        for session in sessions:
+            tg.start_soon(run, session)
+    return len(sessions) * calls_each, time.perf_counter() - start
 
 
 async def sdk_sequential(url: str, tool: str, calls: int) -> float:
@@ -185,26 +181,63 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]
 
 
-async def measure(name: str, url: str, proxy: Process | None, calls: int, sdk: bool,
-                  modern: bool = False) -> dict[str, Any]:
-    row: dict[str, Any] = {"row": name, "era": MODERN if modern else "2025-11-25"}
-    cpu_before = proxy.cpu_seconds() if proxy else 0.0
-    times = await sequential(url, "echo", calls, modern)
-    forwarded = calls + 20
-    row["p50_ms"], row["p99_ms"] = statistics.median(times), percentile(times, 99)
-    slow = await sequential(url, "echo_slow", max(calls // 3, 50), modern)
-    forwarded += len(slow) + 20
-    row["slow_p50_ms"] = statistics.median(slow)
-    row["rps_8"] = await concurrent(url, "echo", 8, max(calls // 8, 20), modern)
-    row["rps_32"] = await concurrent(url, "echo", 32, max(calls // 16, 10), modern)
-    forwarded += 8 * max(calls // 8, 20) + 32 * max(calls // 16, 10)
-    if proxy is not None:
-        row["cpu_ms_per_call"] = (proxy.cpu_seconds() - cpu_before) * 1000 / forwarded
-        row["peak_rss_mb"] = proxy.memory("VmHWM")
-    if sdk:
-        row["sdk_p50_ms"] = await sdk_sequential(url, "echo", max(calls // 3, 50))
-    print(f"  measured {name}", file=sys.stderr)
-    return row
+@dataclass
+class Target:
+    name: str
+    url: str
+    proxy: Process | None
+    """The process whose CPU and memory the row reports (None: a direct row)."""
+    modern: bool = False
+    sdk: bool = False
+    """Also measure with the Python SDK client."""
+
+
+ROUNDS = 5
+"""Each figure is gathered over this many rounds that visit every target in turn, so that a noisy moment of the
+machine falls on all rows alike instead of on one."""
+
+
+async def measure(targets: list[Target], calls: int) -> list[dict[str, Any]]:
+    fast: dict[str, list[float]] = {t.name: [] for t in targets}
+    slow: dict[str, list[float]] = {t.name: [] for t in targets}
+    made: dict[tuple[str, int], list[tuple[int, float]]] = {(t.name, n): [] for t in targets for n in (8, 32)}
+    cpu = dict.fromkeys(fast, 0.0)
+    forwarded = dict.fromkeys(fast, 0)
+    limits = httpx2.Limits(max_connections=64, max_keepalive_connections=64)
+    async with httpx2.AsyncClient(limits=limits, timeout=60) as http:
+        alone = {t.name: await RawSession(http, t.url, t.modern).open() for t in targets}
+        crowds = {(t.name, n): [await RawSession(http, t.url, t.modern).open() for _ in range(n)]
+                  for t in targets for n in (8, 32)}
+        for t in targets:
+            await timed(alone[t.name], "echo", 20)  # warm-up
+        n_fast, n_slow = calls // ROUNDS, max(calls // 3, 50) // ROUNDS
+        each = {8: max(calls // 8, 20) // ROUNDS + 1, 32: max(calls // 16, 10) // ROUNDS + 1}
+        for _ in range(ROUNDS):
+            for t in targets:
+                before = t.proxy.cpu_seconds() if t.proxy else 0.0
+                fast[t.name] += await timed(alone[t.name], "echo", n_fast)
+                slow[t.name] += await timed(alone[t.name], "echo_slow", n_slow)
+                forwarded[t.name] += n_fast + n_slow
+                for n in (8, 32):
+                    done = await concurrently(crowds[(t.name, n)], each[n])
+                    made[(t.name, n)].append(done)
+                    forwarded[t.name] += done[0]
+                if t.proxy is not None:
+                    cpu[t.name] += t.proxy.cpu_seconds() - before
+    rows = []
+    for t in targets:
+        row: dict[str, Any] = {"row": t.name, "era": MODERN if t.modern else "2025-11-25",
+                               "p50_ms": statistics.median(fast[t.name]), "p99_ms": percentile(fast[t.name], 99),
+                               "slow_p50_ms": statistics.median(slow[t.name])}
+        for n in (8, 32):
+            row[f"rps_{n}"] = sum(c for c, _ in made[(t.name, n)]) / sum(s for _, s in made[(t.name, n)])
+        if t.proxy is not None:
+            row["cpu_ms_per_call"] = cpu[t.name] * 1000 / forwarded[t.name]
+            row["peak_rss_mb"] = t.proxy.memory("VmHWM")
+        if t.sdk:
+            row["sdk_p50_ms"] = await sdk_sequential(t.url, "echo", max(calls // 3, 50))
+        rows.append(row)
+    return rows
 
 
 def triad_config(tmp: Path, upstreams: dict[str, Any], **extra: Any) -> Path:
@@ -231,52 +264,52 @@ def processes() -> Iterator[list[Process]]:
 
 
 async def call_rows(tmp: Path, calls: int, skip_peers: bool) -> list[dict[str, Any]]:
-    rows = []
     with processes() as started:
         up_port = free_port()
         started.append(Process([PY, str(HERE / "echo_upstream.py"), "--http", str(up_port)], tmp / "upstream.log"))
         upstream = f"http://127.0.0.1:{up_port}/mcp"
         await wait_listening(upstream)
-        rows.append(await measure("direct (SDK upstream, HTTP)", upstream, None, calls, sdk=True))
 
         pipe_port = free_port()
         pipe = Process([PY, str(HERE / "pipe.py"), upstream, str(pipe_port)], tmp / "pipe.log")
         started.append(pipe)
-        await wait_listening(f"http://127.0.0.1:{pipe_port}/mcp")
-        rows.append(await measure("transparent pipe -> HTTP", f"http://127.0.0.1:{pipe_port}/mcp", pipe, calls, False))
+        pipe_url = f"http://127.0.0.1:{pipe_port}/mcp"
+        await wait_listening(pipe_url)
 
         triad, triad_url = start_triad(tmp, triad_config(tmp, {"echo": {"url": upstream}}))
         started.append(triad)
         await start_to_ready(triad, triad_url, 1)
-        rows.append(await measure("Triad -> HTTP", triad_url, triad, calls, sdk=True))
 
         stdio_upstream = {"echo": {"command": PY, "args": [str(HERE / "echo_upstream.py")]}}
-        triad_stdio, url = start_triad(tmp, triad_config(tmp, stdio_upstream))
+        triad_stdio, stdio_url = start_triad(tmp, triad_config(tmp, stdio_upstream))
         started.append(triad_stdio)
-        await start_to_ready(triad_stdio, url, 1)
-        rows.append(await measure("Triad -> stdio", url, triad_stdio, calls, sdk=False))
+        await start_to_ready(triad_stdio, stdio_url, 1)
 
-        # The same hops for a stateless 2026-07-28 client (its requests take the SDK's path in Triad)
-        rows.append(await measure("direct, 2026-07-28 client", upstream, None, calls, False, modern=True))
-        rows.append(await measure("transparent pipe, 2026-07-28 client", f"http://127.0.0.1:{pipe_port}/mcp", pipe,
-                                  calls, False, modern=True))
-        rows.append(await measure("Triad -> HTTP, 2026-07-28 client", triad_url, triad, calls, False, modern=True))
-
+        targets = [
+            Target("direct (SDK upstream, HTTP)", upstream, None, sdk=True),
+            Target("transparent pipe -> HTTP", pipe_url, pipe),
+            Target("Triad -> HTTP", triad_url, triad, sdk=True),
+            Target("Triad -> stdio", stdio_url, triad_stdio),
+            # the same hops for a stateless 2026-07-28 client
+            Target("direct, 2026-07-28 client", upstream, None, modern=True),
+            Target("transparent pipe, 2026-07-28 client", pipe_url, pipe, modern=True),
+            Target("Triad -> HTTP, 2026-07-28 client", triad_url, triad, modern=True),
+        ]
         if not skip_peers and (PEERS["mcp-proxy"] / "mcp-proxy").exists():
             port = free_port()
             proxy = Process([str(PEERS["mcp-proxy"] / "mcp-proxy"), "--host", "127.0.0.1", "--port", str(port), "--",
                              PY, str(HERE / "echo_upstream.py")], tmp / "mcp-proxy.log")
             started.append(proxy)
             await wait_listening(f"http://127.0.0.1:{port}/mcp")
-            rows.append(await measure("mcp-proxy -> stdio", f"http://127.0.0.1:{port}/mcp", proxy, calls, False))
+            targets.append(Target("mcp-proxy -> stdio", f"http://127.0.0.1:{port}/mcp", proxy))
         if not skip_peers and (PEERS["fastmcp"] / "python").exists():
             port = free_port()
             proxy = Process([str(PEERS["fastmcp"] / "python"), str(HERE / "fastmcp_proxy.py"), upstream, str(port)],
                             tmp / "fastmcp.log")
             started.append(proxy)
             await wait_listening(f"http://127.0.0.1:{port}/mcp")
-            rows.append(await measure("FastMCP proxy -> HTTP", f"http://127.0.0.1:{port}/mcp", proxy, calls, False))
-    return rows
+            targets.append(Target("FastMCP proxy -> HTTP", f"http://127.0.0.1:{port}/mcp", proxy))
+        return await measure(targets, calls)
 
 
 async def fleet_rows(tmp: Path) -> dict[str, Any]:
