@@ -231,20 +231,25 @@ async def serve_modern_call(dispatcher: Dispatcher, rounds: InputRounds | None, 
         progress = downstream.progress if relay.progress_token is not None else None
         return await dispatcher.call_tool(identity, params, progress, Session())
 
+    async def answer(result: dict[str, Any]) -> None:
+        await relay.reply.finish(_response(message["id"], {"result": _stamped(complete(result), server_info)}))
+
     token = CURRENT_DOWNSTREAM.set(relay)
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(_guard, receive, relay.reply, tg.cancel_scope)
             try:
                 if rounds is not None and not dispatcher.pool.all_modern:
-                    result = await rounds.call(relay, "tools/call", params, identity, forward)
+                    found = await rounds.call_here(relay, "tools/call", params, identity, forward, answer)
+                    if found is not None:  # else a question was asked already, and the retry gets the result
+                        await answer(found)
                 else:
-                    result = await forward(relay)
-                await relay.reply.finish(_response(message["id"], {"result": _stamped(complete(result), server_info)}))
+                    await answer(await forward(relay))
             except Exception as exc:
                 error = error_data("tools/call", exc)
-                await relay.reply.finish(_response(message["id"], {"error": _dump(error)}),
-                                         ERROR_CODE_HTTP_STATUS.get(error.code, 200))
+                if not relay.reply.finished:
+                    await relay.reply.finish(_response(message["id"], {"error": _dump(error)}),
+                                             ERROR_CODE_HTTP_STATUS.get(error.code, 200))
     finally:
         CURRENT_DOWNSTREAM.reset(token)
 

@@ -63,9 +63,10 @@ class _RoundRelay:
 
     modern = False  # the upstream's requests are asked here, never passed through as input_required
 
-    def __init__(self, current: ClientRequest, flight: _Flight) -> None:
+    def __init__(self, current: ClientRequest, flight: _Flight, park: Callable[[_Flight, _Question], Any]) -> None:
         self.current = current
         self._flight = flight
+        self._park = park
 
     @property
     def capabilities(self) -> dict[str, Any] | None:
@@ -87,7 +88,15 @@ class _RoundRelay:
             return types.ErrorData(code=types.MISSING_REQUIRED_CLIENT_CAPABILITY, message=(
                 f"the client did not declare the {needed} capability, so Triad cannot ask it {request.method}"))
         question = _Question(request, result_type)
-        await self._flight.events.send(question)
+        if (answer := self._flight.answer_here) is not None:  # a flight in its request's own task: answer it now
+            try:
+                parked = self._park(self._flight, question)
+            except MCPError as exc:
+                return exc.error
+            self._flight.answer_here = None
+            await answer(parked)
+        else:
+            await self._flight.events.send(question)
         await question.answered.wait()
         return question.answer
 
@@ -102,6 +111,10 @@ class _Flight:
     expiry: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     question: _Question | None = None
     relay: _RoundRelay | None = None
+    outcome: Any = None
+    answer_here: Callable[[dict[str, Any]], Awaitable[None]] | None = None
+    """For a flight run in its first request's task (`call_here`), until the first question: how to answer that
+    request with the round."""
 
 
 class InputRounds:
@@ -125,11 +138,29 @@ class InputRounds:
             return await self._resume(request, method, params, owner, state)
         if self._task_group is None:
             raise RuntimeError("InputRounds.run() is not running")
-        send, receive = anyio.create_memory_object_stream[Any](1)
-        flight = _Flight(owner, method, send, receive)
-        flight.relay = _RoundRelay(request, flight)
+        flight = self._flight(request, method, owner)
         self._task_group.start_soon(self._fly, flight, forward)
         return await self._next(flight)
+
+    async def call_here(self, request: ClientRequest, method: str, params: Mapping[str, Any], owner: Identity,
+                        forward: Forward, answer: Callable[[dict[str, Any]], Awaitable[None]]) -> dict[str, Any] | None:
+        """`call` for a caller that owns its reply (Triad's own HTTP path): the call runs in the caller's task, so
+        a call that asks nothing costs no task of its own. A first question is answered on the caller's reply
+        through `answer`, and the call goes on here; what comes next goes to the client's retry, as with `call`.
+        Returns the result, or None when it went to a retry."""
+        state = params.get("requestState")
+        if isinstance(state, str) and state.startswith(STATE_PREFIX):
+            return await self._resume(request, method, params, owner, state)
+        flight = self._flight(request, method, owner)
+        flight.answer_here = answer
+        await self._fly(flight, forward)
+        return flight.outcome if flight.answer_here is not None else None
+
+    def _flight(self, request: ClientRequest, method: str, owner: Identity) -> _Flight:
+        send, receive = anyio.create_memory_object_stream[Any](1)
+        flight = _Flight(owner, method, send, receive)
+        flight.relay = _RoundRelay(request, flight, self._park)
+        return flight
 
     async def _fly(self, flight: _Flight, forward: Forward) -> None:
         assert flight.relay is not None
@@ -139,8 +170,13 @@ class InputRounds:
                 try:
                     outcome: Any = await forward(flight.relay)
                 except Exception as exc:  # delivered to the client's current request, which raises it
+                    if flight.answer_here is not None:
+                        raise
                     outcome = exc
-                await flight.events.send(outcome)
+                if flight.answer_here is not None:
+                    flight.outcome = outcome
+                else:
+                    await flight.events.send(outcome)
         finally:
             CURRENT_DOWNSTREAM.reset(token)
             flight.events.close()
@@ -156,17 +192,24 @@ class InputRounds:
             raise event
         if not isinstance(event, _Question):
             return event
-        if len(self._parked) >= MAX_PARKED:
+        try:
+            return self._park(flight, event)
+        except MCPError:
             flight.scope.cancel()
+            raise
+
+    def _park(self, flight: _Flight, question: _Question) -> dict[str, Any]:
+        """Park `flight` on `question` until the client's retry (or `PARKED_TTL`); the round that asks it."""
+        if len(self._parked) >= MAX_PARKED:
             raise MCPError(types.INTERNAL_ERROR, f"Triad has {MAX_PARKED} calls waiting for input already; "
                            "answer or abandon those first")
-        flight.question = event
+        flight.question = question
         state = STATE_PREFIX + secrets.token_urlsafe(24)
         self._parked[state] = flight
         flight.expiry = anyio.CancelScope()
         assert self._task_group is not None
         self._task_group.start_soon(self._expire, state, flight)
-        return _round(event, state)
+        return _round(question, state)
 
     async def _resume(self, request: ClientRequest, method: str, params: Mapping[str, Any], owner: Identity,
                       state: str) -> dict[str, Any]:
