@@ -96,6 +96,8 @@ class Reply:
 
     async def _stream(self, chunk: bytes) -> None:
         async with self._lock:
+            if self.finished:  # a late log or ping: the reply has ended
+                return
             if not self._streaming:
                 await self._start_stream()
             await self._send({"type": "http.response.body", "body": chunk, "more_body": True})

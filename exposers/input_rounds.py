@@ -2,9 +2,11 @@
 
 A 2026-07-28 client cannot be sent requests; it is answered `input_required` and retries with `inputResponses`.
 An upstream of the handshake era asks mid-call instead (sampling, elicitation, roots) and waits for the answer.
-So for a 2026-07-28 client the call runs in a task of its own (a *flight*, owned by `InputRounds.run()`): when
-the upstream asks, the client's request is answered `input_required` with a `requestState` naming the flight,
-and the flight waits, parked, with the upstream's call still open. The client's retry carries the answer to the
+So for a 2026-07-28 client the call runs as a *flight*: in a task of its own owned by `InputRounds.run()`
+(`call`, for the SDK's handlers, which must return their result), or in the request's own task (`call_here`,
+for Triad's own HTTP path, which owns its reply and answers it while the call goes on). When the upstream asks,
+the client's request is answered `input_required` with a `requestState` naming the flight, and the flight waits,
+parked, with the upstream's call still open. The client's retry carries the answer to the
 waiting upstream request and then waits for the flight's next event: its result, or the upstream's next
 question. A parked flight that is not resumed within `PARKED_TTL` is cancelled (the upstream call with it); a
 state that names no parked flight of the same client and method gets the SDK's own "Invalid or expired
