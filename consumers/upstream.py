@@ -26,6 +26,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from consumers._breaker import CircuitBreaker
 from consumers._errors import HopBroken, SessionGone, UpstreamSessionGone, describe_failure, map_mcp_error, session_gone
+from consumers._health import probe
 from consumers._streams import EOFWatch
 from consumers.listing import RAW, Catalog, list_catalog
 from consumers.modern import ModernLink
@@ -234,15 +235,8 @@ class Upstream:
                 self._on_change(self)
 
     async def _ping(self, session: ClientSession) -> None:
-        """An HTTP upstream that went away leaves no trace on an idle session; a ping finds out."""
-        try:
-            with anyio.fail_after(min(self.config.timeout, PING_TIMEOUT)):
-                if self.modern:  # 2026-07-28 has no ping; discovery is as cheap
-                    await session.send_discover(self.catalog.protocol_version)  # type: ignore[union-attr]
-                else:
-                    await session.send_ping()
-        except Exception as exc:  # any failure of the ping means the connection is not usable
-            raise UpstreamUnavailable(self.name, f"did not answer ping ({describe_failure(exc)})") from None
+        version = self.catalog.protocol_version if self.modern and self.catalog is not None else None
+        await probe(self.name, session, version, min(self.config.timeout, PING_TIMEOUT))
 
     def _on_notification(self, method: str, params: dict[str, Any]) -> None:
         """A notification not about a call in flight, from the SDK's session or a lean-path reply."""

@@ -271,3 +271,17 @@ async def test_progress_pushes_the_deadline_back_up_to_the_cap(procs: list[Proc]
             await call(via, "progress", {"steps": 8, "delay": 0.6})
         assert raised.value.error.code == types.REQUEST_TIMEOUT
         assert "of its last progress" in raised.value.error.message
+
+
+async def test_a_ping_answered_late_once_does_not_drop_the_connection(procs: list[Proc], tmp_path: Path) -> None:
+    """A busy upstream misses one ping: Triad asks once more instead of reconnecting (which would fail the calls
+    in flight on the connection)."""
+    upstream = stdio_upstream("slow-ping", "--slow-first-ping", "2", timeout="1s", ping_interval="0.3s")
+    url = start_triad(procs, write_config(tmp_path, {"upstreams": {"fx": upstream}}), wait_ready=1)
+    triad = procs[-1]
+    await triad.until(r"upstream fx: no answer to a ping within 1s; trying once more")
+    await anyio.sleep(1.5)  # the pings after it are answered at once
+    async with http_session(url) as via:
+        assert (await call(via, "echo", {"text": "still"}))["content"][0]["text"] == "still"
+    assert "upstream fx is down" not in triad.stderr
+    assert triad.stderr.count("upstream fx ready") == 1, triad.stderr

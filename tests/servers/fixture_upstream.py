@@ -1,7 +1,7 @@
 """A real MCP upstream for the tests, built on the SDK's low-level server so every wire detail is under control.
 
     python fixture_upstream.py [--transport stdio|http|sse] [--name N] [--page-size K] [--extra-tools M]
-                               [--hang-initialize] [--prefix P]
+                               [--hang-initialize] [--slow-first-ping S] [--prefix P]
 
 Over HTTP and SSE it binds 127.0.0.1 on a free port and prints `READY <port>` on stderr. Tools cover every
 content type (text, image, audio, embedded resource, resource link, structured with outputSchema, error), a slow
@@ -229,6 +229,16 @@ def build_server(args: argparse.Namespace) -> Server[Any]:
                 await anyio.sleep_forever()
             return await call_next(ctx)
         server.middleware.append(hang)
+    if args.slow_first_ping:
+        pinged: list[bool] = []
+
+        async def slow_ping(ctx: Any, call_next: Any) -> Any:
+            if ctx.method == "ping" and not pinged:
+                pinged.append(True)
+                print("slow ping", file=sys.stderr, flush=True)
+                await anyio.sleep(args.slow_first_ping)
+            return await call_next(ctx)
+        server.middleware.append(slow_ping)
     return server
 
 
@@ -270,6 +280,7 @@ def main() -> None:
     parser.add_argument("--page-size", type=int, default=1000)
     parser.add_argument("--extra-tools", type=int, default=0)
     parser.add_argument("--hang-initialize", action="store_true")
+    parser.add_argument("--slow-first-ping", type=float, default=0.0, help="seconds the first ping takes")
     parser.add_argument("--loop-cursor", action="store_true", help="tools/list repeats its second cursor forever")
     parser.add_argument("--echo-description", default="Echo the text.", help="to simulate a rewritten tool")
     parser.add_argument("--port", type=int, default=0, help="HTTP/SSE port (default: a free one)")
