@@ -27,7 +27,7 @@ from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
 from consumers._errors import HopBroken, SessionGone
-from consumers.relay import ASKS, Downstream, ProgressFn
+from consumers.relay import Downstream, ProgressFn, ask_wire
 
 logger = logging.getLogger("triad.upstream")
 
@@ -182,22 +182,12 @@ class HttpHop:
     async def _answer(self, message_id: Any, method: str, params: dict[str, Any],
                       downstream: Downstream | None) -> None:
         """The upstream's own request, mid-call: asked of the client whose call this is, answered by a POST."""
-        reply: dict[str, Any] = {"jsonrpc": "2.0", "id": message_id}
-        kinds = ASKS.get(method)
-        if kinds is None or downstream is None:
-            why = "no client call is waiting for it" if kinds else "Triad does not relay it"
-            reply["error"] = {"code": types.METHOD_NOT_FOUND, "message": f"{method}: {why}"}
+        if downstream is None:
+            answer: dict[str, Any] = {"error": {"code": types.METHOD_NOT_FOUND,
+                                                "message": f"{method}: no client call is waiting for it"}}
         else:
-            try:
-                answer = await downstream.ask(kinds[0].model_validate({"method": method, "params": params},
-                                                                      by_name=False), kinds[1])
-            except ValidationError:
-                answer = types.ErrorData(code=types.INVALID_PARAMS, message=f"malformed {method} request")
-            if isinstance(answer, types.ErrorData):
-                reply["error"] = answer.model_dump(by_alias=True, mode="json", exclude_none=True)
-            else:
-                reply["result"] = answer.model_dump(by_alias=True, mode="json", exclude_none=True)
-        await self._send(reply)
+            answer = await ask_wire(downstream, {"method": method, "params": params})
+        await self._send({"jsonrpc": "2.0", "id": message_id, **answer})
 
     async def _send(self, message: dict[str, Any]) -> None:
         """A response or notification to the upstream (it answers 202, no body)."""

@@ -53,6 +53,21 @@ class Downstream(Protocol):
 CURRENT_DOWNSTREAM: ContextVar[Downstream | None] = ContextVar("triad_current_downstream", default=None)
 
 
+async def ask_wire(downstream: Downstream, request: Any) -> dict[str, Any]:
+    """Put an upstream's request, in wire form, to the downstream client: `{"result": ...}` or `{"error": ...}`."""
+    method = request.get("method") if isinstance(request, dict) else None
+    if method not in ASKS:
+        return {"error": {"code": types.METHOD_NOT_FOUND, "message": f"{method}: Triad does not relay it"}}
+    request_model, result_model = ASKS[method]
+    try:
+        parsed = request_model.model_validate(request, by_name=False)
+    except ValidationError:
+        return {"error": {"code": types.INVALID_PARAMS, "message": f"malformed {method} request"}}
+    answer = await downstream.ask(parsed, result_model)
+    return {"error" if isinstance(answer, types.ErrorData) else "result":
+            answer.model_dump(by_alias=True, mode="json", exclude_none=True)}
+
+
 async def answer_input_requests(upstream: str, downstream: Downstream,
                                 requests: Any) -> dict[str, dict[str, Any]]:
     """Ask the downstream client each of an `input_required` result's requests; the answers by key."""
@@ -60,19 +75,11 @@ async def answer_input_requests(upstream: str, downstream: Downstream,
         raise UpstreamError(upstream, f"upstream {upstream!r} answered input_required without input requests")
     answers: dict[str, dict[str, Any]] = {}
     for key, request in requests.items():
-        method = request.get("method") if isinstance(request, dict) else None
-        if method not in ASKS:
-            raise UpstreamError(upstream, f"upstream {upstream!r} asked for {method!r}, which Triad cannot relay")
-        request_model, result_model = ASKS[method]
-        try:
-            parsed = request_model.model_validate(request, by_name=False)
-        except ValidationError:
-            raise UpstreamError(upstream, f"upstream {upstream!r} sent a malformed {method} input request") from None
-        answer = await downstream.ask(parsed, result_model)
-        if isinstance(answer, types.ErrorData):
-            raise UpstreamError(upstream, f"the client did not answer {method} for upstream {upstream!r}: "
-                                f"{answer.message}")
-        answers[key] = answer.model_dump(by_alias=True, mode="json", exclude_none=True)
+        answer = await ask_wire(downstream, request)
+        if "error" in answer:
+            raise UpstreamError(upstream, f"upstream {upstream!r}'s input request {key!r} was not answered: "
+                                f"{answer['error'].get('message')}")
+        answers[key] = answer["result"]
     return answers
 
 
