@@ -27,7 +27,7 @@ import anyio
 import mcp_types as types
 from mcp.shared.exceptions import MCPDeprecationWarning
 from mcp.shared.inbound import ERROR_CODE_HTTP_STATUS
-from mcp_types import PROTOCOL_VERSION_META_KEY, SERVER_INFO_META_KEY
+from mcp_types import PROTOCOL_VERSION_META_KEY
 from pydantic import ValidationError
 from starlette.types import Receive, Send
 
@@ -41,7 +41,7 @@ from exposers.relay import (
     session_log_level,
     wants_log,
 )
-from exposers.server import complete, error_data, hook_session
+from exposers.server import complete, error_data, hook_session, stamp_server_info
 from gateway.dispatch import Dispatcher
 from gateway.hooks import Session
 from gateway.identity import Identity
@@ -234,7 +234,7 @@ async def serve_modern_call(dispatcher: Dispatcher, rounds: InputRounds | None, 
         return await dispatcher.call_tool(identity, params, progress, Session())
 
     async def answer(result: dict[str, Any]) -> None:
-        await relay.reply.finish(_response(message["id"], {"result": _stamped(complete(result), server_info)}))
+        await relay.reply.finish(_response(message["id"], {"result": stamp_server_info(complete(result), server_info)}))
 
     token = CURRENT_DOWNSTREAM.set(relay)
     try:
@@ -268,16 +268,6 @@ async def _guard(receive: Receive, reply: Reply, call: anyio.CancelScope) -> Non
                 call.cancel()
             return
         await reply.ping()
-
-
-def _stamped(result: dict[str, Any], server_info: Mapping[str, Any]) -> dict[str, Any]:
-    """Triad's `serverInfo` in a 2026-07-28 result's `_meta`; a value the upstream put there stays."""
-    meta = result.get("_meta")
-    if meta is None:
-        result["_meta"] = {SERVER_INFO_META_KEY: dict(server_info)}
-    elif isinstance(meta, dict) and meta.get(SERVER_INFO_META_KEY) is None:
-        result["_meta"] = {**meta, SERVER_INFO_META_KEY: dict(server_info)}
-    return result
 
 
 def _dump(error: types.ErrorData) -> dict[str, Any]:

@@ -1,18 +1,24 @@
-"""List pages for handshake-era sessions, serialised once per registry version (see `exposers.fast_path`).
+"""List pages serialised once per registry version (see `exposers.fast_path`), for clients of both eras.
 
 The SDK's server validates and re-serialises every result it sends, tool by tool; for a list of hundreds of tools
 that is most of the cost of a `tools/list`. A list page depends only on the caller's view, the protocol version
 and the cursor, all fixed for a registry version, so Triad serialises each page once (through the SDK's own
-per-version serialiser, so the bytes are what the SDK would send) and answers later requests with those bytes.
+per-version serialiser, so the bytes are what the SDK would send: for 2026-07-28 with the cache hint,
+`resultType` and `serverInfo` stamp the SDK adds) and answers later requests with those bytes.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
+from mcp_types import CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, LOG_LEVEL_META_KEY, PROTOCOL_VERSION_META_KEY
 from mcp_types.methods import serialize_server_result
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import ValidationError
 
+from exposers.server import CACHE_HINT, complete, stamp_server_info
 from gateway.dispatch import Dispatcher
 from gateway.errors import TriadError
 from gateway.identity import Identity
@@ -20,9 +26,15 @@ from gateway.identity import Identity
 MAX_CACHED_PAGES = 4096
 
 
+ENVELOPE_KEYS = frozenset({PROTOCOL_VERSION_META_KEY, CLIENT_INFO_META_KEY, CLIENT_CAPABILITIES_META_KEY,
+                           LOG_LEVEL_META_KEY})
+"""What a 2026-07-28 request's `_meta` carries about its client, besides a progress token."""
+
+
 class ListPages:
-    def __init__(self, dispatcher: Dispatcher) -> None:
+    def __init__(self, dispatcher: Dispatcher, server_info: Mapping[str, Any]) -> None:
         self._dispatcher = dispatcher
+        self._server_info = server_info
         self.listers = {"tools/list": dispatcher.list_tools, "resources/list": dispatcher.list_resources,
                         "resources/templates/list": dispatcher.list_resource_templates,
                         "prompts/list": dispatcher.list_prompts}
@@ -31,14 +43,16 @@ class ListPages:
         self._version = -1
 
     async def reply(self, identity: Identity, version: str, message: dict[str, Any]) -> bytes | None:
-        """The whole JSON-RPC response to a plain list request (at most a cursor and a progress token), or None
-        when it is not one (a run-level list in `_meta`, a stale or foreign cursor: the SDK path says so)."""
+        """The whole JSON-RPC response to a plain list request (at most a cursor, a progress token and a 2026-07-28
+        envelope), or None when it is not one (a run-level list in `_meta`, a stale or foreign cursor: the SDK
+        path says so)."""
         params = message.get("params") or {}
         if not isinstance(params, dict) or set(params) - {"cursor", "_meta"}:
             return None
-        cursor, meta = params.get("cursor"), params.get("_meta")
-        if (cursor is not None and not isinstance(cursor, str)) or (meta is not None and meta != {}
-                                                                    and set(meta) != {"progressToken"}):
+        modern = version in MODERN_PROTOCOL_VERSIONS
+        cursor, meta = params.get("cursor"), params.get("_meta") or {}
+        if (cursor is not None and not isinstance(cursor, str)) or not isinstance(meta, dict) or (
+                set(meta) - {"progressToken"} - (ENVELOPE_KEYS if modern else frozenset())):
             return None
         await self._dispatcher.settled()
         if self._version != self._dispatcher.registry.version or len(self._pages) > MAX_CACHED_PAGES:
@@ -51,6 +65,13 @@ class ListPages:
                 page = self.listers[method](identity, cursor)
             except TriadError:
                 return None
-            result = self._pages[key] = json.dumps(serialize_server_result(method, version, page),
-                                                   separators=(",", ":")).encode()
+            if modern:  # as the SDK shapes a 2026-07-28 result: the hint, resultType, the sieve, the stamp
+                page = complete({"ttlMs": CACHE_HINT.ttl_ms, "cacheScope": CACHE_HINT.scope, **page})
+            try:
+                shaped = serialize_server_result(method, version, page)
+            except ValidationError:  # the SDK's path logs it and answers its error
+                return None
+            if modern:
+                shaped = stamp_server_info(shaped, self._server_info)
+            result = self._pages[key] = json.dumps(shaped, separators=(",", ":")).encode()
         return b'{"jsonrpc":"2.0","id":' + json.dumps(message["id"]).encode() + b',"result":' + result + b"}"

@@ -72,7 +72,7 @@ class FastPath:
         self._manager = manager
         self._security = TransportSecurityMiddleware(security)
         self._max_body = max_body
-        self._pages = ListPages(dispatcher)
+        self._pages = ListPages(dispatcher, server_info)
         self._answers = Answers()
         self._serve_calls = not tracing_enabled()
         """With tracing on, calls take the SDK's path, whose server span continues the client's trace."""
@@ -85,7 +85,7 @@ class FastPath:
             await self.app(scope, receive, send)
             return
         version = headers.get(b"mcp-protocol-version", b"").decode(errors="replace")
-        if version in MODERN_PROTOCOL_VERSIONS and self._serve_calls:
+        if version in MODERN_PROTOCOL_VERSIONS:
             await self._modern(scope, receive, send)
             return
         session_id = headers.get(b"mcp-session-id", b"").decode(errors="replace")
@@ -118,24 +118,34 @@ class FastPath:
         return request, body, more, _message(body) if whole and all(check_accept_headers(request)) else None
 
     async def _modern(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """A 2026-07-28 request: a plain `tools/call` is served here, anything else by the SDK."""
+        """A 2026-07-28 request: a plain `tools/call` or list request is served here, anything else by the SDK."""
         if (read := await self._read(scope, receive, send)) is None:
             return
         request, body, more, message = read
-        identity = self._modern_caller(scope, request, message) if message is not None else None
-        if identity is None or message is None:
-            await self.app(scope, _replay(body, more, receive), send)
-            return
-        relay = ModernCallRelay(Reply(send, []), message["params"])
-        await serve_modern_call(self._dispatcher, self._rounds, identity, message, relay, receive,
-                                self._server_info)
+        route = self._modern_route(scope, request, message) if message is not None else None
+        if route is not None and message is not None:
+            identity, version = route
+            if message["method"] == "tools/call":
+                relay = ModernCallRelay(Reply(send, []), message["params"])
+                await serve_modern_call(self._dispatcher, self._rounds, identity, message, relay, receive,
+                                        self._server_info)
+                return
+            if (page := await self._pages.reply(identity, version, message)) is not None:
+                await _json(send, page, [])
+                return
+        await self.app(scope, _replay(body, more, receive), send)
 
-    def _modern_caller(self, scope: Scope, request: Request, message: dict[str, Any]) -> Identity | None:
-        """The caller of a 2026-07-28 `tools/call` that passes every check the SDK makes before its handler (the
-        envelope, the routing and `Mcp-Param-*` headers, the params); None for anything else, which the SDK
-        then refuses with its own error."""
-        params = message.get("params")
-        if message.get("method") != "tools/call" or "id" not in message or not _plain_call(params, MODERN_PARAMS):
+    def _modern_route(self, scope: Scope, request: Request, message: dict[str, Any]) -> tuple[Identity, str] | None:
+        """The caller and version of a 2026-07-28 `tools/call` or list request that passes every check the SDK
+        makes before its handler (the envelope, the routing and `Mcp-Param-*` headers, the params); None for
+        anything else, which the SDK then refuses with its own error."""
+        method, params = message.get("method"), message.get("params")
+        if "id" not in message or not isinstance(params, dict):
+            return None
+        if method == "tools/call":
+            if not self._serve_calls or not _plain_call(params, MODERN_PARAMS):
+                return None
+        elif method not in self._pages.listers:
             return None
         if find_duplicated_routing_header(request.headers.items()) is not None:
             return None
@@ -143,12 +153,12 @@ class FastPath:
         if isinstance(verdict, InboundLadderRejection):
             return None
         arguments = params.get("arguments") or {}
-        if arguments or any(key.startswith("mcp-param-") for key in request.headers):
+        if method == "tools/call" and (arguments or any(key.startswith("mcp-param-") for key in request.headers)):
             schema = tool_input_schema(self._dispatcher, params["name"])
             if schema is not None and validate_mcp_param_headers(schema, arguments, request.headers) is not None:
                 return None
         try:
-            validate_client_request("tools/call", verdict.protocol_version, params)
+            validate_client_request(method, verdict.protocol_version, params)
         except ValidationError:
             return None
         identity = scope.get(IDENTITY_SCOPE_KEY)
@@ -157,7 +167,7 @@ class FastPath:
         client = verdict.client_info if isinstance(verdict.client_info, dict) else {}
         if identity.provider is None and (provider := infer_provider(self._dispatcher.config, client.get("name"))):
             identity = dataclasses.replace(identity, provider=provider)
-        return identity
+        return identity, verdict.protocol_version
 
     async def _serve(self, scope: Scope, send: Send, message: dict[str, Any], connection: Any, tracked: Identity,
                      session_id: str) -> bool:
@@ -187,10 +197,7 @@ class FastPath:
             page = await self._pages.reply(identity, connection.protocol_version, message)
             if page is None:
                 return False
-            await send({"type": "http.response.start", "status": 200, "headers": [
-                (b"content-type", b"application/json"), (b"content-length", str(len(page)).encode()),
-                *response_headers]})
-            await send({"type": "http.response.body", "body": page})
+            await _json(send, page, response_headers)
             return True
         if method != "tools/call" or not self._serve_calls or not _plain_call(message.get("params"), CALL_PARAMS):
             return False
@@ -245,6 +252,12 @@ def _held(transport: StreamableHTTPServerTransport) -> Iterator[None]:
         transport._requests_in_flight -= 1
         if not transport._requests_in_flight:
             idle.deadline = anyio.current_time() + timeout
+
+
+async def _json(send: Send, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+    await send({"type": "http.response.start", "status": 200, "headers": [
+        (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *headers]})
+    await send({"type": "http.response.body", "body": body})
 
 
 async def _accepted(send: Send, headers: list[tuple[bytes, bytes]]) -> None:

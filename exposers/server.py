@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import mcp_types as types
@@ -23,6 +23,7 @@ from mcp.server._otel import OpenTelemetryMiddleware
 from mcp.server.caching import CACHEABLE_METHODS, CacheHint
 from mcp.server.context import CallNext, HandlerResult
 from mcp.shared.exceptions import MCPError
+from mcp_types import SERVER_INFO_META_KEY
 
 from consumers import CURRENT_DOWNSTREAM
 from exposers.input_rounds import InputRounds
@@ -36,6 +37,9 @@ from gateway.tracing import tracing_enabled
 
 logger = logging.getLogger("triad.exposer")
 
+CACHE_HINT = CacheHint(ttl_ms=0, scope="private")
+"""2026-07-28 list and read results carry cache hints. What a client sees depends on who it is and on the registry
+of the moment, so nothing Triad serves is marked fresh or shareable."""
 SESSION_STATE_KEY = "triad.session"
 IDENTITY_SCOPE_KEY = "triad.identity"
 """Where the HTTP auth middleware leaves the caller's identity in the ASGI scope."""
@@ -147,9 +151,7 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
         "triad",
         version="0.1.0",
         dispatcher=dispatcher,
-        # 2026-07-28 list and read results carry cache hints. What a client sees depends on who it is and on the
-        # registry of the moment, so nothing Triad serves is marked fresh or shareable.
-        cache_hints={method: CacheHint(ttl_ms=0, scope="private") for method in CACHEABLE_METHODS},
+        cache_hints=dict.fromkeys(CACHEABLE_METHODS, CACHE_HINT),
         # The 2026-07-28 HTTP path checks Mcp-Param-* headers against a tool's schema before any handler runs.
         get_tool_input_schema=lambda name: tool_input_schema(dispatcher, name),
         on_list_tools=lister(dispatcher.list_tools),
@@ -219,6 +221,17 @@ def error_data(method: str, exc: Exception) -> types.ErrorData:
         return exc.error
     logger.exception("%s failed", method)
     return types.ErrorData(code=types.INTERNAL_ERROR, message="Internal error")
+
+
+def stamp_server_info(result: dict[str, Any], server_info: Mapping[str, Any]) -> dict[str, Any]:
+    """Triad's `serverInfo` in a 2026-07-28 result's `_meta`, as the SDK stamps its own results (a value already
+    there, an upstream's, stays: the SDK's rule)."""
+    meta = result.get("_meta")
+    if meta is None:
+        result["_meta"] = {SERVER_INFO_META_KEY: dict(server_info)}
+    elif isinstance(meta, dict) and meta.get(SERVER_INFO_META_KEY) is None:
+        result["_meta"] = {**meta, SERVER_INFO_META_KEY: dict(server_info)}
+    return result
 
 
 def complete(result: dict[str, Any]) -> dict[str, Any]:

@@ -229,3 +229,32 @@ async def test_a_2026_client_answers_rounds_and_cancels_by_closing_on_the_lean_p
             await modern_post(http, url, 3, "slow", {"seconds": 30})
         with anyio.fail_after(10):
             await fixture.until(r"slow call \S+ cancelled")
+
+
+async def test_2026_list_pages_on_the_lean_path_equal_the_sdks(procs: list[Proc], tmp_path: Path) -> None:
+    """A 2026-07-28 list page is served from bytes with what the SDK adds (cache hint, resultType, serverInfo);
+    a request with a `_meta` key the lean path does not know goes to the SDK, and gets the same page."""
+    upstream = start_fixture(procs, "http", "fast-modern-lists", "--extra-tools", "40")
+    config = {"upstreams": {"fx": {"url": upstream}}, "page_size": 30}
+    url = start_triad(procs, write_config(tmp_path, config), wait_ready=1)
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json",
+               "MCP-Protocol-Version": MODERN, "Mcp-Method": "tools/list"}
+    envelope = {"io.modelcontextprotocol/protocolVersion": MODERN, "io.modelcontextprotocol/clientCapabilities": {}}
+    async with httpx2.AsyncClient(timeout=30) as http:
+        pages = []
+        for meta in (envelope, {**envelope, "x.example/unknown": 1}):
+            cursor: str | None = None
+            walked = []
+            while True:
+                params = {"_meta": meta, **({"cursor": cursor} if cursor else {})}
+                response = await http.post(url, headers=headers, content=json.dumps(
+                    {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": params}))
+                assert response.status_code == 200, response.text
+                walked.append(response.json())
+                if not (cursor := walked[-1]["result"].get("nextCursor")):
+                    break
+            pages.append(walked)
+        assert len(pages[0]) > 1 and pages[0] == pages[1]
+        first = pages[0][0]["result"]
+        assert (first["ttlMs"], first["cacheScope"], first["resultType"]) == (0, "private", "complete")
+        assert first["_meta"]["io.modelcontextprotocol/serverInfo"]["name"] == "triad"
