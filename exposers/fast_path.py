@@ -2,17 +2,17 @@
 
 The SDK's server puts every request through generic machinery (a memory stream into the session, a task per
 request, an SSE response object, validation and re-serialisation of the result). For a proxy that is most of the
-cost of a call, so the requests that make up nearly all traffic are served here instead: `tools/call` of both eras
-(`fast_calls`; with tracing on, calls stay on the SDK's path for its spans) and list pages of handshake-era
-sessions from bytes (`fast_lists`), plus a session's answers to requests sent on its calls' streams and its
-cancellations of those calls.
+cost of a call, so the requests that make up nearly all traffic are served here instead, in both eras:
+`tools/call` (`fast_calls`; with tracing on, calls stay on the SDK's path for its spans) and list pages from bytes
+(`fast_lists`), plus a session's answers to requests sent on its calls' streams and its cancellations of those
+calls.
 
 Only the plain case is taken. Handshake era: a POST on a live session the SDK opened (and the notifier tracks),
-whose `MCP-Protocol-Version` header is the session's own version. 2026-07-28: a `tools/call` that passes the SDK's
-own envelope, routing-header, `Mcp-Param-*` and params checks (run here with the SDK's functions). Both: the
-content type and Accept header the SDK requires, one message. Anything else (a batch, another method, extra
-params, an unknown or expired session, a body over the limit, a check that fails) goes to the SDK untouched, so
-its checks and errors stay the only ones. The DNS-rebinding check runs first, as the SDK's does.
+whose `MCP-Protocol-Version` header is the session's own version. 2026-07-28: a `tools/call` or list request that
+passes the SDK's own envelope, routing-header, `Mcp-Param-*` and params checks (run here with the SDK's
+functions). Both: the content type and Accept header the SDK requires, one message. Anything else (a batch,
+another method, extra params, an unknown or expired session, a body over the limit, a check that fails) goes to
+the SDK untouched, so its checks and errors stay the only ones. The DNS-rebinding check runs first, as the SDK's does.
 
 SDK internals used (mcp 2.3.x), for one reason: a request served here must count as activity of its session, or
 the SDK would reap a session that only lists and calls as idle. `_held` does what
