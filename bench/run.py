@@ -343,6 +343,14 @@ async def fleet_rows(tmp: Path) -> dict[str, Any]:
             out["fleet_list_all_pages_ms"] = statistics.median(times)
             out["fleet_list_one_page_ms"] = statistics.median(first_page)
             out["fleet_list_triad_cpu_ms_per_page"] = (triad.cpu_seconds() - cpu_before) * 1000 / (20 * (pages + 1))
+            modern = await RawSession(http, url, modern=True).open()
+            await list_all(modern)
+            times = []
+            for _ in range(20):
+                start = time.perf_counter()
+                await list_all(modern)
+                times.append((time.perf_counter() - start) * 1000)
+            out["fleet_list_all_pages_2026_client_ms"] = statistics.median(times)
         out["fleet_upstream_requests_during_lists"] = (triad.log.read_text().count("fleet-request tools/list")
                                                        - lists_before)
         out["fleet_rss_mb"] = triad.memory("VmRSS")
