@@ -104,9 +104,12 @@ class RawSession:
         text = response.text
         if response.headers.get("content-type", "").startswith("text/event-stream"):
             text = next(line[5:] for line in text.splitlines() if line.startswith("data:"))
-        message = json.loads(text)
+        try:
+            message = json.loads(text)
+        except ValueError:
+            raise RuntimeError(f"{self.url} {method}: HTTP {response.status_code} {text[:300]!r}") from None
         if "error" in message:
-            raise RuntimeError(f"{method}: {message['error']}")
+            raise RuntimeError(f"{self.url} {method}: {message['error']}")
         return message["result"]
 
     async def open(self) -> RawSession:
