@@ -20,11 +20,10 @@ class SessionGone(Exception):
 
 
 class HopBroken(Exception):
-    """The lean HTTP path's connection failed (`connect`: could not connect at all)."""
+    """The lean HTTP path's connection failed (`connect`: it could not connect at all); the message says which."""
 
     def __init__(self, *, connect: bool) -> None:
         super().__init__("could not connect" if connect else "the connection broke")
-        self.connect = connect
 
 
 def session_gone(exc: MCPError) -> bool:
