@@ -108,10 +108,7 @@ class Reply:
         async with self._lock:
             self.finished = True
             if response is not None and not self._streaming:
-                await self._send({"type": "http.response.start", "status": status, "headers": [
-                    (b"content-type", b"application/json"), (b"content-length", str(len(response)).encode()),
-                    *self._headers]})
-                await self._send({"type": "http.response.body", "body": response})
+                await send_json(self._send, response, self._headers, status)
                 return
             if not self._streaming:
                 await self._start_stream()
@@ -268,6 +265,13 @@ async def _guard(receive: Receive, reply: Reply, call: anyio.CancelScope) -> Non
                 call.cancel()
             return
         await reply.ping()
+
+
+async def send_json(send: Send, body: bytes, headers: list[tuple[bytes, bytes]], status: int = 200) -> None:
+    """A whole JSON response (a reply that is not a stream)."""
+    await send({"type": "http.response.start", "status": status, "headers": [
+        (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *headers]})
+    await send({"type": "http.response.body", "body": body})
 
 
 def _dump(error: types.ErrorData) -> dict[str, Any]:

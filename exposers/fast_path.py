@@ -45,7 +45,15 @@ from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from exposers.fast_calls import Answers, ModernCallRelay, Reply, SessionCallRelay, serve_call, serve_modern_call
+from exposers.fast_calls import (
+    Answers,
+    ModernCallRelay,
+    Reply,
+    SessionCallRelay,
+    send_json,
+    serve_call,
+    serve_modern_call,
+)
 from exposers.fast_lists import ListPages
 from exposers.input_rounds import InputRounds
 from exposers.notify import Notifier
@@ -131,7 +139,7 @@ class FastPath:
                                         self._server_info)
                 return
             if (page := await self._pages.reply(identity, version, message)) is not None:
-                await _json(send, page, [])
+                await send_json(send, page, [])
                 return
         await self.app(scope, _replay(body, more, receive), send)
 
@@ -197,7 +205,7 @@ class FastPath:
             page = await self._pages.reply(identity, connection.protocol_version, message)
             if page is None:
                 return False
-            await _json(send, page, response_headers)
+            await send_json(send, page, response_headers)
             return True
         if method != "tools/call" or not self._serve_calls or not _plain_call(message.get("params"), CALL_PARAMS):
             return False
@@ -252,12 +260,6 @@ def _held(transport: StreamableHTTPServerTransport) -> Iterator[None]:
         transport._requests_in_flight -= 1
         if not transport._requests_in_flight:
             idle.deadline = anyio.current_time() + timeout
-
-
-async def _json(send: Send, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
-    await send({"type": "http.response.start", "status": 200, "headers": [
-        (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *headers]})
-    await send({"type": "http.response.body", "body": body})
 
 
 async def _accepted(send: Send, headers: list[tuple[bytes, bytes]]) -> None:
