@@ -199,24 +199,28 @@ class ModernCallRelay(_CallRelay):
 
 
 async def serve_call(dispatcher: Dispatcher, identity: Identity, message: dict[str, Any], relay: SessionCallRelay,
-                     connection: Any, cancel: anyio.CancelScope) -> None:
-    """A handshake-era call: run it with `relay` as its downstream, and answer it (unless cancelled)."""
+                     connection: Any, cancel: anyio.CancelScope, receive: Receive) -> None:
+    """A handshake-era call: run it with `relay` as its downstream, and answer it (unless cancelled). The client
+    cancels with `notifications/cancelled` (`cancel`), or by closing the connection: Triad keeps no event store,
+    so a reply whose connection is gone could never be resumed, and the upstream call is cancelled with it."""
     params = message["params"]
     token = CURRENT_DOWNSTREAM.set(relay)
     body: bytes | None = None
     try:
-        with cancel:
-            try:
-                result = await dispatcher.call_tool(
-                    identity, params, relay.progress if relay.progress_token is not None else None,
-                    hook_session(connection))
-                result.pop("resultType", None)
-                body = _response(message["id"], {"result": result})
-            except Exception as exc:
-                body = _response(message["id"], {"error": _dump(error_data("tools/call", exc))})
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_guard, receive, relay.reply, cancel)
+            with cancel:
+                try:
+                    result = await dispatcher.call_tool(
+                        identity, params, relay.progress if relay.progress_token is not None else None,
+                        hook_session(connection))
+                    result.pop("resultType", None)
+                    body = _response(message["id"], {"result": result})
+                except Exception as exc:
+                    body = _response(message["id"], {"error": _dump(error_data("tools/call", exc))})
+            await relay.reply.finish(body)
     finally:
         CURRENT_DOWNSTREAM.reset(token)
-    await relay.reply.finish(body)
 
 
 async def serve_modern_call(dispatcher: Dispatcher, rounds: InputRounds | None, identity: Identity,

@@ -14,23 +14,20 @@ functions). Both: the content type and Accept header the SDK requires, one messa
 another method, extra params, an unknown or expired session, a body over the limit, a check that fails) goes to
 the SDK untouched, so its checks and errors stay the only ones. The DNS-rebinding check runs first, as the SDK's does.
 
-SDK internals used (mcp 2.3.x), for one reason: a request served here must count as activity of its session, or
-the SDK would reap a session that only lists and calls as idle. `_held` does what
-`StreamableHTTPServerTransport.handle_request` does with the transport's in-flight count and idle scope, and the
-transport is found in `StreamableHTTPSessionManager._server_instances`.
+A session answers only the identity that opened it: a request of another client is left to the SDK, which
+answers it as an unknown session (404). A request served here must count as activity of its session, or the SDK
+would reap a session that only lists and calls as idle (`exposers._sdk.held`).
 """
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import json
-import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import anyio
-from mcp.server.streamable_http import StreamableHTTPServerTransport, check_accept_headers
+from mcp.server.connection import Connection
+from mcp.server.streamable_http import check_accept_headers
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from mcp.shared.inbound import (
@@ -45,6 +42,7 @@ from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from exposers._sdk import held, session_transport
 from exposers.fast_calls import (
     Answers,
     ModernCallRelay,
@@ -57,9 +55,9 @@ from exposers.fast_calls import (
 from exposers.fast_lists import ListPages
 from exposers.input_rounds import InputRounds
 from exposers.notify import Notifier
-from exposers.server import IDENTITY_SCOPE_KEY, tool_input_schema
+from exposers.server import IDENTITY_SCOPE_KEY, session_identity, tool_input_schema
 from gateway.dispatch import Dispatcher
-from gateway.identity import Identity, infer_provider
+from gateway.identity import Identity, narrowed, with_provider
 from gateway.tracing import tracing_enabled
 
 CALL_PARAMS = frozenset({"name", "arguments", "_meta"})
@@ -88,7 +86,8 @@ class FastPath:
         """(session id, JSON of the request id) -> the cancel scope of a call served here."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        headers = dict(scope["headers"]) if scope["type"] == "http" and scope["method"] == "POST" else {}
+        direct = scope["type"] == "http" and scope["method"] == "POST" and self._dispatcher.config.listen.lean_path
+        headers = dict(scope["headers"]) if direct else {}
         if not headers.get(b"content-type", b"").startswith(b"application/json"):
             await self.app(scope, receive, send)
             return
@@ -98,18 +97,20 @@ class FastPath:
             return
         session_id = headers.get(b"mcp-session-id", b"").decode(errors="replace")
         found = self._notifier.session(session_id) if session_id else None
-        transport = self._manager._server_instances.get(session_id) if found is not None else None
-        if (found is None or transport is None or transport.is_terminated
-                or (transport.idle_scope is not None and transport.idle_scope.cancel_called)
-                or version != found[0].protocol_version):
-            await self.app(scope, receive, send)
+        transport = session_transport(self._manager, session_id) if found is not None else None
+        owner = session_identity(found[0]) if found is not None else None
+        caller = scope.get(IDENTITY_SCOPE_KEY)
+        if (found is None or transport is None or version != found[0].protocol_version or owner is None
+                or not isinstance(caller, Identity) or caller.client_id != owner.client_id):
+            await self.app(scope, receive, send)  # the SDK's answer, 404 for another client's session
             return
         if (read := await self._read(scope, receive, send)) is None:
             return
         _request, body, more, message = read
-        connection, tracked = found
-        with _held(transport):
-            if message is not None and await self._serve(scope, send, message, connection, tracked, session_id):
+        connection = found[0]
+        identity = with_provider(self._dispatcher.config, narrowed(owner, caller), _client_name(connection))
+        with held(transport):
+            if message is not None and await self._serve(receive, send, message, connection, identity, session_id):
                 return
         await self.app(scope, _replay(body, more, receive), send)
 
@@ -173,12 +174,10 @@ class FastPath:
         if not isinstance(identity, Identity):
             return None
         client = verdict.client_info if isinstance(verdict.client_info, dict) else {}
-        if identity.provider is None and (provider := infer_provider(self._dispatcher.config, client.get("name"))):
-            identity = dataclasses.replace(identity, provider=provider)
-        return identity, verdict.protocol_version
+        return with_provider(self._dispatcher.config, identity, client.get("name")), verdict.protocol_version
 
-    async def _serve(self, scope: Scope, send: Send, message: dict[str, Any], connection: Any, tracked: Identity,
-                     session_id: str) -> bool:
+    async def _serve(self, receive: Receive, send: Send, message: dict[str, Any], connection: Connection,
+                     identity: Identity, session_id: str) -> bool:
         """Serve `message` here; False when it is not one for this path."""
         response_headers = [(b"mcp-session-id", session_id.encode())]
         method = message.get("method")
@@ -196,11 +195,6 @@ class FastPath:
             cancel.cancel()
             await _accepted(send, response_headers)
             return True
-        identity = scope.get(IDENTITY_SCOPE_KEY)
-        if not isinstance(identity, Identity):
-            return False
-        if identity.provider is None and tracked.provider is not None:  # inferred from the session's clientInfo
-            identity = dataclasses.replace(identity, provider=tracked.provider)
         if method in self._pages.listers:
             page = await self._pages.reply(identity, connection.protocol_version, message)
             if page is None:
@@ -215,7 +209,7 @@ class FastPath:
         relay = SessionCallRelay(Reply(send, response_headers), message["params"], connection, self._answers)
         self._calls[key] = cancel = anyio.CancelScope()
         try:
-            await serve_call(self._dispatcher, identity, message, relay, connection, cancel)
+            await serve_call(self._dispatcher, identity, message, relay, connection, cancel, receive)
         finally:
             del self._calls[key]
         return True
@@ -244,22 +238,9 @@ def _plain_call(params: Any, allowed: frozenset[str]) -> bool:
     return token is None or (isinstance(token, str | int) and not isinstance(token, bool))
 
 
-@contextlib.contextmanager
-def _held(transport: StreamableHTTPServerTransport) -> Iterator[None]:
-    """The session counts a request in flight (its idle countdown suspended), as in the SDK's `handle_request`."""
-    idle = transport.idle_scope
-    timeout = transport._idle_timeout
-    if idle is None or timeout is None:
-        yield
-        return
-    transport._requests_in_flight += 1
-    idle.deadline = math.inf
-    try:
-        yield
-    finally:
-        transport._requests_in_flight -= 1
-        if not transport._requests_in_flight:
-            idle.deadline = anyio.current_time() + timeout
+def _client_name(connection: Connection) -> str | None:
+    params = connection.client_params
+    return params.client_info.name if params is not None else None
 
 
 async def _accepted(send: Send, headers: list[tuple[bytes, bytes]]) -> None:

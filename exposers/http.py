@@ -2,8 +2,12 @@
 
 Ownership: `build_app` returns a Starlette app whose lifespan only runs the SDK's session manager
 (`async with manager.run(): yield`); the daemon's task group owns the upstreams, not the app. DNS-rebinding
-protection is on whenever the listen address is loopback. Bearer tokens are checked here, before the SDK sees
-the request, and the caller's identity is left in the ASGI scope for the server handlers.
+protection (Host and Origin) is on for every route whenever the listen address is loopback. Bearer tokens are
+checked here, before the SDK sees the request, and the caller's identity is left in the ASGI scope for the server
+handlers, and as the SDK's authenticated user: the SDK binds each session (streamable HTTP and legacy SSE) to the
+principal that opened it and answers anyone else exactly as it answers an unknown session (404), so a session id
+alone is worth nothing to another client. `/metrics` and the details of `/readyz` need a client's token when
+tokens are configured; `/healthz` stays open and minimal.
 """
 
 from __future__ import annotations
@@ -13,19 +17,23 @@ import dataclasses
 from collections.abc import AsyncIterator
 from typing import Any
 
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
+from mcp.server.runner import serve_dual_era_loop
 from mcp.server.sse import SseServerTransport
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
-from mcp.server.transport_security import TransportSecuritySettings
+from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from exposers._sdk import hide_session_ids
 from exposers.fast_path import FastPath
 from exposers.input_rounds import InputRounds
 from exposers.notify import Notifier
-from exposers.server import IDENTITY_SCOPE_KEY, GatewayServer
+from exposers.server import IDENTITY_SCOPE_KEY, GatewayServer, SessionOrigin, label_session_id
 from gateway.config import is_loopback
 from gateway.dispatch import Dispatcher
 from gateway.identity import LOCAL, Identity, identity_for, identity_for_token, requires_token, run_list
@@ -88,12 +96,37 @@ class BearerAuth:
         sent = (request.headers.get(RUN_LIST_HEADER), request.query_params.get(RUN_LIST_QUERY))
         run_lists = tuple(run_list(value) for value in sent if value is not None)
         scope[IDENTITY_SCOPE_KEY] = dataclasses.replace(identity, run_lists=run_lists) if run_lists else identity
+        scope["user"] = principal_user(identity)
+        await self.app(scope, receive, send)
+
+
+def principal_user(identity: Identity) -> AuthenticatedUser:
+    """The SDK's view of the caller, by which it binds sessions to their opener. The principal is the configured
+    client (its token is never copied here)."""
+    return AuthenticatedUser(AccessToken(token="", client_id=identity.client_id, scopes=[]))
+
+
+class HostGuard:
+    """The DNS-rebinding check of `/mcp` (Host, Origin), for routes the SDK does not serve itself."""
+
+    def __init__(self, app: ASGIApp, security: TransportSecuritySettings | None) -> None:
+        self.app = app
+        self._security = TransportSecurityMiddleware(security) if security is not None else None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # `/mcp` is checked by the SDK and by Triad's direct path, each before anything else.
+        if self._security is not None and scope["type"] == "http" and scope["path"] != "/mcp":
+            refused = await self._security.validate_request(Request(scope), is_post=False)
+            if refused is not None:
+                await refused(scope, receive, send)
+                return
         await self.app(scope, receive, send)
 
 
 def build_app(server: GatewayServer, dispatcher: Dispatcher, notifier: Notifier, host: str,
               reloader: Reloader | None = None, rounds: InputRounds | None = None) -> Starlette:
     security = security_settings(host)
+    hide_session_ids(label_session_id)
     manager = StreamableHTTPSessionManager(
         app=server,
         security_settings=security,
@@ -103,15 +136,25 @@ def build_app(server: GatewayServer, dispatcher: Dispatcher, notifier: Notifier,
     )
     sse = SseServerTransport("/messages/", security_settings=security)
 
-    async def handle_sse(request: Request) -> Response:
-        async with sse.connect_sse(request.scope, request.receive, request._send) as (read, write):
-            await server.run(read, write, server.create_initialization_options())
-        return Response()
+    async def handle_sse(scope: Scope, receive: Receive, send: Send) -> None:
+        """A legacy SSE stream: the identity of its GET (run-level list included) is the session's."""
+        identity = scope.get(IDENTITY_SCOPE_KEY, LOCAL)
+        async with sse.connect_sse(scope, receive, send) as (read, write), server.lifespan(server):
+            await serve_dual_era_loop(server, read, write, lifespan_state=SessionOrigin(identity),
+                                      init_options=server.create_initialization_options())
 
     async def healthz(_request: Request) -> Response:
         return JSONResponse({"status": "alive"})
 
-    async def readyz(_request: Request) -> Response:
+    def authorised(request: Request) -> bool:
+        """A configured client's token (or no tokens configured at all)."""
+        config = dispatcher.config
+        if not requires_token(config):
+            return True
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        return scheme.lower() == "bearer" and bool(token) and identity_for_token(config, token.strip()) is not None
+
+    async def readyz(request: Request) -> Response:
         upstreams = {name: {"state": up.state.value, **({"reason": up.reason} if up.reason else {})}
                      for name, up in dispatcher.pool.upstreams.items()}
         ready = sum(1 for u in upstreams.values() if u["state"] == "ready")
@@ -120,9 +163,15 @@ def build_app(server: GatewayServer, dispatcher: Dispatcher, notifier: Notifier,
                                 "tools": len(dispatcher.registry.tools)}
         if reloader is not None:
             body["reload"] = reloader.status.as_dict()
-        return JSONResponse(body, status_code=200 if body["ready"] else 503)
+        status = 200 if body["ready"] else 503
+        if not authorised(request):  # the verdict only: upstream names and errors are for clients
+            return JSONResponse({"ready": body["ready"]}, status_code=status)
+        return JSONResponse(body, status_code=status)
 
-    async def metrics(_request: Request) -> Response:
+    async def metrics(request: Request) -> Response:
+        if not authorised(request):
+            return JSONResponse({"error": "invalid_token", "error_description": "a valid bearer token is required"},
+                                status_code=401, headers={"WWW-Authenticate": 'Bearer realm="triad"'})
         return Response(dispatcher.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     async def admin_reload(request: Request) -> Response:
@@ -140,12 +189,12 @@ def build_app(server: GatewayServer, dispatcher: Dispatcher, notifier: Notifier,
         async with manager.run():
             yield
 
-    return Starlette(
+    app = Starlette(
         routes=[
             Route("/mcp", endpoint=BearerAuth(FastPath(StreamableHTTPASGIApp(manager), dispatcher, notifier, manager,
                                                        security, MAX_REQUEST_BODY, rounds, server.server_info_stamp),
                                               dispatcher)),
-            Route("/sse", endpoint=BearerAuth(_endpoint(handle_sse), dispatcher)),
+            Route("/sse", endpoint=BearerAuth(handle_sse, dispatcher)),
             Mount("/messages/", app=BearerAuth(sse.handle_post_message, dispatcher)),
             Route("/healthz", endpoint=healthz),
             Route("/readyz", endpoint=readyz),
@@ -154,6 +203,8 @@ def build_app(server: GatewayServer, dispatcher: Dispatcher, notifier: Notifier,
         ],
         lifespan=lifespan,
     )
+    app.add_middleware(HostGuard, security=security)
+    return app
 
 
 def _endpoint(handler: Any) -> ASGIApp:

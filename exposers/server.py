@@ -1,11 +1,15 @@
 """The SDK `Server` Triad exposes, built from the dispatcher's methods (no module-level server).
 
-SDK workarounds (mcp 2.3.0) live here and nowhere else:
+SDK workarounds (mcp 2.3.0), by overriding public methods (private SDK parts are reached only through
+`exposers._sdk`):
 - `create_initialization_options` is overridden so `listChanged` is advertised over HTTP too (the session manager
   calls it without `NotificationOptions`);
-- `get_capabilities` advertises only the families the upstreams offer (tools always);
-- the connection of a handshake-era session is reached through `ctx.session._connection` (no public accessor in
-  2.3.0) to push `list_changed` outside a request.
+- `get_capabilities` advertises only the families the upstreams offer (tools always).
+
+A session belongs to the identity that opened it: its first request (`initialize`, or the GET that opened a
+legacy SSE stream, or the stdio process) fixes the session's identity, kept in the connection's state; every later
+request of the session acts as that identity, narrowed by the request's own run-level lists and never widened.
+The HTTP edge refuses another identity's requests for the session before they get here (`exposers.http`).
 Errors are rendered here, once: a `TriadError` becomes a JSON-RPC error with its code; anything else is logged
 with its traceback and becomes INTERNAL_ERROR without details.
 """
@@ -13,26 +17,29 @@ with its traceback and becomes INTERNAL_ERROR without details.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import mcp_types as types
 from mcp.server import NotificationOptions, Server, ServerRequestContext
-from mcp.server._otel import OpenTelemetryMiddleware
 from mcp.server.caching import CACHEABLE_METHODS, CacheHint
+from mcp.server.connection import Connection
 from mcp.server.context import CallNext, HandlerResult
 from mcp.shared.exceptions import MCPError
 from mcp_types import SERVER_INFO_META_KEY
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from consumers import CURRENT_DOWNSTREAM
+from exposers._sdk import connection_of, drop_idle_tracing
 from exposers.input_rounds import InputRounds
 from exposers.notify import Notifier
 from exposers.relay import LOG_LEVEL_STATE_KEY, RequestRelay
 from gateway.dispatch import SUBSCRIBE, Dispatcher
 from gateway.errors import TriadError, UpstreamRefused
 from gateway.hooks import Session
-from gateway.identity import Identity, infer_provider
+from gateway.identity import Identity, narrowed, with_provider
 from gateway.tracing import tracing_enabled
 
 logger = logging.getLogger("triad.exposer")
@@ -41,8 +48,18 @@ CACHE_HINT = CacheHint(ttl_ms=0, scope="private")
 """2026-07-28 list and read results carry cache hints. What a client sees depends on who it is and on the registry
 of the moment, so nothing Triad serves is marked fresh or shareable."""
 SESSION_STATE_KEY = "triad.session"
+SESSION_IDENTITY_KEY = "triad.session_identity"
+"""Where a connection's state keeps the identity of the session (fixed by its first request)."""
 IDENTITY_SCOPE_KEY = "triad.identity"
 """Where the HTTP auth middleware leaves the caller's identity in the ASGI scope."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SessionOrigin:
+    """The identity a transport opened a connection for (a legacy SSE stream's GET, a stdio process), handed to
+    the SDK's serving loop as its lifespan state so the connection's first request can adopt it."""
+
+    identity: Identity
 
 Handler = Callable[[ServerRequestContext[Any], Any], Awaitable[Any]]
 
@@ -73,13 +90,21 @@ class GatewayServer(Server[Any]):
 def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: Identity,
                  rounds: InputRounds | None = None) -> GatewayServer:
     def identity_of(ctx: ServerRequestContext[Any]) -> Identity:
-        identity = default_identity
+        """Who sent this request: its session's identity (fixed by the session's first request) narrowed by the
+        request's own run-level lists; a 2026-07-28 request stands alone."""
+        origin = ctx.lifespan_context.identity if isinstance(ctx.lifespan_context, SessionOrigin) else None
         scope = getattr(ctx.request, "scope", None)
-        if scope is not None and isinstance(found := scope.get(IDENTITY_SCOPE_KEY), Identity):
-            identity = found
-        if identity.provider is None and (provider := infer_provider(dispatcher.config, client_name(ctx))):
-            identity = dataclasses.replace(identity, provider=provider)
-        return identity
+        found = scope.get(IDENTITY_SCOPE_KEY) if scope is not None else None
+        request = found if isinstance(found, Identity) else origin or default_identity
+        if origin is not None:  # a legacy SSE stream: its GET's identity holds for the messages posted to it
+            request = narrowed(origin, request)
+        connection = connection_of(ctx)
+        if connection is None or connection.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            return with_provider(dispatcher.config, request, client_name(ctx))
+        base = session_identity(connection)
+        if base is None:
+            base = connection.state[SESSION_IDENTITY_KEY] = request
+        return with_provider(dispatcher.config, narrowed(base, request), client_name(ctx))
 
     def raw(ctx: ServerRequestContext[Any]) -> dict[str, Any]:
         return dict(ctx.params or {})
@@ -88,10 +113,10 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
         cursor = (ctx.params or {}).get("cursor")
         return cursor if isinstance(cursor, str) else None
 
-    def lister(method: Callable[[Identity, str | None], dict[str, Any]]) -> Handler:
+    def lister(method: Callable[[Identity, str | None, Mapping[str, Any] | None], dict[str, Any]]) -> Handler:
         async def handle(ctx: ServerRequestContext[Any], _params: Any) -> dict[str, Any]:
             await dispatcher.settled()
-            return complete(method(identity_of(ctx), cursor_of(ctx)))
+            return complete(method(identity_of(ctx), cursor_of(ctx), ctx.params))
         return handle
 
     async def forwarded(ctx: ServerRequestContext[Any], forward: Callable[[RequestRelay], Awaitable[dict[str, Any]]]
@@ -124,7 +149,7 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
                                                                            session_of(ctx))))
 
     async def set_logging_level(ctx: ServerRequestContext[Any], params: types.SetLevelRequestParams) -> dict[str, Any]:
-        connection = getattr(ctx.session, "_connection", None)
+        connection = connection_of(ctx)
         if connection is not None:
             connection.state[LOG_LEVEL_STATE_KEY] = params.level
         return {}
@@ -132,13 +157,13 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
     async def subscribe(ctx: ServerRequestContext[Any], _params: Any) -> dict[str, Any]:
         uri = str((ctx.params or {}).get("uri"))
         owner, raw_uri = await dispatcher.subscribe(identity_of(ctx), raw(ctx))
-        connection = getattr(ctx.session, "_connection", None)
+        connection = connection_of(ctx)
         if connection is None or not notifier.subscribe(connection, uri, owner, raw_uri):
             await dispatcher.unsubscribe(owner, raw_uri)  # already subscribed: one upstream count per connection
         return {}
 
     async def unsubscribe(ctx: ServerRequestContext[Any], _params: Any) -> dict[str, Any]:
-        connection = getattr(ctx.session, "_connection", None)
+        connection = connection_of(ctx)
         found = notifier.unsubscribe(connection, str((ctx.params or {}).get("uri"))) if connection else None
         if found is not None:
             await dispatcher.unsubscribe(*found)
@@ -169,7 +194,7 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
     server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, set_logging_level)
 
     async def track_and_render(ctx: ServerRequestContext[Any], call_next: CallNext) -> HandlerResult:
-        connection = getattr(ctx.session, "_connection", None)
+        connection = connection_of(ctx)
         if connection is not None and not notifier.is_tracked(connection):
             notifier.track(connection, identity_of(ctx))
         try:
@@ -181,28 +206,44 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
     if not tracing_enabled():
         # The SDK pre-installs a span per request; with no tracer provider it only costs CPU on the hot path.
         # The client's trace context still passes through (`forwardable_meta` keeps `traceparent`).
-        server.middleware[:] = [m for m in server.middleware if not isinstance(m, OpenTelemetryMiddleware)]
+        drop_idle_tracing(server)
     server.middleware.append(track_and_render)
     return server
 
 
 def session_of(ctx: ServerRequestContext[Any]) -> Session:
-    connection = getattr(ctx.session, "_connection", None)
+    connection = connection_of(ctx)
     return hook_session(connection) if connection is not None else Session()
 
 
-def hook_session(connection: Any) -> Session:
-    """The hook session of a connection, kept in the connection's own state (gone with it)."""
+def hook_session(connection: Connection) -> Session:
+    """The hook session of a connection, kept in the connection's own state (gone with it). Its id, which audit
+    records carry, is a short hash: a session id is a bearer secret and never written down."""
     found = connection.state.get(SESSION_STATE_KEY)
     if found is None:
-        found = connection.state[SESSION_STATE_KEY] = Session(connection.session_id or f"conn-{id(connection):x}")
+        found = connection.state[SESSION_STATE_KEY] = Session(session_label(connection))
     return found
+
+
+def session_label(connection: Connection) -> str:
+    """A short, stable, non-reversible name for a connection's session, fit for logs and audit records."""
+    return label_session_id(connection.session_id or f"conn-{id(connection):x}")
+
+
+def label_session_id(session_id: str) -> str:
+    return "s-" + hashlib.sha256(session_id.encode()).hexdigest()[:12]
+
+
+def session_identity(connection: Connection) -> Identity | None:
+    """The identity a session was opened by (None before its first request was served)."""
+    found = connection.state.get(SESSION_IDENTITY_KEY)
+    return found if isinstance(found, Identity) else None
 
 
 def client_name(ctx: ServerRequestContext[Any]) -> str | None:
     """The client's self-declared name: from the handshake, or from a 2026-07-28 request's envelope."""
-    connection = getattr(ctx.session, "_connection", None)
-    params = getattr(connection, "client_params", None)
+    connection = connection_of(ctx)
+    params = connection.client_params if connection is not None else None
     if params is not None:
         return params.client_info.name
     meta = (ctx.params or {}).get("_meta")

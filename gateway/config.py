@@ -90,6 +90,9 @@ class ListenConfig(_Model):
     host: str = "127.0.0.1"
     port: int = Field(default=DEFAULT_PORT, ge=0, le=65535)
     session_idle_timeout: Duration = Field(default=DEFAULT_SESSION_IDLE_TIMEOUT, gt=0)
+    lean_path: bool = True
+    """Serve the hot HTTP requests (calls, list pages) with Triad's direct handling of the transport work; off,
+    every request goes through the SDK's server. Semantics are the same either way."""
 
 
 class ToolFilter(_Model):

@@ -193,20 +193,24 @@ class Dispatcher:
 
     # -- lists ---------------------------------------------------------------------------------------------------
 
-    def list_tools(self, identity: Identity, cursor: str | None) -> dict[str, Any]:
-        view = self.view(identity)
+    def list_tools(self, identity: Identity, cursor: str | None, params: Mapping[str, Any] | None = None
+                   ) -> dict[str, Any]:
+        view = self._request_view(identity, params) if params else self.view(identity)
         return paginate(view.tools_wire, "tools", cursor, view.version, self.config.page_size)
 
-    def list_resources(self, identity: Identity, cursor: str | None) -> dict[str, Any]:
-        view = self.view(identity)
+    def list_resources(self, identity: Identity, cursor: str | None, params: Mapping[str, Any] | None = None
+                       ) -> dict[str, Any]:
+        view = self._request_view(identity, params) if params else self.view(identity)
         return paginate(view.resources_wire, "resources", cursor, view.version, self.config.page_size)
 
-    def list_resource_templates(self, identity: Identity, cursor: str | None) -> dict[str, Any]:
-        view = self.view(identity)
+    def list_resource_templates(self, identity: Identity, cursor: str | None, params: Mapping[str, Any] | None = None
+                                ) -> dict[str, Any]:
+        view = self._request_view(identity, params) if params else self.view(identity)
         return paginate(view.templates_wire, "resourceTemplates", cursor, view.version, self.config.page_size)
 
-    def list_prompts(self, identity: Identity, cursor: str | None) -> dict[str, Any]:
-        view = self.view(identity)
+    def list_prompts(self, identity: Identity, cursor: str | None, params: Mapping[str, Any] | None = None
+                     ) -> dict[str, Any]:
+        view = self._request_view(identity, params) if params else self.view(identity)
         return paginate(view.prompts_wire, "prompts", cursor, view.version, self.config.page_size)
 
     # -- call path -----------------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@
      ├── StaleCursor   (-32602)      a pagination cursor from an older registry version
      ├── InvalidRequest (-32602)     a request Triad cannot make sense of (e.g. a malformed run-level list)
      ├── HookBlocked   (-32600)      a before-hook blocked a resource read or prompt get (a tool call gets isError)
+     ├── UnknownSession (-32600)     a session id that is not the caller's: the same answer as one that never was
      └── UpstreamError (-32603)      something went wrong on the upstream's side
           ├── UpstreamUnavailable    not connected, or the connection closed mid-call
           ├── UpstreamTimeout (-32001) no answer within the upstream's timeout
@@ -70,6 +71,16 @@ class InvalidRequest(TriadError):
 
 class HookBlocked(TriadError):
     code = INVALID_REQUEST
+
+
+class UnknownSession(TriadError):
+    """A session the caller does not own. Another identity's session and a session that never existed look the
+    same, so that an id's existence is not revealed."""
+
+    code = INVALID_REQUEST
+
+    def __init__(self, message: str = "Session not found") -> None:
+        super().__init__(message)
 
 
 class UpstreamError(TriadError):

@@ -6,10 +6,12 @@ Over HTTP the exposer maps a bearer token to a configured client; over stdio the
 
 from __future__ import annotations
 
+import dataclasses
 import hmac
 from collections.abc import Mapping
 
 from gateway.config import TriadConfig
+from gateway.errors import UnknownSession
 from policy import Identity
 
 LOCAL_CLIENT = "local"
@@ -25,8 +27,17 @@ DEFAULT_PROVIDER_MAP: Mapping[str, str] = {
 """clientInfo.name -> LLM provider, used when a client's config does not fix `provider`; `policy.provider_map`
 adds to and overrides these."""
 
-__all__ = ["LOCAL", "Identity", "identity_for", "identity_for_token", "infer_provider", "requires_token",
-           "run_list"]
+__all__ = [
+    "LOCAL",
+    "Identity",
+    "identity_for",
+    "identity_for_token",
+    "infer_provider",
+    "narrowed",
+    "requires_token",
+    "run_list",
+    "with_provider",
+]
 
 LOCAL = Identity(LOCAL_CLIENT, owner=True)
 
@@ -70,3 +81,20 @@ def infer_provider(config: TriadConfig, client_name: str | None) -> str | None:
 def run_list(value: str) -> tuple[str, ...]:
     """`a, b*` -> ("a", "b*"); an empty value is an empty list, which denies everything."""
     return tuple(part.strip() for part in value.split(",") if part.strip())
+
+
+def with_provider(config: TriadConfig, identity: Identity, client_name: str | None) -> Identity:
+    """`identity` with the provider its client's self-declared name implies, when its config fixes none."""
+    if identity.provider is None and (provider := infer_provider(config, client_name)):
+        return dataclasses.replace(identity, provider=provider)
+    return identity
+
+
+def narrowed(session: Identity, request: Identity) -> Identity:
+    """A session's identity acting for one of its requests: narrowed by the run-level lists the request brings,
+    never widened. The request must come from the session's own principal (the HTTP edge makes sure of that
+    before a request reaches a session); anything else is refused here too, as an unknown session."""
+    if request.client_id != session.client_id:
+        raise UnknownSession
+    extra = tuple(found for found in request.run_lists if found not in session.run_lists)
+    return dataclasses.replace(session, run_lists=(*session.run_lists, *extra)) if extra else session

@@ -15,7 +15,7 @@ import anyio
 import httpx2
 import pytest
 
-from tests.conftest import Proc, start_fixture, start_triad, write_config
+from tests.conftest import Proc, start_fixture, start_triad, stdio_upstream, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -135,6 +135,25 @@ async def test_a_client_answers_and_cancels_calls_served_on_the_lean_path(procs:
                 assert (await session.post(cancel)).status_code == 202
             await fixture.until(r"slow call \S+ cancelled")
         assert seen == [{"status": 200, "events": []}]  # the reply ends with no response for the cancelled call
+
+
+async def test_a_handshake_client_that_closes_its_connection_cancels_its_call(procs: list[Proc],
+                                                                              tmp_path: Path) -> None:
+    """Triad keeps no event store, so a reply whose connection is gone can never be resumed: the call is
+    cancelled at its upstream (here a stdio child, whose stderr is in Triad's log) instead of running on."""
+    config = {"upstreams": {"fx": stdio_upstream("fast-disconnect")}}
+    url = start_triad(procs, write_config(tmp_path, config), wait_ready=1)
+    triad = procs[-1]
+    async with httpx2.AsyncClient(timeout=30) as http:
+        session = await Raw(http, url).open()
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(session.post, call("gone-1", "slow", {"seconds": 60}))
+                await triad.until(r"slow call \S+ started")
+                tg.cancel_scope.cancel()  # the client goes away: its connection closes
+            await triad.until(r"slow call \S+ cancelled")
+        assert (await session.post(call(2, "echo", {"text": "after"}))).json()["result"]["content"][0]["text"] \
+            == "after"
 
 
 async def test_requests_served_on_the_lean_path_keep_their_session_alive(procs: list[Proc], tmp_path: Path) -> None:

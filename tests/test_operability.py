@@ -39,7 +39,8 @@ async def test_metrics_count_the_calls_made(procs: list[Proc], tmp_path: Path, m
             await call(via, "gx__echo", {"text": "denied"})
         await via.read_resource("fixture://fx/static")
     async with httpx2.AsyncClient() as http:
-        text = (await http.get(url.replace("/mcp", "/metrics"))).text
+        text = (await http.get(url.replace("/mcp", "/metrics"),
+                               headers={"Authorization": "Bearer metrics-secret-token-777"})).text
     found = samples(text)
     assert found[("triad_calls_total", (("kind", "tool"), ("outcome", "ok"), ("upstream", "fx")))] == 3
     assert found[("triad_calls_total", (("kind", "tool"), ("outcome", "tool_error"), ("upstream", "fx")))] == 1

@@ -144,6 +144,7 @@ def build_server(args: argparse.Namespace) -> Server[Any]:
         if name == "fail":
             return {"content": [{"type": "text", "text": "this tool always fails"}], "isError": True}
         if name == "slow":
+            print(f"slow call {ctx.request_id} started", file=sys.stderr, flush=True)
             try:
                 await anyio.sleep(float(arguments.get("seconds", 1)))
             except anyio.get_cancelled_exc_class():

@@ -1,0 +1,95 @@
+"""The assumptions `exposers/_sdk.py` makes about the installed MCP SDK's internals, one test each.
+
+When one fails, the SDK changed under Triad: the message names the installed SDK version and the assumption, and
+`exposers/_sdk.py` is the one place to adapt.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import anyio
+import pytest
+from mcp.server import Server
+from mcp.server.connection import Connection
+from mcp.server.session import ServerSession
+from mcp.server.streamable_http import StreamableHTTPServerTransport
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+
+from exposers import _sdk
+
+
+def expect(condition: bool, assumption: str) -> None:
+    assert condition, f"mcp {_sdk.sdk_version()} no longer holds an assumption of exposers/_sdk.py: {assumption}"
+
+
+def test_the_installed_sdk_is_in_the_supported_range() -> None:
+    _sdk.check_sdk_version()
+    for outside in ("2.4.0", "2.2.9", "1.26.0", "3.0.0"):
+        with pytest.raises(ImportError, match=rf"mcp >=2\.3,<2\.4 .* installed: mcp {outside}"):
+            _sdk.check_sdk_version(outside)
+
+
+def test_a_server_session_keeps_its_connection_as_connection() -> None:
+    connection = Connection.for_loop(outbound=None, session_id="abc")  # type: ignore[arg-type]
+    session = ServerSession(None, connection)  # type: ignore[arg-type]
+
+    class Ctx:
+        pass
+
+    ctx: Any = Ctx()
+    ctx.session = session
+    expect(_sdk.connection_of(ctx) is connection, "ServerSession._connection is the request's Connection")
+    expect(isinstance(connection.state, dict) and connection.session_id == "abc",
+           "Connection has a `state` dict and its `session_id`")
+
+
+def test_the_session_manager_finds_transports_by_session_id() -> None:
+    manager = StreamableHTTPSessionManager(app=Server("contract"))
+    expect(manager._server_instances == {}, "StreamableHTTPSessionManager._server_instances maps id -> transport")
+    transport = StreamableHTTPServerTransport(mcp_session_id="s1", idle_timeout=7.0)
+    manager._server_instances["s1"] = transport
+    expect(_sdk.session_transport(manager, "s1") is transport, "a live transport is found by its session id")
+    expect(_sdk.session_transport(manager, "s2") is None, "an unknown id finds nothing")
+
+
+def test_a_request_held_on_the_direct_path_suspends_the_idle_countdown() -> None:
+    transport = StreamableHTTPServerTransport(mcp_session_id="s1", idle_timeout=7.0)
+    expect(transport._idle_timeout == 7.0, "the transport keeps its idle timeout as `_idle_timeout`")
+    expect(transport._requests_in_flight == 0, "the transport counts requests in flight in `_requests_in_flight`")
+    expect(hasattr(transport, "idle_scope"), "the transport's idle countdown is its `idle_scope`")
+
+    async def run() -> None:
+        transport.idle_scope = anyio.CancelScope()
+        with _sdk.held(transport):
+            expect(transport._requests_in_flight == 1 and transport.idle_scope.deadline == float("inf"),
+                   "a held request counts as in flight and suspends the countdown")
+        expect(transport._requests_in_flight == 0 and transport.idle_scope.deadline < float("inf"),
+               "releasing the last request restarts the countdown")
+
+    anyio.run(run)
+
+
+def test_the_sdk_preinstalls_a_tracing_middleware_that_can_be_dropped() -> None:
+    server = Server("contract")
+    expect(any(isinstance(m, _sdk.OpenTelemetryMiddleware) for m in server.middleware),
+           "Server.middleware starts with mcp.server._otel.OpenTelemetryMiddleware")
+    _sdk.drop_idle_tracing(server)
+    expect(not any(isinstance(m, _sdk.OpenTelemetryMiddleware) for m in server.middleware),
+           "the tracing middleware is gone once dropped")
+
+
+def test_session_ids_in_the_sdks_log_lines_are_replaced_by_labels(caplog: pytest.LogCaptureFixture) -> None:
+    import mcp.server.sse
+    import mcp.server.streamable_http
+    import mcp.server.streamable_http_manager
+
+    names = {module.logger.name for module in (mcp.server.sse, mcp.server.streamable_http,
+                                               mcp.server.streamable_http_manager)}
+    expect(names == set(_sdk.SESSION_LOGGERS), "the SDK's session modules log under their module names")
+    _sdk.hide_session_ids(lambda raw: f"label-{len(raw)}")
+    secret = "0123456789abcdef0123456789abcdef"
+    with caplog.at_level(logging.INFO, logger="mcp.server.streamable_http_manager"):
+        mcp.server.streamable_http_manager.logger.warning("Rejecting request for session %s: no", secret)
+    assert secret not in caplog.text and "label-32" in caplog.text
