@@ -23,12 +23,19 @@ run: $(VENV)/.installed
 	# the venv first on PATH: the example's demo upstream is `python examples/demo_upstream.py` and needs `mcp`
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/triad serve -c config.example.yaml
 
-test: $(VENV)/.installed $(NODE_DIR)/node_modules/.installed
-	$(BIN)/ruff check .
-	$(BIN)/python -m pytest
+# The end-to-end tests run twice: with Triad's direct HTTP path on (the default) and off (the SDK's server only).
+E2E_TESTS := tests/test_gateway_e2e.py tests/test_conformance.py tests/test_eras.py tests/test_relays.py \
+	tests/test_policy_e2e.py
 
+test: lint $(NODE_DIR)/node_modules/.installed
+	$(BIN)/python -m pytest
+	TRIAD_TEST_LEAN_PATH=0 $(BIN)/python -m pytest $(E2E_TESTS)
+
+# ruff, the import direction between packages (import-linter contracts in pyproject.toml), and the type checker
 lint: $(VENV)/.installed
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
+	$(BIN)/mypy
 
 clean:
 	rm -rf $(VENV) $(NODE_DIR)/node_modules

@@ -34,14 +34,20 @@ ASKS: dict[str, tuple[Any, Any]] = {
 
 
 class Downstream(Protocol):
-    modern: bool
-    """The client speaks 2026-07-28: it takes `input_required` results, not server->client requests."""
+    @property
+    def modern(self) -> bool:
+        """The client speaks 2026-07-28: it takes `input_required` results, not server->client requests."""
+        ...
 
-    log_level: str | None
-    """The lowest log level the client wants from this request (asked of a 2026-07-28 upstream per request)."""
+    @property
+    def log_level(self) -> str | None:
+        """The lowest log level the client wants from this request (asked of a 2026-07-28 upstream per request)."""
+        ...
 
-    capabilities: dict[str, Any] | None
-    """What the client declared it can do (sampling, elicitation, roots), when known."""
+    @property
+    def capabilities(self) -> dict[str, Any] | None:
+        """What the client declared it can do (sampling, elicitation, roots), when known."""
+        ...
 
     async def log(self, params: types.LoggingMessageNotificationParams) -> None: ...
 

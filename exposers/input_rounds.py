@@ -156,7 +156,8 @@ class InputRounds:
         flight = self._flight(request, method, owner)
         flight.answer_here = answer
         await self._fly(flight, forward)
-        return flight.outcome if flight.answer_here is not None else None
+        outcome: dict[str, Any] | None = flight.outcome if flight.answer_here is not None else None
+        return outcome
 
     def _flight(self, request: ClientRequest, method: str, owner: Identity) -> _Flight:
         send, receive = anyio.create_memory_object_stream[Any](1)
@@ -193,7 +194,8 @@ class InputRounds:
         if isinstance(event, Exception):
             raise event
         if not isinstance(event, _Question):
-            return event
+            result: dict[str, Any] = event
+            return result
         try:
             return self._park(flight, event)
         except MCPError:

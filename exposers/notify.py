@@ -174,7 +174,8 @@ class Notifier:
                 logger.debug("could not notify a session: %s", exc)
         after = self._dispatcher.view(LOCAL).fingerprint
         before, self._modern_seen = self._modern_seen, after
-        events = [event for changed, event in zip((after[i] != before[i] for i in range(3)),
-                  (ToolsListChanged(), ResourcesListChanged(), PromptsListChanged()), strict=True) if changed]
+        kinds: tuple[ToolsListChanged | ResourcesListChanged | PromptsListChanged, ...] = (
+            ToolsListChanged(), ResourcesListChanged(), PromptsListChanged())
+        events = [event for i, event in enumerate(kinds) if after[i] != before[i]]
         for event in events:
             await self.bus.publish(event)

@@ -38,11 +38,14 @@ def normalize(schema: Mapping[str, Any], profile: str | None) -> dict[str, Any]:
     if "allOf" in schema and "anyOf" not in schema and "oneOf" not in schema:
         return dict(schema)  # a top-level allOf is left as it is, with no provider cleaning (reference 9.1)
     root = normalize_root(copy.deepcopy(dict(schema)))
+    cleaned: dict[str, Any]
     if profile == "openai":
-        return _openai(root, is_root=True)
-    if profile == "google":
-        return clean_for_gemini(root)
-    return _strip(root, XAI_REMOVED)
+        cleaned = _openai(root, is_root=True)
+    elif profile == "google":
+        cleaned = clean_for_gemini(root)
+    else:
+        cleaned = _strip(root, XAI_REMOVED)
+    return cleaned
 
 
 def normalize_root(schema: dict[str, Any]) -> dict[str, Any]:
@@ -152,7 +155,8 @@ def _strip(node: Any, removed: frozenset[str]) -> Any:
 
 def clean_for_gemini(schema: dict[str, Any]) -> dict[str, Any]:
     defs = {**(schema.get("definitions") or {}), **(schema.get("$defs") or {})}
-    return _gemini(schema, defs, ())
+    cleaned: dict[str, Any] = _gemini(schema, defs, ())
+    return cleaned
 
 
 def _gemini(node: Any, defs: Mapping[str, Any], resolving: tuple[str, ...]) -> Any:
