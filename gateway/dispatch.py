@@ -173,8 +173,9 @@ class Dispatcher:
         return UnknownName(f"Unknown tool: {name}")
 
     async def settled(self) -> None:
-        """Lists wait, once, for every upstream's first connection attempt (each bounded by its timeout): a client
-        that lists right after Triad starts sees every tool, not a partial list and a list_changed it may ignore."""
+        """Lists, calls, reads and gets wait, once, for every upstream's first connection attempt (each bounded by
+        its timeout): a client that lists or calls right after Triad starts (a stdio client answered `initialize`
+        at once) sees every tool, not a partial list or an `Unknown tool` for a tool that is still starting."""
         if not self._settled:
             await self.pool.wait_settled()
             self._settled = True
@@ -217,6 +218,8 @@ class Dispatcher:
 
     async def call_tool(self, identity: Identity, params: Mapping[str, Any], progress: ProgressFn | None = None,
                         session: Session | None = None) -> dict[str, Any]:
+        if not self._settled:  # right after start, a name is unknown only once its upstream has had its chance
+            await self.settled()
         name = params.get("name")
         view = self._request_view(identity, params)
         entry = view.tools.get(name) if isinstance(name, str) else None
@@ -245,6 +248,8 @@ class Dispatcher:
 
     async def read_resource(self, identity: Identity, params: Mapping[str, Any],
                             session: Session | None = None) -> dict[str, Any]:
+        if not self._settled:
+            await self.settled()
         uri = params.get("uri")
         if not isinstance(uri, str):
             raise UnknownName(f"Unknown resource: {uri}")
@@ -267,6 +272,8 @@ class Dispatcher:
 
     async def get_prompt(self, identity: Identity, params: Mapping[str, Any],
                          session: Session | None = None) -> dict[str, Any]:
+        if not self._settled:
+            await self.settled()
         name = params.get("name")
         entry = self._request_view(identity, params).prompts.get(name) if isinstance(name, str) else None
         if entry is None:
@@ -287,6 +294,8 @@ class Dispatcher:
         return await self.hooks.run(ctx, send)
 
     async def complete(self, identity: Identity, params: Mapping[str, Any]) -> dict[str, Any]:
+        if not self._settled:
+            await self.settled()
         ref = params.get("ref")
         if not isinstance(ref, Mapping):
             raise UnknownName("Unknown completion reference")

@@ -330,3 +330,21 @@ async def test_list_pages_served_from_bytes_equal_the_sdks(procs: list[Proc], tm
     through_sdk = json.loads(next(line[5:] for line in slow.text.splitlines() if line.startswith("data:")))
     assert fast.json()["id"] == 2 and fast.json()["result"] == through_sdk["result"]
     assert "echo" in [tool["name"] for tool in fast.json()["result"]["tools"]]
+
+
+async def test_a_call_right_after_initialize_waits_for_an_upstream_still_starting(tmp_path: Path) -> None:
+    """`triad stdio` answers `initialize` at once; a first call, read or prompt get waits for the upstreams' first
+    connection attempt instead of answering `Unknown tool` (here the upstream starts only when the file exists)."""
+    gate = tmp_path / "start"
+    config = write_config(tmp_path, {"upstreams": {"fx": stdio_upstream("slow-start", "--start-when", str(gate))}})
+    async with triad_stdio_session(config) as session, anyio.create_task_group() as tg:
+        results: list[dict[str, Any]] = []
+
+        async def first_call() -> None:
+            results.append(await call(session, "echo", {"text": "first"}))
+
+        tg.start_soon(first_call)
+        await anyio.sleep(0.5)  # proves that nothing is answered while the upstream is still starting
+        assert results == []
+        gate.touch()
+    assert results[0]["content"][0]["text"] == "first"

@@ -15,6 +15,7 @@ import json
 import os
 import socket
 import sys
+import time
 from typing import Any
 
 import anyio
@@ -285,8 +286,11 @@ def main() -> None:
     parser.add_argument("--loop-cursor", action="store_true", help="tools/list repeats its second cursor forever")
     parser.add_argument("--echo-description", default="Echo the text.", help="to simulate a rewritten tool")
     parser.add_argument("--port", type=int, default=0, help="HTTP/SSE port (default: a free one)")
+    parser.add_argument("--start-when", help="wait until this file exists before serving (a slow start)")
     args = parser.parse_args()
     server = build_server(args)
+    while args.start_when and not os.path.exists(args.start_when):
+        time.sleep(0.05)
     if args.transport == "stdio":
         anyio.run(serve_stdio, server)
     else:
