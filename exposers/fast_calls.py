@@ -31,7 +31,6 @@ from mcp_types import PROTOCOL_VERSION_META_KEY
 from pydantic import ValidationError
 from starlette.types import Receive, Send
 
-from consumers import CURRENT_DOWNSTREAM
 from exposers.input_rounds import InputRounds
 from exposers.relay import (
     cannot_ask,
@@ -41,10 +40,9 @@ from exposers.relay import (
     session_log_level,
     wants_log,
 )
-from exposers.server import complete, error_data, hook_session, stamp_server_info
+from exposers.request import ClientRequest, serve
+from exposers.server import complete, error_data, stamp_server_info
 from gateway.dispatch import Dispatcher
-from gateway.hooks import Session
-from gateway.identity import Identity
 
 PING_INTERVAL = 15.0
 """A 2026-07-28 call silent this long gets a stream with a keep-alive comment this often (the SDK's interval)."""
@@ -198,63 +196,44 @@ class ModernCallRelay(_CallRelay):
         return cannot_ask(request.method, str(meta.get(PROTOCOL_VERSION_META_KEY)))
 
 
-async def serve_call(dispatcher: Dispatcher, identity: Identity, message: dict[str, Any], relay: SessionCallRelay,
-                     connection: Any, cancel: anyio.CancelScope, receive: Receive) -> None:
-    """A handshake-era call: run it with `relay` as its downstream, and answer it (unless cancelled). The client
-    cancels with `notifications/cancelled` (`cancel`), or by closing the connection: Triad keeps no event store,
-    so a reply whose connection is gone could never be resumed, and the upstream call is cancelled with it."""
-    params = message["params"]
-    token = CURRENT_DOWNSTREAM.set(relay)
+async def serve_call(dispatcher: Dispatcher, request: ClientRequest, request_id: Any, reply: Reply,
+                     cancel: anyio.CancelScope, receive: Receive) -> None:
+    """A handshake-era call: served by the runner, answered on `reply` (unless cancelled). The client cancels
+    with `notifications/cancelled` (`cancel`), or by closing the connection: Triad keeps no event store, so a reply
+    whose connection is gone could never be resumed, and the upstream call is cancelled with it."""
     body: bytes | None = None
-    try:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(_guard, receive, relay.reply, cancel)
-            with cancel:
-                try:
-                    result = await dispatcher.call_tool(
-                        identity, params, relay.progress if relay.progress_token is not None else None,
-                        hook_session(connection))
-                    result.pop("resultType", None)
-                    body = _response(message["id"], {"result": result})
-                except Exception as exc:
-                    body = _response(message["id"], {"error": _dump(error_data("tools/call", exc))})
-            await relay.reply.finish(body)
-    finally:
-        CURRENT_DOWNSTREAM.reset(token)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_guard, receive, reply, cancel)
+        with cancel:
+            try:
+                result = await serve(dispatcher, None, request)
+                assert result is not None  # without `answer_first`, serve always has the result
+                result.pop("resultType", None)
+                body = _response(request_id, {"result": result})
+            except Exception as exc:
+                body = _response(request_id, {"error": _dump(error_data(request.method, exc))})
+        await reply.finish(body)
 
 
-async def serve_modern_call(dispatcher: Dispatcher, rounds: InputRounds | None, identity: Identity,
-                            message: dict[str, Any], relay: ModernCallRelay, receive: Receive,
-                            server_info: Mapping[str, Any]) -> None:
-    """A 2026-07-28 call: run it (in input rounds when a handshake-era upstream could ask something), answer it
-    with the status its outcome maps to; a client that closes the connection cancels it."""
-    params = message["params"]
-
-    async def forward(downstream: Any) -> dict[str, Any]:
-        progress = downstream.progress if relay.progress_token is not None else None
-        return await dispatcher.call_tool(identity, params, progress, Session())
+async def serve_modern_call(dispatcher: Dispatcher, rounds: InputRounds | None, request: ClientRequest,
+                            request_id: Any, reply: Reply, receive: Receive, server_info: Mapping[str, Any]) -> None:
+    """A 2026-07-28 call: served by the runner (in input rounds when a handshake-era upstream could ask
+    something), answered with the status its outcome maps to; a client that closes the connection cancels it."""
 
     async def answer(result: dict[str, Any]) -> None:
-        await relay.reply.finish(_response(message["id"], {"result": stamp_server_info(complete(result), server_info)}))
+        await reply.finish(_response(request_id, {"result": stamp_server_info(complete(result), server_info)}))
 
-    token = CURRENT_DOWNSTREAM.set(relay)
-    try:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(_guard, receive, relay.reply, tg.cancel_scope)
-            try:
-                if rounds is not None and not dispatcher.pool.all_modern:
-                    found = await rounds.call_here(relay, "tools/call", params, identity, forward, answer)
-                    if found is not None:  # else a question was asked already, and the retry gets the result
-                        await answer(found)
-                else:
-                    await answer(await forward(relay))
-            except Exception as exc:
-                error = error_data("tools/call", exc)
-                if not relay.reply.finished:
-                    await relay.reply.finish(_response(message["id"], {"error": _dump(error)}),
-                                             ERROR_CODE_HTTP_STATUS.get(error.code, 200))
-    finally:
-        CURRENT_DOWNSTREAM.reset(token)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_guard, receive, reply, tg.cancel_scope)
+        try:
+            found = await serve(dispatcher, rounds, request, answer_first=answer)
+            if found is not None:  # else a question was asked already, and the retry gets the result
+                await answer(found)
+        except Exception as exc:
+            error = error_data(request.method, exc)
+            if not reply.finished:
+                await reply.finish(_response(request_id, {"error": _dump(error)}),
+                                   ERROR_CODE_HTTP_STATUS.get(error.code, 200))
 
 
 async def _guard(receive: Receive, reply: Reply, call: anyio.CancelScope) -> None:

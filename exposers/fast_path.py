@@ -55,9 +55,10 @@ from exposers.fast_calls import (
 from exposers.fast_lists import ListPages
 from exposers.input_rounds import InputRounds
 from exposers.notify import Notifier
-from exposers.server import IDENTITY_SCOPE_KEY, session_identity, tool_input_schema
+from exposers.request import ClientRequest, acting_identity
+from exposers.server import IDENTITY_SCOPE_KEY, hook_session, session_identity, tool_input_schema
 from gateway.dispatch import Dispatcher
-from gateway.identity import Identity, narrowed, with_provider
+from gateway.identity import Identity
 from gateway.tracing import tracing_enabled
 
 CALL_PARAMS = frozenset({"name", "arguments", "_meta"})
@@ -108,7 +109,7 @@ class FastPath:
             return
         _request, body, more, message = read
         connection = found[0]
-        identity = with_provider(self._dispatcher.config, narrowed(owner, caller), _client_name(connection))
+        identity = acting_identity(self._dispatcher.config, caller, owner, _client_name(connection))
         with held(transport):
             if message is not None and await self._serve(receive, send, message, connection, identity, session_id):
                 return
@@ -136,7 +137,8 @@ class FastPath:
             identity, version = route
             if message["method"] == "tools/call":
                 relay = ModernCallRelay(Reply(send, []), message["params"])
-                await serve_modern_call(self._dispatcher, self._rounds, identity, message, relay, receive,
+                call = ClientRequest("tools/call", message["params"], identity, relay)
+                await serve_modern_call(self._dispatcher, self._rounds, call, message["id"], relay.reply, receive,
                                         self._server_info)
                 return
             if (page := await self._pages.reply(identity, version, message)) is not None:
@@ -174,7 +176,7 @@ class FastPath:
         if not isinstance(identity, Identity):
             return None
         client = verdict.client_info if isinstance(verdict.client_info, dict) else {}
-        return with_provider(self._dispatcher.config, identity, client.get("name")), verdict.protocol_version
+        return acting_identity(self._dispatcher.config, identity, None, client.get("name")), verdict.protocol_version
 
     async def _serve(self, receive: Receive, send: Send, message: dict[str, Any], connection: Connection,
                      identity: Identity, session_id: str) -> bool:
@@ -207,9 +209,10 @@ class FastPath:
         if key in self._calls:
             return False  # a duplicate id: the SDK's error
         relay = SessionCallRelay(Reply(send, response_headers), message["params"], connection, self._answers)
+        request = ClientRequest("tools/call", message["params"], identity, relay, hook_session(connection))
         self._calls[key] = cancel = anyio.CancelScope()
         try:
-            await serve_call(self._dispatcher, identity, message, relay, connection, cancel, receive)
+            await serve_call(self._dispatcher, request, message["id"], relay.reply, cancel, receive)
         finally:
             del self._calls[key]
         return True

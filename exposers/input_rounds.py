@@ -19,14 +19,15 @@ import logging
 import secrets
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import anyio
 import mcp_types as types
 from anyio.abc import TaskGroup
 from mcp.shared.exceptions import MCPError
 
-from consumers import CURRENT_DOWNSTREAM, Downstream
+from consumers import CURRENT_DOWNSTREAM
+from exposers.relay import Relay
 from gateway.identity import Identity
 
 logger = logging.getLogger("triad.exposer")
@@ -39,12 +40,6 @@ MAX_PARKED = 1000
 """A bound on parked calls, so clients that never retry cannot grow memory without limit."""
 INPUT_KEY = "input"
 CAPABILITY_OF = {"sampling/createMessage": "sampling", "elicitation/create": "elicitation", "roots/list": "roots"}
-
-
-class ClientRequest(Downstream, Protocol):
-    """The relay of one request of a 2026-07-28 client (the SDK's or Triad's own HTTP path)."""
-
-    async def progress(self, value: float, total: float | None, message: str | None) -> None: ...
 
 
 Forward = Callable[[Any], Awaitable[dict[str, Any]]]
@@ -65,7 +60,7 @@ class _RoundRelay:
 
     modern = False  # the upstream's requests are asked here, never passed through as input_required
 
-    def __init__(self, current: ClientRequest, flight: _Flight, park: Callable[[_Flight, _Question], Any]) -> None:
+    def __init__(self, current: Relay, flight: _Flight, park: Callable[[_Flight, _Question], Any]) -> None:
         self.current = current
         self._flight = flight
         self._park = park
@@ -130,7 +125,7 @@ class InputRounds:
             self._task_group = tg
             await anyio.sleep_forever()
 
-    async def call(self, request: ClientRequest, method: str, params: Mapping[str, Any], owner: Identity,
+    async def call(self, request: Relay, method: str, params: Mapping[str, Any], owner: Identity,
                    forward: Forward) -> dict[str, Any]:
         """Run `forward(relay)` for a 2026-07-28 client's request (`request` is its relay): its result, or an
         `input_required` round. The flight's relay follows the client's requests from round to round (logs and
@@ -144,7 +139,7 @@ class InputRounds:
         self._task_group.start_soon(self._fly, flight, forward)
         return await self._next(flight)
 
-    async def call_here(self, request: ClientRequest, method: str, params: Mapping[str, Any], owner: Identity,
+    async def call_here(self, request: Relay, method: str, params: Mapping[str, Any], owner: Identity,
                         forward: Forward, answer: Callable[[dict[str, Any]], Awaitable[None]]) -> dict[str, Any] | None:
         """`call` for a caller that owns its reply (Triad's own HTTP path): the call runs in the caller's task, so
         a call that asks nothing costs no task of its own. A first question is answered on the caller's reply
@@ -159,7 +154,7 @@ class InputRounds:
         outcome: dict[str, Any] | None = flight.outcome if flight.answer_here is not None else None
         return outcome
 
-    def _flight(self, request: ClientRequest, method: str, owner: Identity) -> _Flight:
+    def _flight(self, request: Relay, method: str, owner: Identity) -> _Flight:
         send, receive = anyio.create_memory_object_stream[Any](1)
         flight = _Flight(owner, method, send, receive)
         flight.relay = _RoundRelay(request, flight, self._park)
@@ -215,7 +210,7 @@ class InputRounds:
         self._task_group.start_soon(self._expire, state, flight)
         return _round(question, state)
 
-    async def _resume(self, request: ClientRequest, method: str, params: Mapping[str, Any], owner: Identity,
+    async def _resume(self, request: Relay, method: str, params: Mapping[str, Any], owner: Identity,
                       state: str) -> dict[str, Any]:
         flight = self._parked.get(state)
         if flight is None or flight.owner != owner or flight.method != method:

@@ -9,7 +9,7 @@ rounds (`exposers.input_rounds`); without those, the upstream gets an error that
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import Any, Protocol
 
 import mcp_types as types
 from mcp.server import ServerRequestContext
@@ -17,6 +17,16 @@ from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp.shared.message import ServerMessageMetadata
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, LOG_LEVEL_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from consumers import Downstream
+
+
+class Relay(Downstream, Protocol):
+    """The way back to the client of one request: what an upstream sends about the request (logs, progress, its
+    own questions) goes there. One per request, whatever transport carried it."""
+
+    async def progress(self, value: float, total: float | None, message: str | None) -> None: ...
+
 
 LOG_LEVEL_STATE_KEY = "triad.log_level"
 LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")

@@ -31,15 +31,15 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import SERVER_INFO_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from consumers import CURRENT_DOWNSTREAM
 from exposers._sdk import connection_of, drop_idle_tracing
 from exposers.input_rounds import InputRounds
 from exposers.notify import Notifier
 from exposers.relay import LOG_LEVEL_STATE_KEY, RequestRelay
+from exposers.request import ClientRequest, acting_identity, serve
 from gateway.dispatch import SUBSCRIBE, Dispatcher
 from gateway.errors import TriadError, UpstreamRefused
 from gateway.hooks import Session
-from gateway.identity import Identity, narrowed, with_provider
+from gateway.identity import Identity, narrowed
 from gateway.tracing import tracing_enabled
 
 logger = logging.getLogger("triad.exposer")
@@ -90,21 +90,21 @@ class GatewayServer(Server[Any]):
 def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: Identity,
                  rounds: InputRounds | None = None) -> GatewayServer:
     def identity_of(ctx: ServerRequestContext[Any]) -> Identity:
-        """Who sent this request: its session's identity (fixed by the session's first request) narrowed by the
-        request's own run-level lists; a 2026-07-28 request stands alone."""
+        """Who sends this request (`exposers.request.acting_identity`); a session's first request fixes the
+        session's identity."""
         origin = ctx.lifespan_context.identity if isinstance(ctx.lifespan_context, SessionOrigin) else None
         scope = getattr(ctx.request, "scope", None)
         found = scope.get(IDENTITY_SCOPE_KEY) if scope is not None else None
-        request = found if isinstance(found, Identity) else origin or default_identity
+        caller = found if isinstance(found, Identity) else origin or default_identity
         if origin is not None:  # a legacy SSE stream: its GET's identity holds for the messages posted to it
-            request = narrowed(origin, request)
+            caller = narrowed(origin, caller)
         connection = connection_of(ctx)
-        if connection is None or connection.protocol_version in MODERN_PROTOCOL_VERSIONS:
-            return with_provider(dispatcher.config, request, client_name(ctx))
-        base = session_identity(connection)
-        if base is None:
-            base = connection.state[SESSION_IDENTITY_KEY] = request
-        return with_provider(dispatcher.config, narrowed(base, request), client_name(ctx))
+        session: Identity | None = None
+        if connection is not None and connection.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            session = session_identity(connection)
+            if session is None:
+                session = connection.state[SESSION_IDENTITY_KEY] = caller
+        return acting_identity(dispatcher.config, caller, session, client_name(ctx))
 
     def raw(ctx: ServerRequestContext[Any]) -> dict[str, Any]:
         return dict(ctx.params or {})
@@ -119,34 +119,13 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
             return complete(method(identity_of(ctx), cursor_of(ctx), ctx.params))
         return handle
 
-    async def forwarded(ctx: ServerRequestContext[Any], forward: Callable[[RequestRelay], Awaitable[dict[str, Any]]]
-                        ) -> dict[str, Any]:
-        """Run `forward(relay)` with this request as the upstream's downstream: its logs, progress and questions come
-        back here. A 2026-07-28 client takes questions as `input_required` rounds when some upstream speaks the
-        handshake era (an upstream of 2026-07-28 asks in-band itself)."""
-        relay = RequestRelay(ctx)
-        if rounds is not None and relay.modern and not dispatcher.pool.all_modern:
-            return await rounds.call(relay, ctx.method, ctx.params or {}, identity_of(ctx), forward)
-        token = CURRENT_DOWNSTREAM.set(relay)
-        try:
-            return await forward(relay)
-        finally:
-            CURRENT_DOWNSTREAM.reset(token)
-
-    async def call_tool(ctx: ServerRequestContext[Any], _params: Any) -> dict[str, Any]:
-        params = raw(ctx)
-        meta = params.get("_meta")
-        wants_progress = isinstance(meta, dict) and meta.get("progressToken") is not None
-        return complete(await forwarded(ctx, lambda relay: dispatcher.call_tool(
-            identity_of(ctx), params, relay.progress if wants_progress else None, session_of(ctx))))
-
-    async def read_resource(ctx: ServerRequestContext[Any], _params: Any) -> dict[str, Any]:
-        return complete(await forwarded(ctx, lambda _relay: dispatcher.read_resource(identity_of(ctx), raw(ctx),
-                                                                              session_of(ctx))))
-
-    async def get_prompt(ctx: ServerRequestContext[Any], _params: Any) -> dict[str, Any]:
-        return complete(await forwarded(ctx, lambda _relay: dispatcher.get_prompt(identity_of(ctx), raw(ctx),
-                                                                           session_of(ctx))))
+    async def forwarded(ctx: ServerRequestContext[Any], _params: Any) -> dict[str, Any]:
+        """`tools/call`, `resources/read`, `prompts/get`: served by the one runner, with this request's stream as
+        the relay back to its client."""
+        request = ClientRequest(ctx.method, raw(ctx), identity_of(ctx), RequestRelay(ctx), session_of(ctx))
+        result = await serve(dispatcher, rounds, request)
+        assert result is not None  # without `answer_first`, serve always has the result
+        return complete(result)
 
     async def set_logging_level(ctx: ServerRequestContext[Any], params: types.SetLevelRequestParams) -> dict[str, Any]:
         connection = connection_of(ctx)
@@ -180,12 +159,12 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
         # The 2026-07-28 HTTP path checks Mcp-Param-* headers against a tool's schema before any handler runs.
         get_tool_input_schema=lambda name: tool_input_schema(dispatcher, name),
         on_list_tools=lister(dispatcher.list_tools),
-        on_call_tool=call_tool,
+        on_call_tool=forwarded,
         on_list_resources=lister(dispatcher.list_resources),
         on_list_resource_templates=lister(dispatcher.list_resource_templates),
-        on_read_resource=read_resource,
+        on_read_resource=forwarded,
         on_list_prompts=lister(dispatcher.list_prompts),
-        on_get_prompt=get_prompt,
+        on_get_prompt=forwarded,
         on_completion=completion,
         on_subscribe_resource=subscribe,
         on_unsubscribe_resource=unsubscribe,

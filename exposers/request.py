@@ -1,0 +1,90 @@
+"""One client request, whatever carried it, and the one runner that serves it.
+
+Every transport turns a request into a `ClientRequest`: the SDK's server handlers (`exposers.server`, for
+streamable HTTP, legacy SSE and stdio) and Triad's direct HTTP handling (`exposers.fast_path`, which only saves
+transport work: parsing, framing, session lookup). `serve` is then the one place where a request meets the
+gateway: the dispatcher's call path (view, policy, hooks, the upstream) with the request's relay as the way back
+to its client; for a 2026-07-28 client, in `input_required` rounds when an upstream of the handshake era could
+ask it something. What comes back is the raw result; each transport frames it (JSON, SSE, the SDK's envelope) and
+renders errors with `exposers.server.error_data`.
+
+    socket -> transport (SDK handler | fast_path) -> ClientRequest -> serve -> Dispatcher -> upstream
+           <- framing (JSON / SSE / SDK)          <- raw result   <-        <- hooks     <-
+
+Who acts: `acting_identity` is the caller's identity as its session sees it (a session answers only the identity
+that opened it, narrowed by each request's own run-level lists; a 2026-07-28 request stands alone), with the
+provider its client's name implies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from consumers import CURRENT_DOWNSTREAM
+from exposers.input_rounds import InputRounds
+from exposers.relay import Relay
+from gateway.config import TriadConfig
+from gateway.dispatch import Dispatcher
+from gateway.hooks import Session
+from gateway.identity import Identity, narrowed, with_provider
+
+Answer = Callable[[dict[str, Any]], Awaitable[None]]
+"""Answers the client's request now (an `input_required` round), while the call goes on."""
+
+FORWARDED = frozenset({"tools/call", "resources/read", "prompts/get"})
+"""The methods that run on an upstream with a relay back to the client (and so may take input rounds)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClientRequest:
+    """What the gateway needs of one request: method, params, who sends it, its session's hook state, and the
+    relay back to its client (which knows the era, the declared capabilities and the log level)."""
+
+    method: str
+    params: Mapping[str, Any]
+    identity: Identity
+    relay: Relay
+    session: Session = field(default_factory=Session)
+
+    @property
+    def wants_progress(self) -> bool:
+        meta = self.params.get("_meta")
+        return isinstance(meta, Mapping) and meta.get("progressToken") is not None
+
+
+def acting_identity(config: TriadConfig, caller: Identity, session: Identity | None,
+                    client_name: str | None) -> Identity:
+    """Who a request acts as: its session's identity narrowed by the request's own run-level lists (`narrowed`
+    refuses a caller that is not the session's principal), or the caller alone where there is no session."""
+    return with_provider(config, narrowed(session, caller) if session is not None else caller, client_name)
+
+
+async def serve(dispatcher: Dispatcher, rounds: InputRounds | None, request: ClientRequest,
+                answer_first: Answer | None = None) -> dict[str, Any] | None:
+    """Run `request` and return its raw result. A 2026-07-28 client whose request an upstream of the handshake
+    era could question runs in input rounds: with `answer_first` (a transport that owns its reply) a first
+    question is answered through it and None is returned (the result goes to the client's retry)."""
+    if request.method not in FORWARDED:
+        raise ValueError(f"{request.method} is not a forwarded method")
+
+    async def forward(relay: Relay) -> dict[str, Any]:
+        params, identity, session = request.params, request.identity, request.session
+        if request.method == "tools/call":
+            return await dispatcher.call_tool(identity, params, relay.progress if request.wants_progress else None,
+                                              session)
+        if request.method == "resources/read":
+            return await dispatcher.read_resource(identity, params, session)
+        return await dispatcher.get_prompt(identity, params, session)
+
+    if rounds is not None and request.relay.modern and not dispatcher.pool.all_modern:
+        if answer_first is None:
+            return await rounds.call(request.relay, request.method, request.params, request.identity, forward)
+        return await rounds.call_here(request.relay, request.method, request.params, request.identity, forward,
+                                      answer_first)
+    token = CURRENT_DOWNSTREAM.set(request.relay)
+    try:
+        return await forward(request.relay)
+    finally:
+        CURRENT_DOWNSTREAM.reset(token)
