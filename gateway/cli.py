@@ -75,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _run_verb(args, config, daemon)
     except HookConfigError as exc:
-        print(f"triad: {args.config}: hooks: {exc}", file=sys.stderr)
+        print(f"triad: {args.config}: {config.hide_values(f'hooks: {exc}')}", file=sys.stderr)
         return 1
 
 

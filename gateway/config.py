@@ -16,14 +16,15 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    PrivateAttr,
     SecretStr,
     ValidationError,
     field_validator,
     model_validator,
 )
 
-from gateway._config_errors import describe_error, format_problem
-from gateway._yaml import LineMap, YamlProblem, load_with_lines
+from gateway._config_errors import describe_error, format_problem, hide_values
+from gateway._yaml import LineMap, Loaded, YamlProblem, load_with_lines
 from gateway.errors import ConfigError
 
 DEFAULT_PORT = 8765
@@ -266,6 +267,8 @@ class TriadConfig(_Model):
     """`/readyz` answers 200 once this many upstreams are ready (or all of them, if there are fewer)."""
     page_size: int = Field(default=DEFAULT_PAGE_SIZE, ge=1, le=10_000)
     source: Path | None = Field(default=None, exclude=True)
+    _variables: dict[str, SecretStr] = PrivateAttr(default_factory=dict)
+    """The environment values interpolated into this config, by variable name (see `hide_values`)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -277,6 +280,10 @@ class TriadConfig(_Model):
                 raise ValueError("use either upstreams or mcpServers, not both")
             data["upstreams"] = servers
         return data
+
+    def hide_values(self, message: str) -> str:
+        """`message` with every environment value this config was built from replaced by its `${NAME}`."""
+        return hide_values(message, {name: value.get_secret_value() for name, value in self._variables.items()})
 
     def enabled_upstreams(self) -> dict[str, UpstreamConfig]:
         return {name: up for name, up in self.upstreams.items() if up.enabled}
@@ -300,10 +307,20 @@ def load_config(path: str | Path) -> TriadConfig:
 
 def parse_config(text: str, *, source: Path | None = None, environ: dict[str, str] | None = None) -> TriadConfig:
     try:
-        data, lines, problems = load_with_lines(text, environ)
+        loaded = load_with_lines(text, environ)
     except YamlProblem as exc:
         raise ConfigError([format_problem((), exc.message, exc.line)]) from None
-    messages = [format_problem(p.path, p.message, p.line) for p in problems]
+    try:
+        config = _validate(loaded, source)
+    except ConfigError as exc:
+        raise ConfigError([hide_values(problem, loaded.variables) for problem in exc.problems]) from None
+    config._variables = {name: SecretStr(value) for name, value in loaded.variables.items()}
+    return config
+
+
+def _validate(loaded: Loaded, source: Path | None) -> TriadConfig:
+    data, lines = ({} if loaded.data is None else loaded.data), loaded.lines
+    messages = [format_problem(p.path, p.message, p.line) for p in loaded.problems]
     if not isinstance(data, dict):
         raise ConfigError([*messages, format_problem((), "the top level must be a mapping of keys", lines.get(()))])
     if "mcpServers" in data:

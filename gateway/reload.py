@@ -77,8 +77,9 @@ class Reloader:
                 hooks = build_chain(new.hooks)
             except HookConfigError as exc:
                 self.status.failures += 1
-                self.status.last_error = [f"hooks: {exc}"]
-                logger.error("reload (%s) refused, the running config stays in force: hooks: %s", trigger, exc)
+                self.status.last_error = [new.hide_values(f"hooks: {exc}")]
+                logger.error("reload (%s) refused, the running config stays in force: %s", trigger,
+                             self.status.last_error[0])
                 return ReloadResult(False, self.status.last_error)
             if new.listen != self.config.listen:
                 logger.warning("reload (%s): listen changed (%s:%d -> %s:%d); it takes effect on restart only",

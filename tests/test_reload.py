@@ -200,3 +200,19 @@ async def test_a_replaced_upstream_keeps_its_clients_resource_subscriptions(era:
                 await call(via, "test_trigger_resource_update")
                 with anyio.move_on_after(0.5):
                     await updated.wait()
+
+
+async def test_a_refused_reload_names_the_variable_never_its_value(procs: list[Proc], tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRIAD_TEST_RATE", "tok-77c1d0e94b")
+    path = write_config(tmp_path, base_config())
+    url = start_triad(procs, path, wait_ready=2)
+    triad = procs[-1]
+    rewrite(path, {**base_config(), "anonymous": "${TRIAD_TEST_RATE}",
+                   "hooks": [{"rate_limit": {"per_client": "${TRIAD_TEST_RATE}"}}]})
+    await triad.until(r"reload \(file changed\) refused")
+    async with httpx2.AsyncClient() as http:
+        ready = (await http.get(url.replace("/mcp", "/readyz"))).json()
+    errors = " ".join(ready["reload"]["last_error"])
+    assert "${TRIAD_TEST_RATE}" in errors
+    assert "77c1d0e94b" not in errors and "77c1d0e94b" not in triad.stderr
