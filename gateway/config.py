@@ -319,7 +319,10 @@ def parse_config(text: str, *, source: Path | None = None, environ: dict[str, st
 
 
 def _validate(loaded: Loaded, source: Path | None) -> TriadConfig:
-    data, lines = ({} if loaded.data is None else loaded.data), loaded.lines
+    data, lines = loaded.data, loaded.lines
+    if data is None:  # an editor's truncate-then-write caught half-way looks just like this
+        raise ConfigError([format_problem((), "the file is empty (only whitespace or comments); a config with no "
+                                              "settings is written `{}`", None)])
     messages = [format_problem(p.path, p.message, p.line) for p in loaded.problems]
     if not isinstance(data, dict):
         raise ConfigError([*messages, format_problem((), "the top level must be a mapping of keys", lines.get(()))])

@@ -100,6 +100,8 @@ BROKEN = [
      "naming.max_length: Input should be less than or equal to 128 (line 1)"),
     ("both upstreams and mcpServers", "upstreams: {}\nmcpServers: {}\n", "use either upstreams or mcpServers"),
     ("empty token", "clients:\n  c: {token: ''}\n", "clients.c.token: token is empty (line 2)"),
+    ("empty file", "", "(top level): the file is empty"),
+    ("only comments", "# upstreams:\n\n   \n", "(top level): the file is empty"),
 ]
 
 
