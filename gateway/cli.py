@@ -126,12 +126,15 @@ def _run_verb(args: argparse.Namespace, config: TriadConfig, daemon: Any) -> int
 
 def policy_warnings(config: TriadConfig) -> list[str]:
     from gateway.naming import prefix_active, sanitize_server_names
-    from policy.lint import unknown_patterns
+    from policy.lint import spanning_patterns, unknown_patterns
 
     upstreams = config.enabled_upstreams()
     prefixed = prefix_active(config.naming, len(upstreams))
-    return unknown_patterns(config.policy, {cid: c.tools for cid, c in config.clients.items()},
-                            sanitize_server_names(list(upstreams)), config.naming.separator if prefixed else None)
+    client_rules = {cid: c.tools for cid, c in config.clients.items()}
+    parts = sanitize_server_names(list(upstreams))
+    separator = config.naming.separator if prefixed else None
+    return [*unknown_patterns(config.policy, client_rules, parts, separator),
+            *spanning_patterns(config.policy, client_rules, parts, separator)]
 
 
 def _import(path: str) -> int:

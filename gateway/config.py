@@ -366,6 +366,7 @@ def _semantic_problems(config: TriadConfig, lines: LineMap) -> list[str]:
                 )
             )
         raw_seen.setdefault(key, name)
+    problems += _prefix_problems(config, lines)
     tokens: dict[str, str] = {}
     for client_id, client in config.clients.items():
         if client.token is None:
@@ -383,4 +384,29 @@ def _semantic_problems(config: TriadConfig, lines: LineMap) -> list[str]:
                 )
             )
         tokens.setdefault(secret, client_id)
+    return problems
+
+
+def _prefix_problems(config: TriadConfig, lines: LineMap) -> list[str]:
+    """Exposed names are `<upstream><separator><tool>`: no upstream's prefix may be read as (part of) another's,
+    or a rule written for `fs__*` would also reach the tools of an upstream named `fs__evil` (or `fs_`)."""
+    if config.naming.prefix == "never":
+        return []
+    from gateway.naming import sanitize_server_names  # naming imports this module's types
+
+    separator = config.naming.separator
+    problems = []
+    heads: dict[str, str] = {}
+    for name, part in sanitize_server_names(list(config.upstreams)).items():
+        where = ("upstreams", name)
+        head = (part + separator).lower()
+        if separator.lower() in part.lower():
+            problems.append(format_problem(where, f"the name contains the naming separator {separator!r}, so its "
+                                           "tools would look like another upstream's; rename it or change "
+                                           "naming.separator", lines.get(where)))
+        elif clash := next((other for other, h in heads.items() if h.startswith(head) or head.startswith(h)), None):
+            problems.append(format_problem(where, f"its tools' prefix {head!r} overlaps {heads[clash]!r} of "
+                                           f"upstream {clash!r}, so a pattern for one also matches the other's "
+                                           "tools; rename one of them", lines.get(where)))
+        heads[name] = head
     return problems

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from gateway.config import NamingConfig
+from gateway.cli import main
+from gateway.config import NamingConfig, parse_config
+from gateway.errors import ConfigError
 from gateway.naming import (
     assign_names,
     expose_uri,
@@ -13,6 +17,7 @@ from gateway.naming import (
     sanitize,
     sanitize_server_names,
 )
+from policy.patterns import compile_glob
 
 DEFAULT = NamingConfig()
 
@@ -142,3 +147,55 @@ def test_uris_round_trip(uri: str, exposed: str) -> None:
 def test_unparseable_uri() -> None:
     assert parse_exposed_uri("test://") is None
     assert parse_exposed_uri("plain") is None
+
+
+SEPARATOR_CLASHES = [
+    ("separator inside a name", "upstreams: {fs: {command: x}, fs__evil: {command: y}}\n",
+     "upstreams.fs__evil: the name contains the naming separator '__'"),
+    ("custom separator inside a name", "naming: {separator: '-'}\nupstreams: {my-server: {command: x}}\n",
+     "upstreams.my-server: the name contains the naming separator '-'"),
+    ("sanitised into the separator", "naming: {separator: '-'}\nupstreams: {my.server: {command: x}}\n",
+     "upstreams.my.server: the name contains the naming separator '-'"),
+    ("case does not hide it", "naming: {separator: X}\nupstreams: {boxer: {command: x}}\n",
+     "upstreams.boxer: the name contains the naming separator 'X'"),
+    ("one prefix runs into another", "upstreams:\n  fs: {command: x}\n  fs_: {command: y}\n",
+     "upstreams.fs_: its tools' prefix 'fs___' overlaps 'fs__' of upstream 'fs', so a pattern"),
+]
+
+
+@pytest.mark.parametrize(("case", "text", "expected"), SEPARATOR_CLASHES, ids=[c[0] for c in SEPARATOR_CLASHES])
+def test_check_refuses_upstream_names_that_read_as_another_upstreams_prefix(
+        case: str, text: str, expected: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "names.yaml"
+    path.write_text(text)
+    assert main(["check", "-c", str(path)]) == 1
+    assert expected in capsys.readouterr().err
+
+
+def test_upstream_names_are_free_when_nothing_is_prefixed(tmp_path: Path) -> None:
+    path = tmp_path / "never.yaml"
+    path.write_text("naming: {prefix: never}\nupstreams: {fs: {command: x}, fs__evil: {command: y}}\n")
+    assert main(["check", "-c", str(path)]) == 0
+
+
+def test_check_warns_where_a_pattern_spans_upstreams(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "span.yaml"
+    path.write_text("upstreams: {fs: {command: x}, files: {command: y}, web: {command: z}}\n"
+                    "policy:\n"
+                    "  profile: {deny: ['f*', '*delete*', 'fs__*', 'files__read*', 'fs:*', 'web*']}\n"
+                    "  gateway_deny: ['fi*']\n")
+    assert main(["check", "-c", str(path)]) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "spans" in line]
+    assert warnings == ["warning: policy.profile.deny: pattern 'f*' spans upstreams fs, files (write 'fs__...' to "
+                        "mean one of them)"]
+
+
+def test_a_pattern_cannot_reach_into_another_upstream_once_names_are_checked() -> None:
+    """What the refusal protects: with `fs` and `fs_`, the glob `fs__*` matched both upstreams' tools."""
+    parts = sanitize_server_names(["fs", "fs_"])
+    mapping = assign_names({"fs": ["read"], "fs_": ["write"]}, DEFAULT, server_parts=parts, prefixed=True)
+    glob = compile_glob("fs__*")
+    assert glob is not None
+    assert [name for name in mapping.reverse if glob.matches_text(name)] == ["fs__read", "fs___write"]
+    with pytest.raises(ConfigError):
+        parse_config("upstreams: {fs: {command: x}, fs_: {command: y}}\n")
