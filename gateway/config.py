@@ -266,6 +266,9 @@ class TriadConfig(_Model):
     min_ready: int = Field(default=1, ge=0)
     """`/readyz` answers 200 once this many upstreams are ready (or all of them, if there are fewer)."""
     page_size: int = Field(default=DEFAULT_PAGE_SIZE, ge=1, le=10_000)
+    state_dir: str | None = None
+    """Where Triad keeps state across restarts (the exposed-name ledger); relative to the config file, whose
+    directory is the default."""
     source: Path | None = Field(default=None, exclude=True)
     _variables: dict[str, SecretStr] = PrivateAttr(default_factory=dict)
     """The environment values interpolated into this config, by variable name (see `hide_values`)."""

@@ -6,9 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from gateway import name_ledger
 from gateway.cli import main
-from gateway.config import NamingConfig, parse_config
+from gateway.config import NamingConfig, load_config, parse_config
 from gateway.errors import ConfigError
+from gateway.name_ledger import NameLedger, ledger_path
 from gateway.naming import (
     assign_names,
     expose_uri,
@@ -199,3 +201,87 @@ def test_a_pattern_cannot_reach_into_another_upstream_once_names_are_checked() -
     assert [name for name in mapping.reverse if glob.matches_text(name)] == ["fs__read", "fs___write"]
     with pytest.raises(ConfigError):
         parse_config("upstreams: {fs: {command: x}, fs_: {command: y}}\n")
+
+
+def test_a_pinned_name_stays_with_its_tool_when_a_lookalike_sorts_first() -> None:
+    catalog = {"fsA": ["Delete_File", "delete_file"]}
+    assert names(catalog) == {("fsA", "Delete_File"): "fsA__Delete_File", ("fsA", "delete_file"): "fsA__delete_file-2"}
+    pinned = {("fsA", "delete_file"): "fsA__delete_file"}
+    parts = sanitize_server_names(list(catalog))
+    mapping = assign_names(catalog, DEFAULT, server_parts=parts, prefixed=True, pinned=pinned)
+    assert dict(mapping.forward) == {("fsA", "delete_file"): "fsA__delete_file",
+                                     ("fsA", "Delete_File"): "fsA__Delete_File-2"}
+
+
+def test_the_pinned_name_of_an_absent_tool_goes_to_no_other_tool() -> None:
+    parts = sanitize_server_names(["a", "b"])
+    pinned = {("a", "echo"): "echo"}  # a is down: its echo is not in the catalog now
+    mapping = assign_names({"a": [], "b": ["echo"]}, DEFAULT, server_parts=parts, prefixed=False, pinned=pinned)
+    assert dict(mapping.forward) == {("b", "echo"): "echo-2"}
+
+
+@pytest.mark.parametrize(("pinned", "naming", "expected"), [
+    ("gh__t", NamingConfig(separator="_"), "gh_t"),          # another separator
+    ("gh__t-7", NamingConfig(), "gh__t-7"),                  # a suffix it once needed is kept
+    ("gh__other", NamingConfig(), "gh__t"),                  # not a name this tool could have
+    ("gh__t-0", NamingConfig(), "gh__t"),
+    ("gh__" + "t" * 60, NamingConfig(max_length=32), "gh__" + "t" * 28),  # cut for a longer limit
+])
+def test_a_pinned_name_the_settings_would_not_give_is_ignored(pinned: str, naming: NamingConfig,
+                                                               expected: str) -> None:
+    raw = "t" * 60 if pinned.startswith("gh__tttt") else "t"
+    parts = sanitize_server_names(["gh"])
+    mapping = assign_names({"gh": [raw]}, naming, server_parts=parts, prefixed=True, pinned={("gh", raw): pinned})
+    assert mapping.exposed("gh", raw) == expected
+
+
+def test_the_ledger_is_written_whole_and_read_back(tmp_path: Path) -> None:
+    path = tmp_path / "state" / "triad.names.json"
+    ledger = NameLedger(path, persist=True)
+    ledger.record("tools", {("fs", "read"): "fs__read"})
+    ledger.record("prompts", {("fs", "greet"): "fs__greet"})
+    again = NameLedger(path)
+    assert dict(again.pinned("tools")) == {("fs", "read"): "fs__read"}
+    assert dict(again.pinned("prompts")) == {("fs", "greet"): "fs__greet"}
+    assert [p.name for p in path.parent.iterdir()] == ["triad.names.json"]  # no temporary file left behind
+
+
+def test_a_ledger_that_does_not_persist_never_writes(tmp_path: Path) -> None:
+    path = tmp_path / "triad.names.json"
+    NameLedger(path).record("tools", {("fs", "read"): "fs__read"})
+    assert not path.exists()
+
+
+def test_names_another_process_wrote_are_kept(tmp_path: Path) -> None:
+    path = tmp_path / "triad.names.json"
+    one, two = NameLedger(path, persist=True), NameLedger(path, persist=True)
+    one.record("tools", {("fs", "read"): "fs__read"})
+    two.record("tools", {("fs", "write"): "fs__write"})
+    assert dict(NameLedger(path).pinned("tools")) == {("fs", "read"): "fs__read", ("fs", "write"): "fs__write"}
+
+
+def test_an_unreadable_ledger_starts_afresh(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "triad.names.json"
+    path.write_text('{"tools": {"fs": {"read": "fs__re')
+    ledger = NameLedger(path, persist=True)
+    assert dict(ledger.pinned("tools")) == {}
+    assert "exposed names start afresh" in caplog.text
+    ledger.record("tools", {("fs", "read"): "fs__read"})
+    assert dict(NameLedger(path).pinned("tools")) == {("fs", "read"): "fs__read"}
+
+
+def test_the_ledger_forgets_absent_tools_first_past_its_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(name_ledger, "MAX_NAMES", 3)
+    ledger = NameLedger()
+    ledger.record("tools", {("s", f"old{i}"): f"s__old{i}" for i in range(3)})
+    ledger.record("tools", {("s", "new0"): "s__new0", ("s", "new1"): "s__new1"})
+    assert list(ledger.pinned("tools")) == [("s", "old2"), ("s", "new0"), ("s", "new1")]
+
+
+def test_the_ledger_lives_next_to_the_config_or_in_state_dir(tmp_path: Path) -> None:
+    path = tmp_path / "gw.yaml"
+    path.write_text("upstreams: {}\n")
+    assert ledger_path(load_config(path)) == tmp_path / "gw.names.json"
+    path.write_text("upstreams: {}\nstate_dir: var/triad\n")
+    assert ledger_path(load_config(path)) == tmp_path / "var" / "triad" / "gw.names.json"
+    assert ledger_path(parse_config("upstreams: {}\n")) is None
