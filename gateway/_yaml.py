@@ -2,7 +2,8 @@
 
 `load_with_lines(text)` returns the plain data and a map from key path (a tuple of keys and list indexes) to the
 1-based line of that node. Interpolation of `${VAR}` / `${VAR:-default}` happens here too, on string scalars only,
-so that an unset variable is reported with the key path and line where it was used.
+so that an unset variable is reported with the key path and line where it was used; the values taken from the
+environment are returned by variable name, so that error messages can show the name instead of the value.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
@@ -28,8 +30,19 @@ class YamlProblem(Exception):
         self.line = line
 
 
-def load_with_lines(text: str, environ: Mapping[str, str] | None = None) -> tuple[Any, LineMap, list[YamlProblem]]:
-    """Parse `text`; return (data, lines, problems). Raises YamlProblem for a YAML syntax error."""
+@dataclass
+class Loaded:
+    """A parsed file: plain data (None for a file with no YAML document in it: empty, or only comments), the
+    line of every key path, the problems found, and the environment values used, by variable name."""
+
+    data: Any
+    lines: LineMap = field(default_factory=dict)
+    problems: list[YamlProblem] = field(default_factory=list)
+    variables: dict[str, str] = field(default_factory=dict)
+
+
+def load_with_lines(text: str, environ: Mapping[str, str] | None = None) -> Loaded:
+    """Parse and interpolate `text`. Raises YamlProblem for a YAML syntax error."""
     env = os.environ if environ is None else environ
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
@@ -38,19 +51,18 @@ def load_with_lines(text: str, environ: Mapping[str, str] | None = None) -> tupl
         line = mark.line + 1 if mark is not None else None
         problem = getattr(exc, "problem", None) or str(exc)
         raise YamlProblem((), f"not valid YAML: {problem}", line) from None
-    lines: LineMap = {}
-    problems: list[YamlProblem] = []
     if node is None:
-        return {}, lines, problems
-    data = _Converter(lines, problems, env).convert(node, ())
-    return data, lines, problems
+        return Loaded(None)
+    loaded = Loaded(None)
+    loaded.data = _Converter(loaded, env).convert(node, ())
+    return loaded
 
 
 class _Converter:
     """Walks a composed node tree once, building plain data and the line map."""
 
-    def __init__(self, lines: LineMap, problems: list[YamlProblem], env: Mapping[str, str]) -> None:
-        self.lines, self.problems, self.env = lines, problems, env
+    def __init__(self, loaded: Loaded, env: Mapping[str, str]) -> None:
+        self.lines, self.problems, self.variables, self.env = loaded.lines, loaded.problems, loaded.variables, env
         self._scalars = yaml.SafeLoader("")
 
     def convert(self, node: yaml.Node, path: Path) -> Any:
@@ -62,7 +74,7 @@ class _Converter:
             return [self.convert(item, (*path, i)) for i, item in enumerate(node.value)]
         value = self._scalars.construct_object(node)
         if isinstance(value, str) and "$" in value:
-            return _interpolate(value, path, lines[path], problems, self.env)
+            return _interpolate(value, path, lines[path], problems, self.env, self.variables)
         return value
 
     def _mapping(self, node: yaml.MappingNode, path: Path) -> dict[str, Any]:
@@ -81,11 +93,13 @@ class _Converter:
         return out
 
 
-def _interpolate(value: str, path: Path, line: int, problems: list[YamlProblem], env: Mapping[str, str]) -> str:
+def _interpolate(value: str, path: Path, line: int, problems: list[YamlProblem], env: Mapping[str, str],
+                 variables: dict[str, str]) -> str:
     def substitute(match: re.Match[str]) -> str:
         name, default = match.group(1), match.group(2)
         found = env.get(name)
         if found is not None and (found != "" or default is None):
+            variables[name] = found
             return found
         if default is not None:
             return default

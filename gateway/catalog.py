@@ -1,7 +1,8 @@
 """Turning upstream catalogs into registry sources: filters, exposed names, descriptors.
 
-`build_upstream_sources` is pure: given the config and each upstream's last catalog and state, it returns the
-`ToolSource`s and availability context for `build_registry`. Upstream tools carry the availability expression
+`build_upstream_sources` is pure but for the name ledger: given the config, each upstream's last catalog and state
+and the names given before, it returns the `ToolSource`s and availability context for `build_registry`, and
+records the names it gave. Upstream tools carry the availability expression
 `context upstream:<name> == "ready"`, so the tools of an upstream that went down move to the hidden list with a
 diagnostic instead of failing calls.
 """
@@ -15,6 +16,7 @@ from typing import Any
 from consumers import Catalog
 from gateway.availability import AvailabilityContext
 from gateway.config import TriadConfig, UpstreamConfig
+from gateway.name_ledger import NameLedger
 from gateway.naming import assign_names, expose_uri, prefix_active, sanitize_server_names
 from gateway.registry import ExecutorRef, OwnerRef, PromptEntry, ResourceEntry, ToolDescriptor, ToolSource
 from policy import compile_globs, first_match
@@ -53,7 +55,8 @@ class BuiltSources:
 
 
 def build_upstream_sources(config: TriadConfig, snapshots: Mapping[str, UpstreamSnapshot],
-                           reserved: Iterable[str] = ()) -> BuiltSources:
+                           reserved: Iterable[str] = (), names: NameLedger | None = None) -> BuiltSources:
+    """`names`: the names given before, which tools keep; the names given now are recorded in it."""
     upstreams = config.enabled_upstreams()
     server_parts = sanitize_server_names(list(upstreams))
     prefixed = prefix_active(config.naming, len(upstreams))
@@ -64,10 +67,15 @@ def build_upstream_sources(config: TriadConfig, snapshots: Mapping[str, Upstream
         tools_by_upstream[name] = _filter_tools(catalog.tools if catalog else (), up)
     reserved = list(reserved)
     tool_names = assign_names({n: [t["name"] for t in ts] for n, ts in tools_by_upstream.items()}, config.naming,
-                              server_parts=server_parts, prefixed=prefixed, reserved=reserved)
+                              server_parts=server_parts, prefixed=prefixed, reserved=reserved,
+                              pinned=names.pinned("tools") if names is not None else None)
     prompt_catalog = {n: [p["name"] for p in _catalog(snapshots, n).prompts if isinstance(p.get("name"), str)]
                       for n in upstreams}
-    prompt_names = assign_names(prompt_catalog, config.naming, server_parts=server_parts, prefixed=prefixed)
+    prompt_names = assign_names(prompt_catalog, config.naming, server_parts=server_parts, prefixed=prefixed,
+                                pinned=names.pinned("prompts") if names is not None else None)
+    if names is not None:
+        names.record("tools", tool_names.forward)
+        names.record("prompts", prompt_names.forward)
     sources: list[ToolSource] = []
     for name in upstreams:
         catalog = _catalog(snapshots, name)

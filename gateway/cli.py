@@ -22,7 +22,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     serve = verbs.add_parser("serve", help="run the daemon over streamable HTTP (/mcp) and legacy SSE (/sse)")
     _config_arg(serve)
-    serve.add_argument("--host", help="listen address (default: listen.host from the config)")
+    _host_arg(serve)
     serve.add_argument("--port", type=int, help="listen port (default: listen.port; 0 picks a free port)")
     serve.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
     serve.add_argument("--log-format", choices=["text", "json"], default="text", help="log lines as text or JSON")
@@ -40,12 +40,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     _config_arg(plan)
     plan.add_argument("--client", help="show this client's view (default: local)")
     plan.add_argument("--json", action="store_true", help="print JSON instead of text")
+    _host_arg(plan)
 
     explain = verbs.add_parser("explain", help="the policy decision for one tool, layer by layer (exit 1: hidden)")
     _config_arg(explain)
     explain.add_argument("--client", required=True, help="the configured client (or local)")
     explain.add_argument("tool", help="the exposed tool name")
     explain.add_argument("--json", action="store_true", help="print JSON instead of text")
+    _host_arg(explain)
 
     approve = verbs.add_parser("approve", help="approve the current definitions of tools pinned by pin_definitions")
     _config_arg(approve)
@@ -75,7 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _run_verb(args, config, daemon)
     except HookConfigError as exc:
-        print(f"triad: {args.config}: hooks: {exc}", file=sys.stderr)
+        print(f"triad: {args.config}: {config.hide_values(f'hooks: {exc}')}", file=sys.stderr)
         return 1
 
 
@@ -111,7 +113,7 @@ def _run_verb(args: argparse.Namespace, config: TriadConfig, daemon: Any) -> int
         return anyio.run(reports.approve, config, args.tools)
     tool = args.tool if args.verb == "explain" else None
     try:
-        report = anyio.run(reports.collect, config, identity, tool)
+        report = anyio.run(reports.collect, config, identity, tool, args.host)
     except ToolPlanContractError as exc:
         print(f"triad: {exc.contract_code}: {exc.message}", file=sys.stderr)
         return 1
@@ -124,12 +126,15 @@ def _run_verb(args: argparse.Namespace, config: TriadConfig, daemon: Any) -> int
 
 def policy_warnings(config: TriadConfig) -> list[str]:
     from gateway.naming import prefix_active, sanitize_server_names
-    from policy.lint import unknown_patterns
+    from policy.lint import spanning_patterns, unknown_patterns
 
     upstreams = config.enabled_upstreams()
     prefixed = prefix_active(config.naming, len(upstreams))
-    return unknown_patterns(config.policy, {cid: c.tools for cid, c in config.clients.items()},
-                            sanitize_server_names(list(upstreams)), config.naming.separator if prefixed else None)
+    client_rules = {cid: c.tools for cid, c in config.clients.items()}
+    parts = sanitize_server_names(list(upstreams))
+    separator = config.naming.separator if prefixed else None
+    return [*unknown_patterns(config.policy, client_rules, parts, separator),
+            *spanning_patterns(config.policy, client_rules, parts, separator)]
 
 
 def _import(path: str) -> int:
@@ -145,6 +150,12 @@ def _import(path: str) -> int:
         print(f"triad: {path}: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _host_arg(parser: argparse.ArgumentParser) -> None:
+    """serve's listen address; plan and explain take it too, since policy depends on it (off loopback, the
+    built-in remote deny list applies)."""
+    parser.add_argument("--host", help="listen address (default: listen.host from the config)")
 
 
 def _config_arg(parser: argparse.ArgumentParser) -> None:

@@ -16,14 +16,15 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    PrivateAttr,
     SecretStr,
     ValidationError,
     field_validator,
     model_validator,
 )
 
-from gateway._config_errors import describe_error, format_problem
-from gateway._yaml import LineMap, YamlProblem, load_with_lines
+from gateway._config_errors import describe_error, format_problem, hide_values
+from gateway._yaml import LineMap, Loaded, YamlProblem, load_with_lines
 from gateway.errors import ConfigError
 
 DEFAULT_PORT = 8765
@@ -268,7 +269,12 @@ class TriadConfig(_Model):
     min_ready: int = Field(default=1, ge=0)
     """`/readyz` answers 200 once this many upstreams are ready (or all of them, if there are fewer)."""
     page_size: int = Field(default=DEFAULT_PAGE_SIZE, ge=1, le=10_000)
+    state_dir: str | None = None
+    """Where Triad keeps state across restarts (the exposed-name ledger); relative to the config file, whose
+    directory is the default."""
     source: Path | None = Field(default=None, exclude=True)
+    _variables: dict[str, SecretStr] = PrivateAttr(default_factory=dict)
+    """The environment values interpolated into this config, by variable name (see `hide_values`)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -280,6 +286,10 @@ class TriadConfig(_Model):
                 raise ValueError("use either upstreams or mcpServers, not both")
             data["upstreams"] = servers
         return data
+
+    def hide_values(self, message: str) -> str:
+        """`message` with every environment value this config was built from replaced by its `${NAME}`."""
+        return hide_values(message, {name: value.get_secret_value() for name, value in self._variables.items()})
 
     def enabled_upstreams(self) -> dict[str, UpstreamConfig]:
         return {name: up for name, up in self.upstreams.items() if up.enabled}
@@ -303,10 +313,23 @@ def load_config(path: str | Path) -> TriadConfig:
 
 def parse_config(text: str, *, source: Path | None = None, environ: dict[str, str] | None = None) -> TriadConfig:
     try:
-        data, lines, problems = load_with_lines(text, environ)
+        loaded = load_with_lines(text, environ)
     except YamlProblem as exc:
         raise ConfigError([format_problem((), exc.message, exc.line)]) from None
-    messages = [format_problem(p.path, p.message, p.line) for p in problems]
+    try:
+        config = _validate(loaded, source)
+    except ConfigError as exc:
+        raise ConfigError([hide_values(problem, loaded.variables) for problem in exc.problems]) from None
+    config._variables = {name: SecretStr(value) for name, value in loaded.variables.items()}
+    return config
+
+
+def _validate(loaded: Loaded, source: Path | None) -> TriadConfig:
+    data, lines = loaded.data, loaded.lines
+    if data is None:  # an editor's truncate-then-write caught half-way looks just like this
+        raise ConfigError([format_problem((), "the file is empty (only whitespace or comments); a config with no "
+                                              "settings is written `{}`", None)])
+    messages = [format_problem(p.path, p.message, p.line) for p in loaded.problems]
     if not isinstance(data, dict):
         raise ConfigError([*messages, format_problem((), "the top level must be a mapping of keys", lines.get(()))])
     if "mcpServers" in data:
@@ -349,6 +372,7 @@ def _semantic_problems(config: TriadConfig, lines: LineMap) -> list[str]:
                 )
             )
         raw_seen.setdefault(key, name)
+    problems += _prefix_problems(config, lines)
     tokens: dict[str, str] = {}
     for client_id, client in config.clients.items():
         if client.token is None:
@@ -366,4 +390,29 @@ def _semantic_problems(config: TriadConfig, lines: LineMap) -> list[str]:
                 )
             )
         tokens.setdefault(secret, client_id)
+    return problems
+
+
+def _prefix_problems(config: TriadConfig, lines: LineMap) -> list[str]:
+    """Exposed names are `<upstream><separator><tool>`: no upstream's prefix may be read as (part of) another's,
+    or a rule written for `fs__*` would also reach the tools of an upstream named `fs__evil` (or `fs_`)."""
+    if config.naming.prefix == "never":
+        return []
+    from gateway.naming import sanitize_server_names  # naming imports this module's types
+
+    separator = config.naming.separator
+    problems = []
+    heads: dict[str, str] = {}
+    for name, part in sanitize_server_names(list(config.upstreams)).items():
+        where = ("upstreams", name)
+        head = (part + separator).lower()
+        if separator.lower() in part.lower():
+            problems.append(format_problem(where, f"the name contains the naming separator {separator!r}, so its "
+                                           "tools would look like another upstream's; rename it or change "
+                                           "naming.separator", lines.get(where)))
+        elif clash := next((other for other, h in heads.items() if h.startswith(head) or head.startswith(h)), None):
+            problems.append(format_problem(where, f"its tools' prefix {head!r} overlaps {heads[clash]!r} of "
+                                           f"upstream {clash!r}, so a pattern for one also matches the other's "
+                                           "tools; rename one of them", lines.get(where)))
+        heads[name] = head
     return problems

@@ -28,6 +28,7 @@ from exposers.notify import Notifier
 from gateway.config import TriadConfig, is_loopback
 from gateway.dispatch import Dispatcher
 from gateway.identity import LOCAL, Identity
+from gateway.name_ledger import NameLedger
 from gateway.reload import Reloader
 
 logger = logging.getLogger("triad")
@@ -56,7 +57,8 @@ async def running_gateway(config: TriadConfig, host: str | None = None, *, watch
             dispatcher.on_upstream_change(upstream)
 
     pool = UpstreamPool(config, on_change)
-    dispatcher = Dispatcher(config, pool, remote=not is_loopback(host or config.listen.host))
+    dispatcher = Dispatcher(config, pool, remote=not is_loopback(host or config.listen.host),
+                            names=NameLedger.for_config(config, persist=watch))
     notifier = Notifier(dispatcher)
     pool.on_updated = notifier.resource_updated
     rounds = InputRounds()

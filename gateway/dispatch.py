@@ -26,6 +26,7 @@ from gateway.errors import InvalidRequest, UnknownName, UpstreamUnavailable
 from gateway.hooks import CallContext, HookChain, Session, build_chain
 from gateway.identity import Identity, run_list
 from gateway.metrics import Metrics
+from gateway.name_ledger import NameLedger
 from gateway.naming import parse_exposed_uri
 from gateway.registry import EMPTY_REGISTRY, Registry, build_registry
 from gateway.views import ClientView, build_view, paginate, schema_profile
@@ -84,8 +85,10 @@ def _pipeline(config: TriadConfig, remote: bool) -> Pipeline:
 
 
 class Dispatcher:
-    def __init__(self, config: TriadConfig, pool: UpstreamPool, *, remote: bool = False) -> None:
+    def __init__(self, config: TriadConfig, pool: UpstreamPool, *, remote: bool = False,
+                 names: NameLedger | None = None) -> None:
         self.config = config
+        self.names = names if names is not None else NameLedger()
         self.pool = pool
         self._remote = remote
         self.pipeline = _pipeline(config, remote)
@@ -127,7 +130,7 @@ class Dispatcher:
             self._stale = False
             snapshots = {name: UpstreamSnapshot(up.catalog, up.state.value, up.reason)
                          for name, up in self.pool.upstreams.items()}
-            built = build_upstream_sources(self.config, snapshots)
+            built = build_upstream_sources(self.config, snapshots, names=self.names)
             self._registry = build_registry(self._registry.version + 1, built.sources, built.context,
                                             built.uri_owners)
             self._views, self._schemas = {}, {}

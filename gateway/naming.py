@@ -10,8 +10,9 @@ Rules (reference section 11.2, OpenClaw `agent-bundle-mcp-names.ts`):
   case-insensitively (with each other or with reserved core/plugin names) get `-2`, `-3`… on the tool part,
   processing tools sorted by (upstream part, raw name, upstream name).
 
-Everything here is a pure function of (config order, upstream names, raw names), so the mapping is stable across
-reloads and restarts; `NameMap` reverses it in O(1).
+Everything here is a pure function of (config order, upstream names, raw names, names given before), so the
+mapping is stable across reloads and restarts; the names given before are kept by `gateway.name_ledger`, so a
+tool an upstream adds later cannot take a name another tool had. `NameMap` reverses it in O(1).
 """
 
 from __future__ import annotations
@@ -82,34 +83,69 @@ def assign_names(
     server_parts: Mapping[str, str],
     prefixed: bool,
     reserved: Iterable[str] = (),
+    pinned: Mapping[tuple[str, str], str] | None = None,
 ) -> NameMap:
-    """Name every (upstream, raw name) in `catalog`. `reserved` names (core, plugins) are never reused."""
+    """Name every (upstream, raw name) in `catalog`. `reserved` names (core, plugins) are never reused.
+
+    `pinned` holds the names given before (the name ledger): a tool keeps its pinned name, and the pinned name of
+    a tool that is absent now (its upstream down, or the tool gone for a while) is given to no other tool. So an
+    upstream that adds `Delete_File` cannot take the name `delete_file` had, which a deny rule may be written on.
+    A pinned name the current naming settings would not produce (another separator, prefix mode or length) is
+    ignored."""
     taken = {name.lower() for name in reserved}
-    items = sorted(
-        ((server_parts[upstream], raw, upstream) for upstream, names in catalog.items() for raw in names),
-    )
+    sep = naming.separator
     forward: dict[tuple[str, str], str] = {}
     reverse: dict[str, tuple[str, str]] = {}
-    sep = naming.separator
-    for safe_server, raw, upstream in items:
-        if (upstream, raw) in forward:
-            continue
+
+    def shape(upstream: str, raw: str) -> tuple[str, str, int]:
         if prefixed:
-            head = safe_server + sep
-            tool = sanitize(raw, "tool")
+            head, tool = server_parts[upstream] + sep, sanitize(raw, "tool")
         else:
-            head = ""
-            tool = _lead_with_letter(sanitize(raw, "tool"), "tool")
-        budget = max(1, naming.max_length - len(head))
-        candidate, n = head + tool[:budget], 1
-        while candidate.lower() in taken:
+            head, tool = "", _lead_with_letter(sanitize(raw, "tool"), "tool")
+        return head, tool, max(1, naming.max_length - len(head))
+
+    def give(key: tuple[str, str], name: str) -> None:
+        taken.add(name.lower())
+        forward[key] = name
+        reverse[name] = key
+
+    wanted = {(upstream, raw) for upstream, names in catalog.items() for raw in names}
+    held: list[tuple[tuple[str, str], str]] = []
+    for key, name in sorted((pinned or {}).items()):
+        if key[0] in server_parts and name.lower() not in taken and _fits(name, *shape(*key)):
+            taken.add(name.lower())
+            held.append((key, name))
+    for key, name in held:
+        if key in wanted:
+            give(key, name)
+    unnamed = sorted((server_parts[upstream], raw, upstream) for upstream, raw in wanted - forward.keys())
+    for _part, raw, upstream in unnamed:
+        head, tool, budget = shape(upstream, raw)
+        n = 1
+        while (candidate := _candidate(head, tool, budget, n)).lower() in taken:
             n += 1
-            suffix = f"-{n}"
-            candidate = head + tool[: max(1, budget - len(suffix))] + suffix
-        taken.add(candidate.lower())
-        forward[(upstream, raw)] = candidate
-        reverse[candidate] = (upstream, raw)
+        give((upstream, raw), candidate)
     return NameMap(forward, reverse)
+
+
+def _candidate(head: str, tool: str, budget: int, n: int) -> str:
+    """The n-th name for a tool: the first one plain, then `-2`, `-3`… on the tool part (cut to fit)."""
+    if n == 1:
+        return head + tool[:budget]
+    suffix = f"-{n}"
+    return head + tool[: max(1, budget - len(suffix))] + suffix
+
+
+_SUFFIX = re.compile(r"-([1-9][0-9]{0,5})$")
+
+
+def _fits(name: str, head: str, tool: str, budget: int) -> bool:
+    """Whether `name` is one the current settings would give this tool (its first name or a suffixed one)."""
+    if name == _candidate(head, tool, budget, 1):
+        return True
+    match = _SUFFIX.search(name)
+    return match is not None and int(match.group(1)) >= 2 and name == _candidate(head, tool, budget,
+                                                                                  int(match.group(1)))
 
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):(//)?")

@@ -4,10 +4,16 @@ Ownership: the daemon creates one `Reloader` and runs `watch()` as a task in its
 `POST /admin/reload` call `reload()` directly. Reloads are serialised by a lock. Applying a config never awaits an
 upstream: the pool starts or retires connections in its own tasks, the dispatcher swaps its config, policy and
 registry by assignment, and the notifier tells each session whose view changed.
+
+Fail closed: a file caught mid-write is never applied (the watcher waits until the content has stopped changing,
+then parses exactly that content); an empty file is invalid; and a reload that would turn authentication off or
+remove every upstream is refused unless the new file says so (`clients: {}`, `upstreams: {}`), since a truncated
+or half-written file looks just like that.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from dataclasses import dataclass, field
@@ -17,15 +23,36 @@ import anyio
 import watchfiles
 
 from consumers import UpstreamPool
-from gateway.config import TriadConfig, load_config
+from gateway.config import TriadConfig, parse_config
 from gateway.dispatch import Dispatcher
 from gateway.errors import ConfigError
 from gateway.hooks import HookConfigError, build_chain
+from gateway.identity import requires_token
 
 logger = logging.getLogger("triad.reload")
 
 WATCH_DEBOUNCE_MS = 300
 """Editors write in bursts (truncate, write, rename); one reload per burst."""
+SETTLE_SECONDS = 0.3
+"""A changed file is read again after this long, and applied only once two readings agree: an in-place writer
+(truncate, then write in pieces) is not caught half-way unless it pauses longer than this mid-file."""
+
+
+def fail_closed_problems(old: TriadConfig, new: TriadConfig) -> list[str]:
+    """What a reload from `old` to `new` would drop that an empty or truncated file drops too: every token, every
+    upstream. Allowed only when the new file writes the empty block itself."""
+    problems = []
+    if requires_token(old) and not requires_token(new) and not _written_empty(new, "clients"):
+        problems.append("clients: this reload would turn authentication off (no client has a token any more); "
+                        "if that is meant, write `clients: {}` in the file")
+    if old.upstreams and not new.upstreams and not _written_empty(new, "upstreams"):
+        problems.append("upstreams: this reload would remove every upstream; if that is meant, write "
+                        "`upstreams: {}` in the file")
+    return problems
+
+
+def _written_empty(config: TriadConfig, key: str) -> bool:
+    return key in config.model_fields_set and not getattr(config, key)
 
 
 @dataclass
@@ -57,16 +84,24 @@ class Reloader:
         self._dispatcher = dispatcher
         self._lock = anyio.Lock()
         self._stop_watching = anyio.Event()
+        self._last_text: str | None = None
+        """The content the last reload read: the watcher does not reload a file whose content did not change."""
 
     def stop(self) -> None:
         """End `watch()`. Its watcher thread only notices this event (cancellation waits for the thread)."""
         self._stop_watching.set()
 
-    async def reload(self, trigger: str) -> ReloadResult:
+    async def reload(self, trigger: str, text: str | None = None) -> ReloadResult:
+        """Validate the file (or `text`, content already read from it) and apply it; refuse it whole if invalid."""
         async with self._lock:
             self.status.last_attempt = time.time()
             try:
-                new = await anyio.to_thread.run_sync(load_config, self.path)
+                if text is None:
+                    text = await _read(self.path)
+                self._last_text = text
+                new = await anyio.to_thread.run_sync(functools.partial(parse_config, text, source=self.path))
+                if problems := fail_closed_problems(self.config, new):
+                    raise ConfigError(problems)
             except ConfigError as exc:
                 self.status.failures += 1
                 self.status.last_error = exc.problems
@@ -77,8 +112,9 @@ class Reloader:
                 hooks = build_chain(new.hooks)
             except HookConfigError as exc:
                 self.status.failures += 1
-                self.status.last_error = [f"hooks: {exc}"]
-                logger.error("reload (%s) refused, the running config stays in force: hooks: %s", trigger, exc)
+                self.status.last_error = [new.hide_values(f"hooks: {exc}")]
+                logger.error("reload (%s) refused, the running config stays in force: %s", trigger,
+                             self.status.last_error[0])
                 return ReloadResult(False, self.status.last_error)
             if new.listen != self.config.listen:
                 logger.warning("reload (%s): listen changed (%s:%d -> %s:%d); it takes effect on restart only",
@@ -107,5 +143,31 @@ class Reloader:
         async for _changes in watchfiles.awatch(target.parent, watch_filter=is_config,
                                                 debounce=WATCH_DEBOUNCE_MS, step=50, recursive=False,
                                                 stop_event=self._stop_watching):
-            if target.exists():
-                await self.reload("file changed")
+            text = await self._settled_text()
+            if text is None:
+                continue  # gone (a rename in progress, or deleted): the next change brings it back
+            if text == self._last_text:
+                logger.debug("config file touched, content unchanged; not reloaded")
+                continue
+            await self.reload("file changed", text)
+
+    async def _settled_text(self) -> str | None:
+        """The file's content once two readings `SETTLE_SECONDS` apart agree; None if it cannot be read."""
+        try:
+            text = await _read(self.path)
+            while True:
+                await anyio.sleep(SETTLE_SECONDS)
+                again = await _read(self.path)
+                if again == text:
+                    return text
+                text = again
+        except ConfigError:
+            return None
+
+
+async def _read(path: Path) -> str:
+    try:
+        return await anyio.Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise ConfigError([f"{path}: cannot read ({reason})"]) from None

@@ -21,8 +21,10 @@ PLAN_MARGIN = 5.0
 """Extra seconds to wait beyond the slowest upstream timeout before reporting what is there."""
 
 
-async def collect(config: TriadConfig, identity: Identity, tool: str | None = None) -> dict[str, Any]:
-    async with running_gateway(config) as gw:
+async def collect(config: TriadConfig, identity: Identity, tool: str | None = None,
+                  host: str | None = None) -> dict[str, Any]:
+    """`host`: where `serve` would listen (default: the config's), so the remote deny list applies the same."""
+    async with running_gateway(config, host) as gw:
         await gw.pool.wait_settled(PLAN_MARGIN)
         view = gw.dispatcher.view(identity)
         upstreams = {name: {"state": up.state.value, "reason": up.reason, "transport": up.config.kind}

@@ -2,7 +2,9 @@
 
 Without connecting, Triad cannot know every tool name, but it knows the upstreams: `group:<name>` must name an
 upstream, a built-in group or a `tool_groups` entry; `<upstream>:<tool>` must name an upstream; and a prefixed
-pattern (`<part><separator>...`) must start like one of the upstreams' exposed prefixes.
+pattern (`<part><separator>...`) must start like one of the upstreams' exposed prefixes. And a pattern that begins
+with a name (not with `*`) but could match the tools of several upstreams (`f*` with upstreams `fs` and `files`)
+was probably meant for one of them.
 """
 
 from __future__ import annotations
@@ -37,6 +39,29 @@ def unknown_patterns(policy: PolicyConfig, client_rules: Mapping[str, ToolRule |
                 why = f"no upstream's tools start with {head!r}"
         if why is not None:
             warnings.append(f"{path}: pattern {pattern!r} matches nothing ({why})")
+    return warnings
+
+
+def spanning_patterns(policy: PolicyConfig, client_rules: Mapping[str, ToolRule | None],
+                      upstream_parts: Mapping[str, str], separator: str | None) -> list[str]:
+    """Warnings as `key.path: pattern 'p' spans upstreams a, b (...)` for a pattern whose literal head (the text
+    before its first `*`) fits the prefix of more than one upstream. A pattern that starts with `*` is meant for
+    every upstream and is not reported."""
+    if separator is None:
+        return []
+    prefixes = {name: (part + separator).lower() for name, part in upstream_parts.items()}
+    warnings = []
+    for path, pattern in _patterns(policy, client_rules):
+        normalized = pattern.strip().lower()
+        if "*" not in normalized or ":" in normalized:
+            continue  # an exact name, a group or an `upstream:tool` form names its upstream
+        head = normalized.split("*", 1)[0]
+        if not head:
+            continue
+        spanned = [name for name, prefix in prefixes.items() if prefix.startswith(head) or head.startswith(prefix)]
+        if len(spanned) > 1:
+            warnings.append(f"{path}: pattern {pattern!r} spans upstreams {', '.join(spanned)} (write "
+                            f"'{upstream_parts[spanned[0]]}{separator}...' to mean one of them)")
     return warnings
 
 

@@ -100,6 +100,8 @@ BROKEN = [
      "naming.max_length: Input should be less than or equal to 128 (line 1)"),
     ("both upstreams and mcpServers", "upstreams: {}\nmcpServers: {}\n", "use either upstreams or mcpServers"),
     ("empty token", "clients:\n  c: {token: ''}\n", "clients.c.token: token is empty (line 2)"),
+    ("empty file", "", "(top level): the file is empty"),
+    ("only comments", "# upstreams:\n\n   \n", "(top level): the file is empty"),
 ]
 
 
@@ -157,3 +159,33 @@ def test_the_example_config_serves_the_demo_upstream_whatever_npx_does(tmp_path:
     assert {"demo__echo", "demo__add", "demo__word_count"} <= {t["name"] for t in report["visible"]}
     everything = report["upstreams"]["everything"]
     assert everything["state"] == "ready" or everything["reason"], everything
+
+
+LEAKY = [
+    ("anonymous", "anonymous: '${TRIAD_TEST_SECRET}'\n"),
+    ("named profile", "policy: {use: '${TRIAD_TEST_SECRET}'}\n"),
+    ("hook name", "hooks: ['${TRIAD_TEST_SECRET}']\n"),
+    ("plugin module", "hooks: ['my_${TRIAD_TEST_SECRET}:Hook']\n"),
+    ("hook option", "hooks: [{rate_limit: {per_client: '${TRIAD_TEST_SECRET}'}}]\n"),
+    ("unknown hook option", "hooks: [{audit: {path: a.jsonl, colour: 'x ${TRIAD_TEST_SECRET}'}}]\n"),
+]
+
+
+@pytest.mark.parametrize(("case", "text"), LEAKY, ids=[leak[0] for leak in LEAKY])
+def test_check_shows_the_variable_name_never_its_value(case: str, text: str, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("TRIAD_TEST_SECRET", "tok-3f9a1c77e2")
+    path = tmp_path / "leaky.yaml"
+    path.write_text(text)
+    assert main(["check", "-c", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "3f9a1c77e2" not in err, err
+    if case != "unknown hook option":  # pydantic's own message names the key, not the value
+        assert "${TRIAD_TEST_SECRET}" in err, err
+
+
+def test_a_short_value_is_hidden_where_a_message_quotes_it() -> None:
+    with pytest.raises(ConfigError) as raised:
+        parse_config("anonymous: '${V}'\n", environ={"V": "1"})
+    assert raised.value.problems == ["anonymous: no client named '${V}' under clients (line 1)"]

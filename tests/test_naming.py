@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from gateway.config import NamingConfig
+from gateway import name_ledger
+from gateway.cli import main
+from gateway.config import NamingConfig, load_config, parse_config
+from gateway.errors import ConfigError
+from gateway.name_ledger import NameLedger, ledger_path
 from gateway.naming import (
     assign_names,
     expose_uri,
@@ -13,6 +19,7 @@ from gateway.naming import (
     sanitize,
     sanitize_server_names,
 )
+from policy.patterns import compile_glob
 
 DEFAULT = NamingConfig()
 
@@ -142,3 +149,139 @@ def test_uris_round_trip(uri: str, exposed: str) -> None:
 def test_unparseable_uri() -> None:
     assert parse_exposed_uri("test://") is None
     assert parse_exposed_uri("plain") is None
+
+
+SEPARATOR_CLASHES = [
+    ("separator inside a name", "upstreams: {fs: {command: x}, fs__evil: {command: y}}\n",
+     "upstreams.fs__evil: the name contains the naming separator '__'"),
+    ("custom separator inside a name", "naming: {separator: '-'}\nupstreams: {my-server: {command: x}}\n",
+     "upstreams.my-server: the name contains the naming separator '-'"),
+    ("sanitised into the separator", "naming: {separator: '-'}\nupstreams: {my.server: {command: x}}\n",
+     "upstreams.my.server: the name contains the naming separator '-'"),
+    ("case does not hide it", "naming: {separator: X}\nupstreams: {boxer: {command: x}}\n",
+     "upstreams.boxer: the name contains the naming separator 'X'"),
+    ("one prefix runs into another", "upstreams:\n  fs: {command: x}\n  fs_: {command: y}\n",
+     "upstreams.fs_: its tools' prefix 'fs___' overlaps 'fs__' of upstream 'fs', so a pattern"),
+]
+
+
+@pytest.mark.parametrize(("case", "text", "expected"), SEPARATOR_CLASHES, ids=[c[0] for c in SEPARATOR_CLASHES])
+def test_check_refuses_upstream_names_that_read_as_another_upstreams_prefix(
+        case: str, text: str, expected: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "names.yaml"
+    path.write_text(text)
+    assert main(["check", "-c", str(path)]) == 1
+    assert expected in capsys.readouterr().err
+
+
+def test_upstream_names_are_free_when_nothing_is_prefixed(tmp_path: Path) -> None:
+    path = tmp_path / "never.yaml"
+    path.write_text("naming: {prefix: never}\nupstreams: {fs: {command: x}, fs__evil: {command: y}}\n")
+    assert main(["check", "-c", str(path)]) == 0
+
+
+def test_check_warns_where_a_pattern_spans_upstreams(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "span.yaml"
+    path.write_text("upstreams: {fs: {command: x}, files: {command: y}, web: {command: z}}\n"
+                    "policy:\n"
+                    "  profile: {deny: ['f*', '*delete*', 'fs__*', 'files__read*', 'fs:*', 'web*']}\n"
+                    "  gateway_deny: ['fi*']\n")
+    assert main(["check", "-c", str(path)]) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "spans" in line]
+    assert warnings == ["warning: policy.profile.deny: pattern 'f*' spans upstreams fs, files (write 'fs__...' to "
+                        "mean one of them)"]
+
+
+def test_a_pattern_cannot_reach_into_another_upstream_once_names_are_checked() -> None:
+    """What the refusal protects: with `fs` and `fs_`, the glob `fs__*` matched both upstreams' tools."""
+    parts = sanitize_server_names(["fs", "fs_"])
+    mapping = assign_names({"fs": ["read"], "fs_": ["write"]}, DEFAULT, server_parts=parts, prefixed=True)
+    glob = compile_glob("fs__*")
+    assert glob is not None
+    assert [name for name in mapping.reverse if glob.matches_text(name)] == ["fs__read", "fs___write"]
+    with pytest.raises(ConfigError):
+        parse_config("upstreams: {fs: {command: x}, fs_: {command: y}}\n")
+
+
+def test_a_pinned_name_stays_with_its_tool_when_a_lookalike_sorts_first() -> None:
+    catalog = {"fsA": ["Delete_File", "delete_file"]}
+    assert names(catalog) == {("fsA", "Delete_File"): "fsA__Delete_File", ("fsA", "delete_file"): "fsA__delete_file-2"}
+    pinned = {("fsA", "delete_file"): "fsA__delete_file"}
+    parts = sanitize_server_names(list(catalog))
+    mapping = assign_names(catalog, DEFAULT, server_parts=parts, prefixed=True, pinned=pinned)
+    assert dict(mapping.forward) == {("fsA", "delete_file"): "fsA__delete_file",
+                                     ("fsA", "Delete_File"): "fsA__Delete_File-2"}
+
+
+def test_the_pinned_name_of_an_absent_tool_goes_to_no_other_tool() -> None:
+    parts = sanitize_server_names(["a", "b"])
+    pinned = {("a", "echo"): "echo"}  # a is down: its echo is not in the catalog now
+    mapping = assign_names({"a": [], "b": ["echo"]}, DEFAULT, server_parts=parts, prefixed=False, pinned=pinned)
+    assert dict(mapping.forward) == {("b", "echo"): "echo-2"}
+
+
+@pytest.mark.parametrize(("pinned", "naming", "expected"), [
+    ("gh__t", NamingConfig(separator="_"), "gh_t"),          # another separator
+    ("gh__t-7", NamingConfig(), "gh__t-7"),                  # a suffix it once needed is kept
+    ("gh__other", NamingConfig(), "gh__t"),                  # not a name this tool could have
+    ("gh__t-0", NamingConfig(), "gh__t"),
+    ("gh__" + "t" * 60, NamingConfig(max_length=32), "gh__" + "t" * 28),  # cut for a longer limit
+])
+def test_a_pinned_name_the_settings_would_not_give_is_ignored(pinned: str, naming: NamingConfig,
+                                                               expected: str) -> None:
+    raw = "t" * 60 if pinned.startswith("gh__tttt") else "t"
+    parts = sanitize_server_names(["gh"])
+    mapping = assign_names({"gh": [raw]}, naming, server_parts=parts, prefixed=True, pinned={("gh", raw): pinned})
+    assert mapping.exposed("gh", raw) == expected
+
+
+def test_the_ledger_is_written_whole_and_read_back(tmp_path: Path) -> None:
+    path = tmp_path / "state" / "triad.names.json"
+    ledger = NameLedger(path, persist=True)
+    ledger.record("tools", {("fs", "read"): "fs__read"})
+    ledger.record("prompts", {("fs", "greet"): "fs__greet"})
+    again = NameLedger(path)
+    assert dict(again.pinned("tools")) == {("fs", "read"): "fs__read"}
+    assert dict(again.pinned("prompts")) == {("fs", "greet"): "fs__greet"}
+    assert [p.name for p in path.parent.iterdir()] == ["triad.names.json"]  # no temporary file left behind
+
+
+def test_a_ledger_that_does_not_persist_never_writes(tmp_path: Path) -> None:
+    path = tmp_path / "triad.names.json"
+    NameLedger(path).record("tools", {("fs", "read"): "fs__read"})
+    assert not path.exists()
+
+
+def test_names_another_process_wrote_are_kept(tmp_path: Path) -> None:
+    path = tmp_path / "triad.names.json"
+    one, two = NameLedger(path, persist=True), NameLedger(path, persist=True)
+    one.record("tools", {("fs", "read"): "fs__read"})
+    two.record("tools", {("fs", "write"): "fs__write"})
+    assert dict(NameLedger(path).pinned("tools")) == {("fs", "read"): "fs__read", ("fs", "write"): "fs__write"}
+
+
+def test_an_unreadable_ledger_starts_afresh(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "triad.names.json"
+    path.write_text('{"tools": {"fs": {"read": "fs__re')
+    ledger = NameLedger(path, persist=True)
+    assert dict(ledger.pinned("tools")) == {}
+    assert "exposed names start afresh" in caplog.text
+    ledger.record("tools", {("fs", "read"): "fs__read"})
+    assert dict(NameLedger(path).pinned("tools")) == {("fs", "read"): "fs__read"}
+
+
+def test_the_ledger_forgets_absent_tools_first_past_its_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(name_ledger, "MAX_NAMES", 3)
+    ledger = NameLedger()
+    ledger.record("tools", {("s", f"old{i}"): f"s__old{i}" for i in range(3)})
+    ledger.record("tools", {("s", "new0"): "s__new0", ("s", "new1"): "s__new1"})
+    assert list(ledger.pinned("tools")) == [("s", "old2"), ("s", "new0"), ("s", "new1")]
+
+
+def test_the_ledger_lives_next_to_the_config_or_in_state_dir(tmp_path: Path) -> None:
+    path = tmp_path / "gw.yaml"
+    path.write_text("upstreams: {}\n")
+    assert ledger_path(load_config(path)) == tmp_path / "gw.names.json"
+    path.write_text("upstreams: {}\nstate_dir: var/triad\n")
+    assert ledger_path(load_config(path)) == tmp_path / "var" / "triad" / "gw.names.json"
+    assert ledger_path(parse_config("upstreams: {}\n")) is None

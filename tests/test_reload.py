@@ -200,3 +200,98 @@ async def test_a_replaced_upstream_keeps_its_clients_resource_subscriptions(era:
                 await call(via, "test_trigger_resource_update")
                 with anyio.move_on_after(0.5):
                     await updated.wait()
+
+
+async def test_a_refused_reload_names_the_variable_never_its_value(procs: list[Proc], tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRIAD_TEST_RATE", "tok-77c1d0e94b")
+    path = write_config(tmp_path, base_config())
+    url = start_triad(procs, path, wait_ready=2)
+    triad = procs[-1]
+    rewrite(path, {**base_config(), "anonymous": "${TRIAD_TEST_RATE}",
+                   "hooks": [{"rate_limit": {"per_client": "${TRIAD_TEST_RATE}"}}]})
+    await triad.until(r"reload \(file changed\) refused")
+    async with httpx2.AsyncClient() as http:
+        ready = (await http.get(url.replace("/mcp", "/readyz"))).json()
+    errors = " ".join(ready["reload"]["last_error"])
+    assert "${TRIAD_TEST_RATE}" in errors
+    assert "77c1d0e94b" not in errors and "77c1d0e94b" not in triad.stderr
+
+
+INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+              "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                         "clientInfo": {"name": "t", "version": "1"}}}
+ACCEPT = {"Accept": "application/json, text/event-stream"}
+
+
+def guarded_config() -> dict[str, Any]:
+    return {**base_config(), "clients": {"boss": {"token": "${TRIAD_TEST_BOSS}", "owner": True}}}
+
+
+async def status_without_token(url: str) -> int:
+    async with httpx2.AsyncClient() as http:
+        return (await http.post(url, json=INITIALIZE, headers=ACCEPT)).status_code
+
+
+@pytest.mark.parametrize("content", ["", "# being rewritten\n"])
+async def test_an_empty_file_is_refused_and_authentication_stays_on(procs: list[Proc], tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch,
+                                                                    content: str) -> None:
+    monkeypatch.setenv("TRIAD_TEST_BOSS", "boss-token-5555")
+    path = write_config(tmp_path, guarded_config())
+    url = start_triad(procs, path, wait_ready=2)
+    triad = procs[-1]
+    path.write_text(content)
+    await triad.until(r"reload \(file changed\) refused")
+    assert "(top level): the file is empty" in triad.stderr
+    assert await status_without_token(url) == 401
+    async with session_as(url, "boss-token-5555") as boss:
+        assert len((await boss.list_tools()).tools) == 2 * TOOL_COUNT
+
+
+async def test_turning_authentication_off_needs_an_explicit_empty_clients_block(
+        procs: list[Proc], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRIAD_TEST_BOSS", "boss-token-6666")
+    path = write_config(tmp_path, guarded_config())
+    url = start_triad(procs, path, wait_ready=2)
+    triad = procs[-1]
+    rewrite(path, base_config())  # what a file cut off before its clients block says
+    await triad.until(r"reload \(file changed\) refused")
+    assert "write `clients: {}` in the file" in triad.stderr
+    assert await status_without_token(url) == 401
+    rewrite(path, {**base_config(), "clients": {}})
+    await triad.until(r"reloaded config \(file changed\)")
+    assert await status_without_token(url) == 200
+
+
+async def test_removing_every_upstream_needs_an_explicit_empty_upstreams_block(procs: list[Proc],
+                                                                                tmp_path: Path) -> None:
+    path = write_config(tmp_path, base_config())
+    url = start_triad(procs, path, wait_ready=2)
+    triad = procs[-1]
+    async with http_session(url) as via:
+        rewrite(path, {"page_size": 50})
+        await triad.until(r"reload \(file changed\) refused")
+        assert "write `upstreams: {}` in the file" in triad.stderr
+        assert (await call(via, "a__echo", {"text": "kept"}))["content"][0]["text"] == "kept"
+        rewrite(path, {"upstreams": {}, "page_size": 50})
+        await triad.until(r"reloaded config \(file changed\): removed a, b")
+
+
+async def test_a_file_written_in_place_slowly_is_applied_once_whole(procs: list[Proc], tmp_path: Path) -> None:
+    """An in-place writer truncates the file, then writes it line by line; no state in between is applied."""
+    path = write_config(tmp_path, base_config())
+    start_triad(procs, path, wait_ready=2)
+    triad = procs[-1]
+    new = {"upstreams": {**base_config()["upstreams"], "c": stdio_upstream("rl-c")}}
+    lines = [f"# line {i} of a long header comment\n" for i in range(15)]
+    lines += yaml.safe_dump(new, sort_keys=False).splitlines(keepends=True)
+    with path.open("w") as stream:  # truncates: the watcher sees an empty file first
+        for line in lines:
+            stream.write(line)
+            stream.flush()
+            await anyio.sleep(0.03)  # a slow writer, not synchronisation: pauses well within SETTLE_SECONDS
+    await triad.until(r"upstream c ready")
+    await triad.until(r"reloaded config \(file changed\): added c;")
+    assert "refused" not in triad.stderr and "removed" not in triad.stderr
+    assert triad.stderr.count("reloaded config") == 1

@@ -1,0 +1,46 @@
+"""A stdio MCP upstream whose tools are named on the command line; each call answers with the raw name it ran.
+
+    python named_upstream.py --name N --tool delete_file [--tool Delete_File ...]
+
+For the tests of exposed names: which upstream tool an exposed name reaches, whatever the upstream adds.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import anyio
+from mcp.server import Server
+
+
+def build_server(name: str, tools: list[str]) -> Server[Any]:
+    listed = [{"name": tool, "description": f"The tool {tool}.", "inputSchema": {"type": "object"}}
+              for tool in tools]
+
+    async def list_tools(ctx: Any, params: Any) -> dict[str, Any]:
+        return {"tools": listed}
+
+    async def call_tool(ctx: Any, params: Any) -> dict[str, Any]:
+        return {"content": [{"type": "text", "text": f"called {params.name}"}]}
+
+    return Server(name, version="1.0", on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+async def serve(server: Server[Any]) -> None:
+    from mcp.server.stdio import stdio_server
+
+    async with stdio_server() as (read, write):
+        await server.run(read, write, server.create_initialization_options())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--name", default="named")
+    parser.add_argument("--tool", action="append", default=[], help="a tool name (repeatable)")
+    args = parser.parse_args()
+    anyio.run(serve, build_server(args.name, args.tool))
+
+
+if __name__ == "__main__":
+    main()
