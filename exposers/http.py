@@ -158,7 +158,8 @@ def build_app(server: GatewayServer, dispatcher: Dispatcher, notifier: Notifier,
         upstreams = {name: {"state": up.state.value, **({"reason": up.reason} if up.reason else {})}
                      for name, up in dispatcher.pool.upstreams.items()}
         ready = sum(1 for u in upstreams.values() if u["state"] == "ready")
-        body: dict[str, Any] = {"ready": ready >= min(dispatcher.config.min_ready, len(upstreams)),
+        # A gateway with nothing behind it is not ready (an explicit `upstreams: {}` included).
+        body: dict[str, Any] = {"ready": bool(upstreams) and ready >= min(dispatcher.config.min_ready, len(upstreams)),
                                 "upstreams": upstreams, "registry_version": dispatcher.registry.version,
                                 "tools": len(dispatcher.registry.tools)}
         if reloader is not None:

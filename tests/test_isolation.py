@@ -164,3 +164,10 @@ async def test_metrics_and_readiness_details_need_a_token_and_every_route_checks
             assert refused.status_code == 421, (path, refused.status_code)
         origin = {"Origin": "http://evil.example", **bearer(ALICE)}
         assert (await http.post(f"{base}/admin/reload", headers=origin)).status_code == 403
+
+
+async def test_a_gateway_with_no_upstreams_is_not_ready(procs: list[Proc], tmp_path: Path) -> None:
+    url = start_triad(procs, write_config(tmp_path, {"upstreams": {}}))
+    async with httpx2.AsyncClient(timeout=30) as http:
+        ready = await http.get(url.replace("/mcp", "/readyz"))
+    assert (ready.status_code, ready.json()["ready"]) == (503, False)
