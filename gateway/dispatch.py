@@ -27,7 +27,7 @@ from gateway.hooks import CallContext, HookChain, Session, build_chain
 from gateway.identity import Identity, run_list
 from gateway.metrics import Metrics
 from gateway.name_ledger import NameLedger
-from gateway.naming import parse_exposed_uri
+from gateway.naming import expose_uri, parse_exposed_uri
 from gateway.registry import EMPTY_REGISTRY, Registry, build_registry
 from gateway.views import ClientView, build_view, paginate, schema_profile
 from policy import Pipeline
@@ -72,6 +72,30 @@ def clean_result(result: dict[str, Any]) -> dict[str, Any]:
     if isinstance(meta, dict) and any(k.startswith(ERA_META_PREFIX) for k in meta):
         stripped = {k: v for k, v in meta.items() if not k.startswith(ERA_META_PREFIX)}
         result = {**result, "_meta": stripped} if stripped else {k: v for k, v in result.items() if k != "_meta"}
+    return result
+
+
+def expose_links(result: dict[str, Any], server_part: str | None, key: str = "content") -> dict[str, Any]:
+    """A result's resource links and embedded resources named as the client can read them back: the upstream's
+    URI namespaced as `resources/list` shows it (`server_part` None: URIs are not namespaced)."""
+    if server_part is None:
+        return result
+
+    def exposed(item: Any) -> Any:
+        if not isinstance(item, dict):
+            return item
+        if item.get("type") == "resource_link" and isinstance(item.get("uri"), str):
+            return {**item, "uri": expose_uri(item["uri"], server_part)}
+        resource = item.get("resource")
+        if item.get("type") == "resource" and isinstance(resource, dict) and isinstance(resource.get("uri"), str):
+            return {**item, "resource": {**resource, "uri": expose_uri(resource["uri"], server_part)}}
+        return item
+
+    content = result.get(key)
+    if key == "messages" and isinstance(content, list):  # a prompt: each message holds one content item
+        result[key] = [{**m, "content": exposed(m.get("content"))} if isinstance(m, dict) else m for m in content]
+    elif isinstance(content, list):
+        result[key] = [exposed(item) for item in content]
     return result
 
 
@@ -239,8 +263,9 @@ class Dispatcher:
                 {"name": entry.executor.tool, "arguments": arguments, "_meta": meta, **input_round(params)},
                 by_name=False))
             limits = (ctx.timeout, ctx.max_time) if ctx is not None else (None, None)
-            return await self._forward(upstream, "tool", request, progress=progress, retry_safe=safe,
-                                       call_limits=limits)
+            result = await self._forward(upstream, "tool", request, progress=progress, retry_safe=safe,
+                                         call_limits=limits)
+            return expose_links(result, self.registry.uri_parts.get(upstream.name))
 
         if not self.hooks:
             return await send(None)
@@ -288,7 +313,8 @@ class Dispatcher:
             request = types.GetPromptRequest(params=types.GetPromptRequestParams.model_validate(
                 {"name": entry.raw, "arguments": arguments or None, "_meta": meta, **input_round(params)},
                 by_name=False))
-            return await self._forward(self._upstream(entry.upstream), "prompt", request, retry_safe=True)
+            result = await self._forward(self._upstream(entry.upstream), "prompt", request, retry_safe=True)
+            return expose_links(result, self.registry.uri_parts.get(entry.upstream), "messages")
 
         if not self.hooks:
             return await send(None)

@@ -12,6 +12,7 @@ recorded in `Registry.diagnostics`. The snapshot is swapped by one assignment by
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -117,6 +118,11 @@ class Registry:
     diagnostics: Sequence[RegistryDiagnostic] = ()
     uri_owners: Mapping[str, str] = field(default_factory=dict)
     """Upstream part of a namespaced URI -> upstream name; empty when URIs are not namespaced."""
+
+    @functools.cached_property
+    def uri_parts(self) -> Mapping[str, str]:
+        """Upstream name -> the part that namespaces its URIs (the inverse of `uri_owners`)."""
+        return {owner: part for part, owner in self.uri_owners.items()}
 
 
 EMPTY_REGISTRY = Registry(0, {}, {}, (), {}, AvailabilityContext())
