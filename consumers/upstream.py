@@ -160,7 +160,7 @@ class Upstream:
 
     async def _connect_and_serve(self) -> None:
         with anyio.CancelScope() as connect_scope:
-            connect_scope.deadline = anyio.current_time() + self.config.timeout
+            connect_scope.deadline = anyio.current_time() + self.config.connect_timeout
             async with open_transport(self.name, self.config, self.cwd) as (read, write, link):
                 watch = EOFWatch(read)
                 async with ClientSession(watch, write, client_info=CLIENT_INFO, message_handler=self._on_message,
@@ -188,7 +188,8 @@ class Upstream:
                         await self._serve(session, watch)
                         tg.cancel_scope.cancel()
         if connect_scope.cancelled_caught:
-            raise UpstreamTimeout(self.name, f"did not finish initialize and listing within {self.config.timeout:g}s")
+            raise UpstreamTimeout(self.name, f"did not finish initialize and listing within "
+                                            f"{self.config.connect_timeout:g}s")
 
     @property
     def modern(self) -> bool:
@@ -228,7 +229,7 @@ class Upstream:
             if self._relist:
                 self._relist = False
                 assert self.catalog is not None
-                with anyio.fail_after(self.config.timeout):
+                with anyio.fail_after(self.config.connect_timeout):
                     self.catalog = await list_catalog(self.name, session, None, self.catalog,
                                                       self._modern.checked_tools)
                 logger.info("upstream %s re-listed: %d tools", self.name, len(self.catalog.tools))

@@ -29,6 +29,8 @@ from gateway.errors import ConfigError
 
 DEFAULT_PORT = 8765
 DEFAULT_UPSTREAM_TIMEOUT = 60.0
+DEFAULT_CONNECT_TIMEOUT = 30.0
+"""Connecting, `initialize` and listing the catalog of an upstream, apart from the deadline of its calls."""
 DEFAULT_MAX_CALL_TIME = 600.0
 """The hard cap on one call whose deadline keeps being pushed back by progress notifications."""
 DEFAULT_PING_INTERVAL = 15.0
@@ -132,6 +134,7 @@ class UpstreamConfig(_Model):
     headers: dict[str, WireString] = {}
     transport: Transport | None = None
     timeout: Duration = DEFAULT_UPSTREAM_TIMEOUT
+    connect_timeout: Duration = DEFAULT_CONNECT_TIMEOUT
     max_call_time: Duration = DEFAULT_MAX_CALL_TIME
     ping_interval: Duration = DEFAULT_PING_INTERVAL
     circuit_breaker: CircuitBreakerConfig = CircuitBreakerConfig()

@@ -42,7 +42,8 @@ def failing_config(tmp_path: Path) -> Path:
     return write_config(tmp_path, {"upstreams": {
         "healthy": stdio_upstream("healthy"),
         "down": {"url": f"http://127.0.0.1:{closed_port()}/mcp", "timeout": "3s"},
-        "hanging": stdio_upstream("hanging", "--hang-initialize", timeout="2s"),
+        # `timeout` bounds calls only; connecting, initialize and listing have `connect_timeout`
+        "hanging": stdio_upstream("hanging", "--hang-initialize", timeout="1s", connect_timeout="2s"),
         "missing": {"command": "/nonexistent/mcp-server", "timeout": "3s"},
     }})
 
