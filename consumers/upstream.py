@@ -25,7 +25,16 @@ from mcp_types import LOG_LEVEL_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from consumers._breaker import CircuitBreaker
-from consumers._errors import HopBroken, SessionGone, UpstreamSessionGone, describe_failure, map_mcp_error, session_gone
+from consumers._errors import (
+    HopBroken,
+    HopUnavailable,
+    SessionGone,
+    UpstreamConnectionFailed,
+    UpstreamSessionGone,
+    describe_failure,
+    map_mcp_error,
+    session_gone,
+)
 from consumers._health import probe
 from consumers._streams import EOFWatch
 from consumers.listing import RAW, Catalog, list_catalog
@@ -276,7 +285,9 @@ class Upstream:
         wait = self._breaker.admit(anyio.current_time())
         if wait is not None:
             raise UpstreamUnavailable(self.name, f"upstream {self.name!r} is failing: {self._breaker.failures} calls "
-                                      f"in a row failed; the next try is in {wait:.0f}s (circuit breaker)")
+                                      f"in a row failed to reach it; the next try is in {wait:.0f}s (circuit breaker)")
+        reached: bool | None = None
+        """What the outcome says of the connection: only a connection-level failure counts against it."""
         try:
             try:
                 result = await self._send(session, request, progress, call_limits)
@@ -288,14 +299,16 @@ class Upstream:
                         await self._new_session.wait()
                 logger.info("upstream %s: retrying %s on a new session", self.name, request.method)
                 result = await self._send(self._session, request, progress, call_limits)
+            reached = True
+            return result
         except UpstreamRefused:
-            self._record(True)  # the upstream is alive and answered; the error is its answer
+            reached = True  # the upstream is alive and answered; the error is its answer
             raise
-        except UpstreamError:
-            self._record(False)
+        except UpstreamConnectionFailed:
+            reached = False
             raise
-        self._record(True)
-        return result
+        finally:
+            self._record(reached)
 
     async def _exchange(self, session: ClientSession, request: Any, on_progress: ProgressFn,
                         downstream: Downstream | None) -> dict[str, Any]:
@@ -314,9 +327,13 @@ class Upstream:
         raise UpstreamError(self.name, f"upstream {self.name!r} asked for input more than {MAX_INPUT_ROUNDS} times "
                             f"in one {request.method}")
 
-    def _record(self, ok: bool) -> None:
+    def _record(self, reached: bool | None) -> None:
+        """Tell the breaker what a call's outcome says of the connection (None: nothing, e.g. a timeout)."""
+        if reached is None:
+            self._breaker.release()
+            return
         was_open = self._breaker.is_open
-        self._breaker.record(ok, anyio.current_time())
+        self._breaker.record(reached, anyio.current_time())
         if self._breaker.is_open and not was_open and self.state is UpstreamState.READY:
             # only a connected upstream becomes degraded; one that is down stays down (and its tools hidden)
             logger.warning("upstream %s: circuit open after %d failed calls; calls fail fast for %gs", self.name,
@@ -376,11 +393,13 @@ class Upstream:
             self._suspect_connection()
             raise UpstreamSessionGone(self.name, f"upstream {self.name!r} lost its session (it restarted?) "
                                       f"during {method}; reconnecting") from None
+        except HopUnavailable as exc:  # nothing took the request: a proxy or the upstream's server said so
+            raise UpstreamConnectionFailed(self.name, f"upstream {self.name!r} answered {exc} to {method}") from None
         except ValueError:  # pydantic's ValidationError, or JSON that is not a JSON-RPC response
             raise UpstreamError(self.name, f"upstream {self.name!r} sent a malformed {method} result") from None
         except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream) as exc:
             self._suspect_connection()
-            raise UpstreamUnavailable(self.name, f"upstream {self.name!r} connection failed during {method}: "
+            raise UpstreamConnectionFailed(self.name, f"upstream {self.name!r} connection failed during {method}: "
                                       f"{type(exc).__name__}") from None
         finally:
             self._relays.calls.pop(call_key, None)

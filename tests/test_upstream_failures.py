@@ -21,6 +21,7 @@ from tests.conftest import (
     TRIAD,
     Proc,
     marker,
+    start_fixture,
     start_triad,
     stdio_upstream,
     surviving_processes,
@@ -231,19 +232,25 @@ async def test_an_upstream_flooding_notifications_does_not_stall_others(procs: l
 
 
 async def test_circuit_breaker_fails_fast_then_tries_again(procs: list[Proc], tmp_path: Path) -> None:
-    config = write_config(tmp_path, {"upstreams": {"fx": stdio_upstream(
-        "breaker", timeout="1s", circuit_breaker={"failures": 2, "cooldown": "2s"})}})
+    """Connection-level failures (here a 503 from the upstream's HTTP server: nothing took the call) open it."""
+    upstream = start_fixture(procs, "http", "breaker", "--unavailable-calls", "2")
+    fixture = procs[-1]
+    config = write_config(tmp_path, {"upstreams": {"fx": {"url": upstream, "ping_interval": "1h",
+                                                          "circuit_breaker": {"failures": 2, "cooldown": "1s"}}}})
     url = start_triad(procs, config, wait_ready=1)
+    triad = procs[-1]
     async with http_session(url) as via:
         for _ in range(2):
             with pytest.raises(MCPError) as raised:
-                await call(via, "slow", {"seconds": 30})
-            assert raised.value.error.code == types.REQUEST_TIMEOUT
-        with pytest.raises(MCPError) as raised:
+                await call(via, "echo", {"text": "x"})
+            assert raised.value.error.message == "upstream 'fx' answered HTTP 503 to tools/call"
+        await triad.until(r"upstream fx: circuit open after 2 failed calls")
+        with pytest.raises(MCPError) as raised:  # fails fast: the upstream does not see it
             await call(via, "echo", {"text": "x"})
-        assert raised.value.error.message.startswith("upstream 'fx' is failing: 2 calls in a row failed")
+        assert raised.value.error.message.startswith("upstream 'fx' is failing: 2 calls in a row failed to reach it")
         assert "circuit breaker" in raised.value.error.message
-        await anyio.sleep(2.2)  # the cool-down; then one trial call goes through and closes the circuit
+        assert fixture.stderr.count("answered 503") == 2
+        await anyio.sleep(1.1)  # the cool-down (a window of time is the behaviour under test); then one trial call
         assert (await call(via, "echo", {"text": "back"}))["content"][0]["text"] == "back"
         assert (await call(via, "echo", {"text": "again"}))["content"][0]["text"] == "again"
 
@@ -286,3 +293,26 @@ async def test_a_ping_answered_late_once_does_not_drop_the_connection(procs: lis
         assert (await call(via, "echo", {"text": "still"}))["content"][0]["text"] == "still"
     assert "upstream fx is down" not in triad.stderr
     assert triad.stderr.count("upstream fx ready") == 1, triad.stderr
+
+
+async def test_hung_calls_of_one_tool_do_not_open_the_breaker_for_another(procs: list[Proc], tmp_path: Path) -> None:
+    """Call timeouts say nothing about the connection: only connection-level failures count for the breaker."""
+    config = write_config(tmp_path, {"upstreams": {"fx": stdio_upstream(
+        "hung-calls", timeout="1s", circuit_breaker={"failures": 2, "cooldown": "10m"})}})
+    url = start_triad(procs, config, wait_ready=1)
+    triad = procs[-1]
+    async with http_session(url) as via:
+        timeouts: list[int] = []
+
+        async def hang() -> None:
+            with pytest.raises(MCPError) as raised:
+                await call(via, "slow", {"seconds": 30})
+            timeouts.append(raised.value.error.code)
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(6):
+                tg.start_soon(hang)
+        assert timeouts == [types.REQUEST_TIMEOUT] * 6
+        for i in range(20):
+            assert (await call(via, "echo", {"text": str(i)}))["content"][0]["text"] == str(i)
+    assert "circuit open" not in triad.stderr
