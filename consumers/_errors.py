@@ -16,7 +16,13 @@ class UpstreamConnectionFailed(UpstreamUnavailable):
 
 class UpstreamSessionGone(UpstreamConnectionFailed):
     """The connection or session went away under a request (a child that exited, an HTTP upstream that restarted
-    and answers 404 "Session not found"); a new one is being opened, and a request safe to repeat may be."""
+    and answers 404 "Session not found"); a new one is being opened, and a request safe to repeat may be.
+    `unsent`: the upstream provably never received the request (a 404 for the session, a connection refused),
+    so any request may be sent again."""
+
+    def __init__(self, upstream: str, message: str, *, unsent: bool = False) -> None:
+        super().__init__(upstream, message)
+        self.unsent = unsent
 
 
 class SessionGone(Exception):
@@ -36,6 +42,7 @@ class HopBroken(Exception):
 
     def __init__(self, *, connect: bool) -> None:
         super().__init__("could not connect" if connect else "the connection broke")
+        self.connect = connect
 
 
 def session_gone(exc: MCPError) -> bool:

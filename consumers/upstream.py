@@ -279,7 +279,8 @@ class Upstream:
         The deadline is the upstream's `timeout`, pushed back by each progress notification up to
         `max_call_time`; on expiry the request is cancelled upstream (the SDK sends `notifications/cancelled`).
         When the upstream says the session is gone (an HTTP upstream that restarted), the session is opened anew,
-        and a request that is safe to repeat (`retry_safe`) is sent once more on the new session. `call_limits`
+        and a request that is safe to repeat (`retry_safe`), or that the upstream provably never received (it
+        answered 404 for the session, or refused the connection), is sent once more on the new session. `call_limits`
         (timeout, max call time) override the upstream's own for this request (the `timeout` hook sets them)."""
         session = self._session
         wait = self._breaker.admit(anyio.current_time())
@@ -291,13 +292,14 @@ class Upstream:
         try:
             try:
                 result = await self._send(session, request, progress, call_limits)
-            except UpstreamSessionGone:
-                if not retry_safe:
+            except UpstreamSessionGone as exc:
+                if not (retry_safe or exc.unsent):
                     raise
-                with anyio.move_on_after(self.config.timeout):
+                with anyio.move_on_after(self.config.connect_timeout):
                     while self._session is session or self._session is None:
                         await self._new_session.wait()
-                logger.info("upstream %s: retrying %s on a new session", self.name, request.method)
+                logger.info("upstream %s: retrying %s on a new session%s", self.name, request.method,
+                            "" if retry_safe else " (the upstream never received it)")
                 result = await self._send(self._session, request, progress, call_limits)
             reached = True
             return result
@@ -373,10 +375,10 @@ class Upstream:
                                   + (f"{timeout:g}s" if scope.deadline - start <= timeout else
                                      f"{timeout:g}s of its last progress (after {anyio.current_time() - start:.3g}s)"))
         except MCPError as exc:
-            if session_gone(exc) and self.config.kind == "streamable-http":
+            if session_gone(exc) and self.config.kind == "streamable-http":  # a 404: it never saw the request
                 self._suspect_connection()
                 raise UpstreamSessionGone(self.name, f"upstream {self.name!r} lost its session (it restarted?) "
-                                          f"during {method}; reconnecting") from None
+                                          f"during {method}; reconnecting", unsent=True) from None
             if exc.error.code == types.CONNECTION_CLOSED:
                 self._suspect_connection()
                 if self._retired is not None:
@@ -388,11 +390,11 @@ class Upstream:
         except HopBroken as exc:  # the lean path's connection broke, or the upstream restarted
             self._suspect_connection()
             raise UpstreamSessionGone(self.name, f"upstream {self.name!r} connection failed during {method} "
-                                      f"({exc})") from None
-        except SessionGone:
+                                      f"({exc})", unsent=exc.connect) from None
+        except SessionGone:  # a 404 for the session: the upstream never saw the request
             self._suspect_connection()
             raise UpstreamSessionGone(self.name, f"upstream {self.name!r} lost its session (it restarted?) "
-                                      f"during {method}; reconnecting") from None
+                                      f"during {method}; reconnecting", unsent=True) from None
         except HopUnavailable as exc:  # nothing took the request: a proxy or the upstream's server said so
             raise UpstreamConnectionFailed(self.name, f"upstream {self.name!r} answered {exc} to {method}") from None
         except ValueError:  # pydantic's ValidationError, or JSON that is not a JSON-RPC response
