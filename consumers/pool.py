@@ -132,6 +132,13 @@ class UpstreamPool:
             for upstream in list(self._upstreams.values()):
                 await upstream.settled.wait()
 
+    async def drain(self, grace: float, reason: str) -> None:
+        """Every upstream takes no new calls; calls in flight may finish within `grace` seconds, and the rest are
+        answered with an error naming `reason`; then every upstream closes. Returns when all that is done."""
+        async with anyio.create_task_group() as tg:
+            for upstream in [*self._upstreams.values(), *self._pending.values()]:
+                tg.start_soon(upstream.retire, reason, grace, name=f"drain:{upstream.name}")
+
     def stop(self) -> None:
         for upstream in [*self._upstreams.values(), *self._pending.values()]:
             upstream.stop()

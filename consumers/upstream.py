@@ -54,6 +54,8 @@ CLIENT_INFO = types.Implementation(name="triad", version="0.1.0")
 BACKOFF_START = 0.5
 BACKOFF_MAX = 30.0
 PING_TIMEOUT = 10.0
+UNWIND_LIMIT = 5.0
+"""How long calls cancelled at the end of a grace period may take to tell their upstream and answer their caller."""
 MAX_INPUT_ROUNDS = 10
 """A bound on `input_required` rounds Triad answers for a handshake-era client, in case an upstream asks forever."""
 
@@ -88,6 +90,10 @@ class Upstream:
         self._suspect = False
         self._stopping = False
         self._retired: str | None = None
+        self._grace_over = False
+        """Set when a retired upstream's grace period ran out: its calls in flight were cancelled."""
+        self._calls: set[anyio.CancelScope] = set()
+        """The deadline scope of each call in flight."""
         self._new_session = anyio.Event()
         """Set (and replaced) whenever the session changes, so a retried call can wait for the next one."""
         self._breaker = CircuitBreaker(config.circuit_breaker.failures, config.circuit_breaker.cooldown)
@@ -135,15 +141,22 @@ class Upstream:
         self._wake.set()
 
     async def retire(self, reason: str, grace: float) -> None:
-        """Take no new calls, let in-flight ones finish (at most `grace` seconds), then close.
+        """Take no new calls, let in-flight ones finish (at most `grace` seconds), answer the rest with an error
+        naming `reason`, then close.
 
-        Called by the pool, in a task of its own, when a reload removes or replaces this upstream."""
+        Called by the pool, in a task of its own, when a reload removes or replaces this upstream, or when Triad
+        shuts down."""
         self._retired = reason
         with anyio.move_on_after(grace):
             await self._idle.wait()
         if self._in_flight:
-            logger.warning("upstream %s: %d call(s) still running after the %gs grace period; closing", self.name,
-                           self._in_flight, grace)
+            logger.warning("upstream %s: %d call(s) still running after the %gs grace period; answering them with "
+                           "an error and closing", self.name, self._in_flight, grace)
+            self._grace_over = True
+            for scope in self._calls:
+                scope.cancel()
+            with anyio.move_on_after(UNWIND_LIMIT):  # each cancelled call tells its upstream, then answers
+                await self._idle.wait()
         self.stop()
 
     def _set_session(self, session: ClientSession | None) -> None:
@@ -368,9 +381,13 @@ class Upstream:
             if self.modern and downstream.log_level is not None:  # 2026-07-28 logs only on a request's opt-in
                 request = with_params(request, {"_meta": {**(request.params.meta or {}),
                                                            LOG_LEVEL_META_KEY: downstream.log_level}})
+        self._calls.add(scope)
         try:
             with scope:
                 return await self._exchange(session, request, on_progress, downstream)
+            if self._grace_over:
+                raise UpstreamUnavailable(self.name, f"upstream {self.name!r} was {self._retired} and its grace "
+                                          f"period ran out during {method}")
             raise UpstreamTimeout(self.name, f"upstream {self.name!r} did not answer {method} within "
                                   + (f"{timeout:g}s" if scope.deadline - start <= timeout else
                                      f"{timeout:g}s of its last progress (after {anyio.current_time() - start:.3g}s)"))
@@ -404,6 +421,7 @@ class Upstream:
             raise UpstreamConnectionFailed(self.name, f"upstream {self.name!r} connection failed during {method}: "
                                       f"{type(exc).__name__}") from None
         finally:
+            self._calls.discard(scope)
             self._relays.calls.pop(call_key, None)
             self._in_flight -= 1
             if not self._in_flight:
