@@ -257,14 +257,15 @@ def test_an_upstream_repeating_its_cursor_is_an_error_not_a_loop(tmp_path: Path)
 
 async def test_progress_pushes_the_deadline_back_up_to_the_cap(procs: list[Proc], tmp_path: Path) -> None:
     config = write_config(tmp_path, {"upstreams": {"fx": stdio_upstream(
-        "progress-deadline", timeout="1s", max_call_time="3s")}})
+        "progress-deadline", timeout="2s", max_call_time="4s")}})
     url = start_triad(procs, config, wait_ready=1)
     async with http_session(url) as via:
-        # 4 steps, 0.6 s apart: 2.4 s in all, never 1 s without progress
-        result = await call(via, "progress", {"steps": 4, "delay": 0.6})
-        assert result["content"][0]["text"] == "4 steps"
-        with pytest.raises(MCPError) as raised:  # 8 steps: progress keeps coming, but the 3 s cap ends it
-            await call(via, "progress", {"steps": 8, "delay": 0.6})
+        # 5 steps, 0.5 s apart: 2.5 s in all (more than the timeout), never 2 s without progress (room for a busy
+        # machine)
+        result = await call(via, "progress", {"steps": 5, "delay": 0.5})
+        assert result["content"][0]["text"] == "5 steps"
+        with pytest.raises(MCPError) as raised:  # 20 steps: progress keeps coming, but the 4 s cap ends it
+            await call(via, "progress", {"steps": 20, "delay": 0.5})
         assert raised.value.error.code == types.REQUEST_TIMEOUT
         assert "of its last progress" in raised.value.error.message
 
@@ -276,7 +277,7 @@ async def test_a_ping_answered_late_once_does_not_drop_the_connection(procs: lis
     url = start_triad(procs, write_config(tmp_path, {"upstreams": {"fx": upstream}}), wait_ready=1)
     triad = procs[-1]
     await triad.until(r"upstream fx: no answer to a ping within 1s; trying once more")
-    await anyio.sleep(1.5)  # the pings after it are answered at once
+    await anyio.sleep(1.5)  # a window, not a synchronisation: the pings in it are answered, none drops the link
     async with http_session(url) as via:
         assert (await call(via, "echo", {"text": "still"}))["content"][0]["text"] == "still"
     assert "upstream fx is down" not in triad.stderr
