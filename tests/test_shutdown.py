@@ -75,6 +75,20 @@ def test_closing_triad_stdio_stops_every_descendant_of_stdio_upstreams(tmp_path:
         triad.terminate()
 
 
+def test_sigterm_to_triad_stdio_stops_every_descendant_of_stdio_upstreams(tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"upstreams": {"a": upstream_with_a_grandchild("stdio-term-a")}})
+    triad = Proc([*TRIAD, "stdio", "-c", str(config), "--log-level", "INFO"], stdin=subprocess.PIPE)
+    try:
+        triad.wait_for(r"upstream a ready")
+        mark = f"{RUN_MARKER}-stdio-term-"
+        assert len(wait_until_gone(mark, 0)) == 2
+        triad.popen.send_signal(signal.SIGTERM)  # the client keeps its end of stdin open
+        assert wait_until_gone(mark) == []
+        assert "Traceback" not in triad.stderr, triad.stderr
+    finally:
+        triad.terminate()
+
+
 async def test_sigterm_drains_calls_in_flight_then_answers_the_rest_with_json_rpc_errors(
         procs: list[Proc], tmp_path: Path) -> None:
     config = write_config(tmp_path, {"listen": {"shutdown_grace": "4s"},
