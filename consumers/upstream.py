@@ -300,8 +300,7 @@ class Upstream:
         if wait is not None:
             raise UpstreamUnavailable(self.name, f"upstream {self.name!r} is failing: {self._breaker.failures} calls "
                                       f"in a row failed to reach it; the next try is in {wait:.0f}s (circuit breaker)")
-        reached: bool | None = None
-        """What the outcome says of the connection: only a connection-level failure counts against it."""
+        reached: bool | None = None  # what the outcome says of the connection (None: nothing, as for a timeout)
         try:
             try:
                 result = await self._send(session, request, progress, call_limits)
@@ -419,7 +418,7 @@ class Upstream:
         except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream) as exc:
             self._suspect_connection()
             raise UpstreamConnectionFailed(self.name, f"upstream {self.name!r} connection failed during {method}: "
-                                      f"{type(exc).__name__}") from None
+                                           f"{type(exc).__name__}") from None
         finally:
             self._calls.discard(scope)
             self._relays.calls.pop(call_key, None)
