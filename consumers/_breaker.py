@@ -1,6 +1,10 @@
-"""A circuit breaker per upstream: after `threshold` consecutive failures (timeouts, lost connections), calls fail
-fast for `cooldown` seconds; then one trial call is let through, and its outcome closes or re-opens the circuit.
-An error answer from the upstream is not a failure here: the upstream is alive and said no."""
+"""A circuit breaker per upstream: after `threshold` consecutive connection-level failures (the connection broke or
+could not be made, an HTTP upstream answered 502/503/504), calls fail fast for `cooldown` seconds; then one trial
+call is let through, and its outcome closes or re-opens the circuit.
+
+Only the connection is judged here. An error answer is an answer (the upstream is alive and said no); a call that
+runs out of time says something about that call, not about the connection: six hung calls of one tool must not
+fail the calls of every other tool on the same upstream. Such outcomes give no verdict (`release`)."""
 
 from __future__ import annotations
 
@@ -36,3 +40,7 @@ class CircuitBreaker:
         self.failures += 1
         if self.is_open:
             self._open_until = now + self.cooldown
+
+    def release(self) -> None:
+        """A call ended without saying anything about the connection (a timeout): the next call may be the trial."""
+        self._trial = False

@@ -10,13 +10,31 @@ from mcp.shared.exceptions import MCPError
 from gateway.errors import UpstreamError, UpstreamRefused, UpstreamUnavailable
 
 
-class UpstreamSessionGone(UpstreamUnavailable):
+class UpstreamConnectionFailed(UpstreamUnavailable):
+    """A connection-level failure under a request: the only kind the circuit breaker counts."""
+
+
+class UpstreamSessionGone(UpstreamConnectionFailed):
     """The connection or session went away under a request (a child that exited, an HTTP upstream that restarted
-    and answers 404 "Session not found"); a new one is being opened, and a request safe to repeat may be."""
+    and answers 404 "Session not found"); a new one is being opened, and a request safe to repeat may be.
+    `unsent`: the upstream provably never received the request (a 404 for the session, a connection refused),
+    so any request may be sent again."""
+
+    def __init__(self, upstream: str, message: str, *, unsent: bool = False) -> None:
+        super().__init__(upstream, message)
+        self.unsent = unsent
 
 
 class SessionGone(Exception):
     """The lean HTTP path's upstream answered 404: it does not know the session (it restarted)."""
+
+
+class HopUnavailable(Exception):
+    """The lean HTTP path's upstream, or a proxy in front of it, answered 502, 503 or 504: nothing took the
+    request. The message names the status."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(f"HTTP {status}")
 
 
 class HopBroken(Exception):
@@ -24,6 +42,7 @@ class HopBroken(Exception):
 
     def __init__(self, *, connect: bool) -> None:
         super().__init__("could not connect" if connect else "the connection broke")
+        self.connect = connect
 
 
 def session_gone(exc: MCPError) -> bool:

@@ -26,7 +26,7 @@ import mcp_types as types
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
-from consumers._errors import HopBroken, SessionGone
+from consumers._errors import HopBroken, HopUnavailable, SessionGone
 from consumers.relay import Downstream, ProgressFn, ask_wire
 
 logger = logging.getLogger("triad.upstream")
@@ -39,6 +39,8 @@ DEFAULT_RETRY_MS = 1000
 """The wait before taking up a reply stream again when the upstream named none (SSE `retry:`)."""
 MAX_RETRY_MS = 30_000
 MAX_RESUMES = 5
+UNAVAILABLE_STATUSES = frozenset({502, 503, 504})
+"""Statuses that say the upstream (or a proxy in front of it) is not reachable: connection-level failures."""
 """How often a reply stream that ends before its result is taken up again (each bounded by the call's deadline)."""
 
 
@@ -96,6 +98,8 @@ class HttpHop:
             async with self._post(body) as response:
                 if response.status == 404:
                     raise SessionGone
+                if response.status in UNAVAILABLE_STATUSES:
+                    raise HopUnavailable(response.status)
                 if response.status >= 400:
                     text = (await response.read()).decode(errors="replace")[:200]
                     raise MCPError(code=types.INTERNAL_ERROR, message=f"HTTP {response.status}: {text}")

@@ -125,12 +125,19 @@ class UpstreamPool:
         self._task_group.start_soon(upstream.retire, reason, self._retire_grace, name=f"retire:{upstream.name}")
 
     async def wait_settled(self, margin: float = 0.0) -> None:
-        """Until every upstream has connected or failed once, or the slowest upstream's timeout (+ `margin`) ran
-        out: each attempt is bounded by its own timeout, this bounds the wait as a whole."""
-        longest = max((up.config.timeout for up in self._upstreams.values()), default=0.0)
+        """Until every upstream has connected or failed once, or the slowest upstream's `connect_timeout`
+        (+ `margin`) ran out: each attempt is bounded by its own, this bounds the wait as a whole."""
+        longest = max((up.config.connect_timeout for up in self._upstreams.values()), default=0.0)
         with anyio.move_on_after(longest + margin):
             for upstream in list(self._upstreams.values()):
                 await upstream.settled.wait()
+
+    async def drain(self, grace: float, reason: str) -> None:
+        """Every upstream takes no new calls; calls in flight may finish within `grace` seconds, and the rest are
+        answered with an error naming `reason`; then every upstream closes. Returns when all that is done."""
+        async with anyio.create_task_group() as tg:
+            for upstream in [*self._upstreams.values(), *self._pending.values()]:
+                tg.start_soon(upstream.retire, reason, grace, name=f"drain:{upstream.name}")
 
     def stop(self) -> None:
         for upstream in [*self._upstreams.values(), *self._pending.values()]:

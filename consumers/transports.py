@@ -2,7 +2,8 @@
 
 `open_transport` is an async context manager yielding the SDK's `(read, write)` streams, and for streamable HTTP
 the `HttpLink` Triad's lean request path uses (`consumers.http_hop`); the upstream's owner task enters and exits
-it. A stdio child's stderr is read line by line into Triad's log, tagged with the upstream's name.
+it. A stdio child runs in a process group of its own, ended whole on close (`consumers.child_process`); its
+stderr is read line by line into Triad's log, tagged with the upstream's name.
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import httpx2
-from mcp import StdioServerParameters, stdio_client
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 
+from consumers.child_process import open_child
 from gateway.config import UpstreamConfig
 
 if TYPE_CHECKING:
@@ -109,17 +110,12 @@ class _DrainOnClose(httpx2.AsyncByteStream):
 @asynccontextmanager
 async def _stdio(name: str, config: UpstreamConfig, cwd: str | None) -> AsyncIterator[tuple[Any, Any]]:
     assert config.command is not None
-    params = StdioServerParameters(
-        command=config.command,
-        args=list(config.args),
-        env={key: value.get_secret_value() for key, value in config.env.items()} or None,
-        cwd=cwd,
-    )
+    env = {key: value.get_secret_value() for key, value in config.env.items()}
     read_fd, write_fd = os.pipe()
     errlog = os.fdopen(write_fd, "w")
     reader = threading.Thread(target=_log_stderr, args=(name, read_fd), name=f"stderr:{name}", daemon=True)
     try:
-        async with stdio_client(params, errlog=errlog) as streams:
+        async with open_child(config.command, config.args, env, cwd, errlog) as streams:
             errlog.close()  # the child holds its own copy; EOF arrives when the child exits
             reader.start()
             yield streams

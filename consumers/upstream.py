@@ -25,7 +25,16 @@ from mcp_types import LOG_LEVEL_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from consumers._breaker import CircuitBreaker
-from consumers._errors import HopBroken, SessionGone, UpstreamSessionGone, describe_failure, map_mcp_error, session_gone
+from consumers._errors import (
+    HopBroken,
+    HopUnavailable,
+    SessionGone,
+    UpstreamConnectionFailed,
+    UpstreamSessionGone,
+    describe_failure,
+    map_mcp_error,
+    session_gone,
+)
 from consumers._health import probe
 from consumers._streams import EOFWatch
 from consumers.listing import RAW, Catalog, list_catalog
@@ -45,6 +54,8 @@ CLIENT_INFO = types.Implementation(name="triad", version="0.1.0")
 BACKOFF_START = 0.5
 BACKOFF_MAX = 30.0
 PING_TIMEOUT = 10.0
+UNWIND_LIMIT = 5.0
+"""How long calls cancelled at the end of a grace period may take to tell their upstream and answer their caller."""
 MAX_INPUT_ROUNDS = 10
 """A bound on `input_required` rounds Triad answers for a handshake-era client, in case an upstream asks forever."""
 
@@ -79,6 +90,10 @@ class Upstream:
         self._suspect = False
         self._stopping = False
         self._retired: str | None = None
+        self._grace_over = False
+        """Set when a retired upstream's grace period ran out: its calls in flight were cancelled."""
+        self._calls: set[anyio.CancelScope] = set()
+        """The deadline scope of each call in flight."""
         self._new_session = anyio.Event()
         """Set (and replaced) whenever the session changes, so a retried call can wait for the next one."""
         self._breaker = CircuitBreaker(config.circuit_breaker.failures, config.circuit_breaker.cooldown)
@@ -126,15 +141,22 @@ class Upstream:
         self._wake.set()
 
     async def retire(self, reason: str, grace: float) -> None:
-        """Take no new calls, let in-flight ones finish (at most `grace` seconds), then close.
+        """Take no new calls, let in-flight ones finish (at most `grace` seconds), answer the rest with an error
+        naming `reason`, then close.
 
-        Called by the pool, in a task of its own, when a reload removes or replaces this upstream."""
+        Called by the pool, in a task of its own, when a reload removes or replaces this upstream, or when Triad
+        shuts down."""
         self._retired = reason
         with anyio.move_on_after(grace):
             await self._idle.wait()
         if self._in_flight:
-            logger.warning("upstream %s: %d call(s) still running after the %gs grace period; closing", self.name,
-                           self._in_flight, grace)
+            logger.warning("upstream %s: %d call(s) still running after the %gs grace period; answering them with "
+                           "an error and closing", self.name, self._in_flight, grace)
+            self._grace_over = True
+            for scope in self._calls:
+                scope.cancel()
+            with anyio.move_on_after(UNWIND_LIMIT):  # each cancelled call tells its upstream, then answers
+                await self._idle.wait()
         self.stop()
 
     def _set_session(self, session: ClientSession | None) -> None:
@@ -160,7 +182,7 @@ class Upstream:
 
     async def _connect_and_serve(self) -> None:
         with anyio.CancelScope() as connect_scope:
-            connect_scope.deadline = anyio.current_time() + self.config.timeout
+            connect_scope.deadline = anyio.current_time() + self.config.connect_timeout
             async with open_transport(self.name, self.config, self.cwd) as (read, write, link):
                 watch = EOFWatch(read)
                 async with ClientSession(watch, write, client_info=CLIENT_INFO, message_handler=self._on_message,
@@ -188,7 +210,8 @@ class Upstream:
                         await self._serve(session, watch)
                         tg.cancel_scope.cancel()
         if connect_scope.cancelled_caught:
-            raise UpstreamTimeout(self.name, f"did not finish initialize and listing within {self.config.timeout:g}s")
+            raise UpstreamTimeout(self.name, f"did not finish initialize and listing within "
+                                            f"{self.config.connect_timeout:g}s")
 
     @property
     def modern(self) -> bool:
@@ -228,7 +251,7 @@ class Upstream:
             if self._relist:
                 self._relist = False
                 assert self.catalog is not None
-                with anyio.fail_after(self.config.timeout):
+                with anyio.fail_after(self.config.connect_timeout):
                     self.catalog = await list_catalog(self.name, session, None, self.catalog,
                                                       self._modern.checked_tools)
                 logger.info("upstream %s re-listed: %d tools", self.name, len(self.catalog.tools))
@@ -269,32 +292,37 @@ class Upstream:
         The deadline is the upstream's `timeout`, pushed back by each progress notification up to
         `max_call_time`; on expiry the request is cancelled upstream (the SDK sends `notifications/cancelled`).
         When the upstream says the session is gone (an HTTP upstream that restarted), the session is opened anew,
-        and a request that is safe to repeat (`retry_safe`) is sent once more on the new session. `call_limits`
+        and a request that is safe to repeat (`retry_safe`), or that the upstream provably never received (it
+        answered 404 for the session, or refused the connection), is sent once more on the new session. `call_limits`
         (timeout, max call time) override the upstream's own for this request (the `timeout` hook sets them)."""
         session = self._session
         wait = self._breaker.admit(anyio.current_time())
         if wait is not None:
             raise UpstreamUnavailable(self.name, f"upstream {self.name!r} is failing: {self._breaker.failures} calls "
-                                      f"in a row failed; the next try is in {wait:.0f}s (circuit breaker)")
+                                      f"in a row failed to reach it; the next try is in {wait:.0f}s (circuit breaker)")
+        reached: bool | None = None  # what the outcome says of the connection (None: nothing, as for a timeout)
         try:
             try:
                 result = await self._send(session, request, progress, call_limits)
-            except UpstreamSessionGone:
-                if not retry_safe:
+            except UpstreamSessionGone as exc:
+                if not (retry_safe or exc.unsent):
                     raise
-                with anyio.move_on_after(self.config.timeout):
+                with anyio.move_on_after(self.config.connect_timeout):
                     while self._session is session or self._session is None:
                         await self._new_session.wait()
-                logger.info("upstream %s: retrying %s on a new session", self.name, request.method)
+                logger.info("upstream %s: retrying %s on a new session%s", self.name, request.method,
+                            "" if retry_safe else " (the upstream never received it)")
                 result = await self._send(self._session, request, progress, call_limits)
+            reached = True
+            return result
         except UpstreamRefused:
-            self._record(True)  # the upstream is alive and answered; the error is its answer
+            reached = True  # the upstream is alive and answered; the error is its answer
             raise
-        except UpstreamError:
-            self._record(False)
+        except UpstreamConnectionFailed:
+            reached = False
             raise
-        self._record(True)
-        return result
+        finally:
+            self._record(reached)
 
     async def _exchange(self, session: ClientSession, request: Any, on_progress: ProgressFn,
                         downstream: Downstream | None) -> dict[str, Any]:
@@ -313,9 +341,13 @@ class Upstream:
         raise UpstreamError(self.name, f"upstream {self.name!r} asked for input more than {MAX_INPUT_ROUNDS} times "
                             f"in one {request.method}")
 
-    def _record(self, ok: bool) -> None:
+    def _record(self, reached: bool | None) -> None:
+        """Tell the breaker what a call's outcome says of the connection (None: nothing, e.g. a timeout)."""
+        if reached is None:
+            self._breaker.release()
+            return
         was_open = self._breaker.is_open
-        self._breaker.record(ok, anyio.current_time())
+        self._breaker.record(reached, anyio.current_time())
         if self._breaker.is_open and not was_open and self.state is UpstreamState.READY:
             # only a connected upstream becomes degraded; one that is down stays down (and its tools hidden)
             logger.warning("upstream %s: circuit open after %d failed calls; calls fail fast for %gs", self.name,
@@ -348,17 +380,21 @@ class Upstream:
             if self.modern and downstream.log_level is not None:  # 2026-07-28 logs only on a request's opt-in
                 request = with_params(request, {"_meta": {**(request.params.meta or {}),
                                                            LOG_LEVEL_META_KEY: downstream.log_level}})
+        self._calls.add(scope)
         try:
             with scope:
                 return await self._exchange(session, request, on_progress, downstream)
+            if self._grace_over:
+                raise UpstreamUnavailable(self.name, f"upstream {self.name!r} was {self._retired} and its grace "
+                                          f"period ran out during {method}")
             raise UpstreamTimeout(self.name, f"upstream {self.name!r} did not answer {method} within "
                                   + (f"{timeout:g}s" if scope.deadline - start <= timeout else
                                      f"{timeout:g}s of its last progress (after {anyio.current_time() - start:.3g}s)"))
         except MCPError as exc:
-            if session_gone(exc) and self.config.kind == "streamable-http":
+            if session_gone(exc) and self.config.kind == "streamable-http":  # a 404: it never saw the request
                 self._suspect_connection()
                 raise UpstreamSessionGone(self.name, f"upstream {self.name!r} lost its session (it restarted?) "
-                                          f"during {method}; reconnecting") from None
+                                          f"during {method}; reconnecting", unsent=True) from None
             if exc.error.code == types.CONNECTION_CLOSED:
                 self._suspect_connection()
                 if self._retired is not None:
@@ -370,18 +406,21 @@ class Upstream:
         except HopBroken as exc:  # the lean path's connection broke, or the upstream restarted
             self._suspect_connection()
             raise UpstreamSessionGone(self.name, f"upstream {self.name!r} connection failed during {method} "
-                                      f"({exc})") from None
-        except SessionGone:
+                                      f"({exc})", unsent=exc.connect) from None
+        except SessionGone:  # a 404 for the session: the upstream never saw the request
             self._suspect_connection()
             raise UpstreamSessionGone(self.name, f"upstream {self.name!r} lost its session (it restarted?) "
-                                      f"during {method}; reconnecting") from None
+                                      f"during {method}; reconnecting", unsent=True) from None
+        except HopUnavailable as exc:  # nothing took the request: a proxy or the upstream's server said so
+            raise UpstreamConnectionFailed(self.name, f"upstream {self.name!r} answered {exc} to {method}") from None
         except ValueError:  # pydantic's ValidationError, or JSON that is not a JSON-RPC response
             raise UpstreamError(self.name, f"upstream {self.name!r} sent a malformed {method} result") from None
         except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream) as exc:
             self._suspect_connection()
-            raise UpstreamUnavailable(self.name, f"upstream {self.name!r} connection failed during {method}: "
-                                      f"{type(exc).__name__}") from None
+            raise UpstreamConnectionFailed(self.name, f"upstream {self.name!r} connection failed during {method}: "
+                                           f"{type(exc).__name__}") from None
         finally:
+            self._calls.discard(scope)
             self._relays.calls.pop(call_key, None)
             self._in_flight -= 1
             if not self._in_flight:

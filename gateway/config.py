@@ -29,6 +29,10 @@ from gateway.errors import ConfigError
 
 DEFAULT_PORT = 8765
 DEFAULT_UPSTREAM_TIMEOUT = 60.0
+DEFAULT_CONNECT_TIMEOUT = 30.0
+"""Connecting, `initialize` and listing the catalog of an upstream, apart from the deadline of its calls."""
+DEFAULT_SHUTDOWN_GRACE = 10.0
+"""On SIGTERM, how long calls in flight may run on before each is answered with an error."""
 DEFAULT_MAX_CALL_TIME = 600.0
 """The hard cap on one call whose deadline keeps being pushed back by progress notifications."""
 DEFAULT_PING_INTERVAL = 15.0
@@ -91,6 +95,7 @@ class ListenConfig(_Model):
     host: str = "127.0.0.1"
     port: int = Field(default=DEFAULT_PORT, ge=0, le=65535)
     session_idle_timeout: Duration = Field(default=DEFAULT_SESSION_IDLE_TIMEOUT, gt=0)
+    shutdown_grace: Duration = DEFAULT_SHUTDOWN_GRACE
     lean_path: bool = True
     """Serve the hot HTTP requests (calls, list pages) with Triad's direct handling of the transport work; off,
     every request goes through the SDK's server. Semantics are the same either way."""
@@ -132,6 +137,7 @@ class UpstreamConfig(_Model):
     headers: dict[str, WireString] = {}
     transport: Transport | None = None
     timeout: Duration = DEFAULT_UPSTREAM_TIMEOUT
+    connect_timeout: Duration = DEFAULT_CONNECT_TIMEOUT
     max_call_time: Duration = DEFAULT_MAX_CALL_TIME
     ping_interval: Duration = DEFAULT_PING_INTERVAL
     circuit_breaker: CircuitBreakerConfig = CircuitBreakerConfig()

@@ -3,7 +3,8 @@
 `running_gateway` opens the root task group, starts every upstream's owner task and the notifier in it, and on
 exit stops them all (stdio children and their process trees are ended by the transport's shielded cleanup).
 `serve_http` and `serve_stdio_client` run an exposer inside it; SIGTERM and SIGINT end the exposer, then the
-group. Nothing here calls `asyncio.create_task`.
+group: calls in flight get `listen.shutdown_grace` to finish, then a JSON-RPC error each. Nothing here calls
+`asyncio.create_task`.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import signal
 import socket
 import sys
@@ -32,6 +34,11 @@ from gateway.name_ledger import NameLedger
 from gateway.reload import Reloader
 
 logger = logging.getLogger("triad")
+
+SHUTDOWN_REASON = "stopped because Triad is shutting down"
+ANSWER_TIME = 10.0
+"""After the shutdown grace, how long the calls still running may take to be cancelled upstream and answered with
+an error, before uvicorn cancels whatever is left."""
 
 
 @dataclass
@@ -113,7 +120,7 @@ async def serve_http(config: TriadConfig, host: str, port: int) -> None:
         actual_port = sock.getsockname()[1]
         userver = _Uvicorn(uvicorn.Config(app, log_config=None, lifespan="on", access_log=False,
                                           timeout_graceful_shutdown=5))
-        gw.task_group.start_soon(_handle_signals, _stopper(userver), gw.reloader)
+        gw.task_group.start_soon(_handle_signals, _stopper(userver, gw), gw.reloader)
         shown = f"[{host}]" if ":" in host else host
         logger.info("listening on http://%s:%d/mcp (legacy SSE at /sse); %d upstream(s): %s", shown, actual_port,
                     len(gw.pool.upstreams), ", ".join(gw.pool.upstreams) or "none")
@@ -125,7 +132,7 @@ async def serve_http(config: TriadConfig, host: str, port: int) -> None:
 async def serve_stdio_client(config: TriadConfig, identity: Identity) -> None:
     async with running_gateway(config, watch=True, transport="stdio") as gw:
         server = build_server(gw.dispatcher, gw.notifier, identity, gw.rounds)
-        gw.task_group.start_soon(_handle_signals, gw.task_group.cancel_scope.cancel, gw.reloader)
+        gw.task_group.start_soon(_handle_signals, _stdio_stopper(gw), gw.reloader)
         await serve_stdio(server)
 
 
@@ -137,11 +144,35 @@ async def _report_when_settled(gw: Gateway) -> None:
     logger.info("upstreams: %s; %d tools", states or "none", len(gw.dispatcher.registry.tools))
 
 
-def _stopper(userver: uvicorn.Server) -> Callable[[], None]:
+def _stopper(userver: uvicorn.Server, gw: Gateway) -> Callable[[], None]:
+    """The first signal stops listening and drains the calls in flight (`listen.shutdown_grace`), answering those
+    still running after it with an error; uvicorn waits for those answers to be sent. A second one stops at once."""
     def stop() -> None:
         if userver.should_exit:
             userver.force_exit = True  # a second signal: stop waiting for open connections
+            return
+        grace = gw.dispatcher.config.listen.shutdown_grace
+        userver.config.timeout_graceful_shutdown = math.ceil(grace + ANSWER_TIME)
         userver.should_exit = True
+        gw.task_group.start_soon(gw.pool.drain, grace, SHUTDOWN_REASON, name="drain")
+    return stop
+
+
+def _stdio_stopper(gw: Gateway) -> Callable[[], None]:
+    """As `_stopper`, for the stdio client: drain the calls in flight, then stop; a second signal stops at once."""
+    draining = False
+
+    async def drain_then_stop() -> None:
+        await gw.pool.drain(gw.dispatcher.config.listen.shutdown_grace, SHUTDOWN_REASON)
+        gw.task_group.cancel_scope.cancel()
+
+    def stop() -> None:
+        nonlocal draining
+        if draining:
+            gw.task_group.cancel_scope.cancel()
+            return
+        draining = True
+        gw.task_group.start_soon(drain_then_stop, name="drain")
     return stop
 
 

@@ -17,23 +17,44 @@ from tests.test_gateway_e2e import call
 pytestmark = pytest.mark.anyio
 
 
+class Meeting:
+    """Where clients wait for each other, so that their calls are surely in flight at the same time."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.arrived: dict[str, int] = {}
+        self.events: dict[str, anyio.Event] = {}
+
+    async def meet(self, place: str) -> None:
+        self.arrived[place] = self.arrived.get(place, 0) + 1
+        event = self.events.setdefault(place, anyio.Event())
+        if self.arrived[place] == self.size:
+            event.set()
+        with anyio.fail_after(30):
+            await event.wait()
+
+
 class FakeUser:
     """A downstream client with its own identity: it answers sampling, elicitation and roots with its name."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, meeting: Meeting | None = None) -> None:
         self.name = name
         self.asked: list[str] = []
         self.logs: list[tuple[str, Any]] = []
+        self.meeting = meeting
+        """With a meeting, each question is answered only once every client has been asked it (overlap)."""
 
     async def sampling(self, _ctx: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
         self.asked.append("sampling")
-        await anyio.sleep(0.2)  # overlap with the other client's call
+        if self.meeting is not None:
+            await self.meeting.meet("sampling")
         return types.CreateMessageResult(role="assistant", content=types.TextContent(text=f"model of {self.name}"),
                                          model=f"model-{self.name}")
 
     async def elicitation(self, _ctx: Any, params: Any) -> types.ElicitResult:
         self.asked.append(f"elicitation:{params.message}")
-        await anyio.sleep(0.2)
+        if self.meeting is not None:
+            await self.meeting.meet("elicitation")
         return types.ElicitResult(action="accept", content={"answer": f"{self.name} says yes"})
 
     async def roots(self, _ctx: Any) -> types.ListRootsResult:
@@ -53,7 +74,8 @@ async def test_sampling_elicitation_and_roots_reach_only_the_client_that_asked(p
     upstream = start_fixture(procs, "http", "relay-http")
     config = write_config(tmp_path, {"upstreams": {"fx": {"url": upstream}}})
     url = start_triad(procs, config, wait_ready=1)
-    ada, bob = FakeUser("ada"), FakeUser("bob")
+    meeting = Meeting(2)
+    ada, bob = FakeUser("ada", meeting), FakeUser("bob", meeting)
     results: dict[str, list[str]] = {"ada": [], "bob": []}
 
     async def run(user: FakeUser) -> None:
@@ -86,9 +108,10 @@ async def test_with_a_stdio_upstream_a_single_call_is_relayed_and_ambiguity_is_r
         result = await call(session, "ask", {"question": "alone?"})
         assert "ada says yes" in result["content"][0]["text"]
         async with anyio.create_task_group() as tg:  # a second call in flight: whose elicitation is it?
-            tg.start_soon(call, session, "slow", {"seconds": 2})
-            await anyio.sleep(0.3)
+            tg.start_soon(call, session, "slow", {"seconds": 60})
+            await procs[-1].until(r"slow call \S+ started")
             ambiguous = await call(session, "ask", {"question": "which?"})
+            tg.cancel_scope.cancel()
         assert ambiguous["isError"] is True
         assert "several calls are in flight on it" in ambiguous["content"][0]["text"]
 
@@ -122,8 +145,10 @@ async def test_a_cancelled_client_call_cancels_the_upstream_call(transport: str,
     url = start_triad(procs, config, wait_ready=1)
     async with streamable_http_client(url) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
-        with anyio.move_on_after(0.5):
-            await session.call_tool("slow", {"seconds": 30})
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(session.call_tool, "slow", {"seconds": 60})
+            await (upstream_log or procs[-1]).until(r"slow call \S+ started")
+            tg.cancel_scope.cancel()
         # in a thread: the client's own cancel notification must be able to go out meanwhile
         await (upstream_log or procs[-1]).until(r"slow call \S+ cancelled")
         assert (await call(session, "echo", {"text": "after"}))["content"][0]["text"] == "after"

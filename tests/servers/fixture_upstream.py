@@ -1,7 +1,7 @@
 """A real MCP upstream for the tests, built on the SDK's low-level server so every wire detail is under control.
 
     python fixture_upstream.py [--transport stdio|http|sse] [--name N] [--page-size K] [--extra-tools M]
-                               [--hang-initialize] [--slow-first-ping S] [--prefix P]
+                               [--hang-initialize] [--slow-first-ping S] [--prefix P] [--unavailable-calls K]
 
 Over HTTP and SSE it binds 127.0.0.1 on a free port and prints `READY <port>` on stderr. Tools cover every
 content type (text, image, audio, embedded resource, resource link, structured with outputSchema, error), a slow
@@ -244,7 +244,38 @@ def build_server(args: argparse.Namespace) -> Server[Any]:
     return server
 
 
-async def serve_http(server: Server[Any], transport: str, port: int) -> None:
+def answer_unavailable(app: Any, count: int) -> Any:
+    """An ASGI wrapper that answers HTTP 503 to the first `count` `tools/call` POSTs, as a proxy in front of an
+    overloaded server would (the server never sees them); each is noted on stderr."""
+    refused = [0]
+
+    async def wrapped(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST" or refused[0] >= count:
+            return await app(scope, receive, send)
+        chunks = []
+        while True:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        body = b"".join(chunks)
+        if b'"tools/call"' not in body:
+            replayed = [False]
+
+            async def replay() -> Any:
+                if replayed[0]:
+                    return await receive()
+                replayed[0] = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await app(scope, replay, send)
+        refused[0] += 1
+        print(f"answered 503 to call {refused[0]}", file=sys.stderr, flush=True)
+        await send({"type": "http.response.start", "status": 503, "headers": [(b"content-type", b"text/plain")]})
+        await send({"type": "http.response.body", "body": b"overloaded"})
+    return wrapped
+
+
+async def serve_http(server: Server[Any], transport: str, port: int, unavailable_calls: int = 0) -> None:
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -261,6 +292,8 @@ async def serve_http(server: Server[Any], transport: str, port: int) -> None:
             return Response()
 
         app = Starlette(routes=[Route("/sse", endpoint=handle_sse), Mount("/messages/", app=sse.handle_post_message)])
+    if unavailable_calls:
+        app = answer_unavailable(app, unavailable_calls)
     # h11 strips whitespace around header values (RFC 9110) as the conformance suite expects; httptools keeps it
     userver = uvicorn.Server(uvicorn.Config(app, log_level="warning", http="h11"))
     print(f"READY {port}", file=sys.stderr, flush=True)
@@ -287,6 +320,7 @@ def main() -> None:
     parser.add_argument("--echo-description", default="Echo the text.", help="to simulate a rewritten tool")
     parser.add_argument("--port", type=int, default=0, help="HTTP/SSE port (default: a free one)")
     parser.add_argument("--start-when", help="wait until this file exists before serving (a slow start)")
+    parser.add_argument("--unavailable-calls", type=int, default=0, help="HTTP 503 to the first K tools/call POSTs")
     args = parser.parse_args()
     server = build_server(args)
     while args.start_when and not os.path.exists(args.start_when):
@@ -294,7 +328,7 @@ def main() -> None:
     if args.transport == "stdio":
         anyio.run(serve_stdio, server)
     else:
-        anyio.run(serve_http, server, args.transport, args.port)
+        anyio.run(serve_http, server, args.transport, args.port, args.unavailable_calls)
 
 
 if __name__ == "__main__":
