@@ -12,6 +12,8 @@ from typing import Any
 
 import anyio
 
+from consumers._sdk import sender_context
+
 
 class EOFWatch:
     def __init__(self, inner: Any) -> None:
@@ -21,8 +23,8 @@ class EOFWatch:
 
     @property
     def last_context(self) -> Any:
-        # The dispatcher reads this to carry the sender's contextvars across (streamable HTTP).
-        return getattr(self._inner, "last_context", None)
+        """Passed through: the SDK's dispatcher reads it (`consumers._sdk.CONTEXT_ATTRIBUTE`)."""
+        return sender_context(self._inner)
 
     def _eof(self) -> None:
         self.closed = True

@@ -167,7 +167,8 @@ class HttpHop:
                 method = message.get("method")
                 if not isinstance(method, str):
                     continue
-                params = message.get("params") if isinstance(message.get("params"), dict) else {}
+                found = message.get("params")
+                params: dict[str, Any] = found if isinstance(found, dict) else {}
                 if "id" in message:
                     await self._answer(message["id"], method, params, downstream)
                 elif method == "notifications/progress" and params.get("progressToken") == request_id:

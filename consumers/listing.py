@@ -8,11 +8,10 @@ from typing import Any
 
 import mcp_types as types
 from mcp import ClientSession
-from pydantic import TypeAdapter
 
+from consumers._sdk import send_raw
 from gateway.errors import UpstreamError
 
-RAW = TypeAdapter(dict[str, Any])
 MAX_LIST_PAGES = 1000
 """A bound on pages per list, in case an upstream invents a new cursor forever."""
 
@@ -46,7 +45,9 @@ async def list_catalog(name: str, session: ClientSession, init: types.Initialize
         version = session.protocol_version or ""
     tools = check_tools(await list_all(name, session, types.ListToolsRequest, "tools"), version) \
         if "tools" in caps else ()
-    resources = templates = prompts = ()
+    resources: Tools = ()
+    templates: Tools = ()
+    prompts: Tools = ()
     if "resources" in caps:
         resources = await list_all(name, session, types.ListResourcesRequest, "resources")
         templates = await list_all(name, session, types.ListResourceTemplatesRequest, "resourceTemplates")
@@ -62,7 +63,7 @@ async def list_all(name: str, session: ClientSession, request_type: Any, key: st
     cursor: str | None = None
     for _ in range(MAX_LIST_PAGES):
         params = types.PaginatedRequestParams(cursor=cursor) if cursor is not None else None
-        page = await session.send_request(request_type(params=params), RAW)
+        page = await send_raw(session, request_type(params=params))
         items.extend(page.get(key) or ())
         cursor = page.get("nextCursor")
         if cursor is None:

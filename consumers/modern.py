@@ -25,6 +25,7 @@ from mcp_types import CLIENT_CAPABILITIES_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from consumers._errors import describe_failure
+from consumers._sdk import Stamp, wrap_stamp
 from consumers.listing import Tools
 from consumers.relay import CURRENT_DOWNSTREAM
 
@@ -44,22 +45,25 @@ class ModernLink:
         self._changed = anyio.Event()
 
     def stamp_for_callers(self, session: ClientSession) -> None:
-        """The SDK (pinned to 2.3.x) stamps each request's envelope and headers in `_stamp`, set by `discover()`,
-        with no public hook: this wraps it with the caller's capabilities and the `Mcp-Param-*` headers (the SDK
-        learns those only through its typed `list_tools`, which Triad does not use)."""
-        stamp = session._stamp
+        """The SDK stamps each request's envelope and headers with no public hook (`consumers._sdk.wrap_stamp`):
+        this adds the caller's capabilities and the `Mcp-Param-*` headers (the SDK learns those only through its
+        typed `list_tools`, which Triad does not use)."""
 
-        def stamp_for_caller(data: dict[str, Any], options: Any) -> None:
-            stamp(data, options)
-            params = data.get("params") or {}
-            downstream = CURRENT_DOWNSTREAM.get()
-            if downstream is not None and downstream.capabilities is not None:
-                params["_meta"][CLIENT_CAPABILITIES_META_KEY] = downstream.capabilities
-            header_map = self._header_maps.get(params.get("name")) if data["method"] == "tools/call" else None
-            if header_map:
-                options.setdefault("headers", {}).update(mcp_param_headers(header_map, params.get("arguments") or {}))
+        def for_caller(stamp: Stamp) -> Stamp:
+            def stamp_for_caller(data: dict[str, Any], options: Any) -> None:
+                stamp(data, options)
+                params = data.get("params") or {}
+                downstream = CURRENT_DOWNSTREAM.get()
+                if downstream is not None and downstream.capabilities is not None:
+                    params["_meta"][CLIENT_CAPABILITIES_META_KEY] = downstream.capabilities
+                header_map = self._header_maps.get(params.get("name")) if data["method"] == "tools/call" else None
+                if header_map:
+                    arguments = params.get("arguments") or {}
+                    options.setdefault("headers", {}).update(mcp_param_headers(header_map, arguments))
 
-        session._stamp = stamp_for_caller
+            return stamp_for_caller
+
+        wrap_stamp(session, for_caller)
 
     def checked_tools(self, tools: Tools, version: str) -> Tools:
         """Tools with invalid `x-mcp-header` marks dropped, the others' marks remembered (2026-07-28 only)."""
@@ -90,16 +94,17 @@ class ModernLink:
                 tg.cancel_scope.cancel()
 
     async def _listen_once(self, session: ClientSession, capabilities: dict[str, Any], uris: tuple[str, ...]) -> None:
-        wanted = {f"{family}_list_changed": bool((capabilities.get(family) or {}).get("listChanged"))
-                  for family in ("tools", "prompts", "resources")}
-        if not any(wanted.values()) and not uris:
+        tools, prompts, resources = (bool((capabilities.get(family) or {}).get("listChanged"))
+                                     for family in ("tools", "prompts", "resources"))
+        if not (tools or prompts or resources or uris):
             return
         try:
-            async with listen(session, **wanted, resource_subscriptions=uris) as subscription:
+            async with listen(session, tools_list_changed=tools, prompts_list_changed=prompts,
+                              resources_list_changed=resources, resource_subscriptions=uris) as subscription:
                 async for event in subscription:
                     if isinstance(event, ResourceUpdated):
                         self._on_updated(self._name, event.uri)
-                    elif not isinstance(event, ResourcesListChanged) or wanted["resources_list_changed"]:
+                    elif not isinstance(event, ResourcesListChanged) or resources:
                         self._on_relist()
         except Exception as exc:  # the upstream still serves calls; only its change notices are lost
             logger.warning("upstream %s: its subscriptions/listen stream failed (%s); changes will not be seen "

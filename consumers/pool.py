@@ -16,6 +16,7 @@ from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup
+from pydantic import SecretStr
 
 from consumers.upstream import Upstream, UpstreamState
 from gateway.config import TriadConfig, UpstreamConfig
@@ -28,7 +29,9 @@ RETIRE_GRACE = 30.0
 
 def connection_key(config: UpstreamConfig, cwd: str | None) -> tuple[Any, ...]:
     """What a live connection depends on; other settings (timeouts, tool filters) apply without reconnecting."""
-    secrets = lambda values: tuple(sorted((k, v.get_secret_value()) for k, v in values.items()))  # noqa: E731
+    def secrets(values: Mapping[str, SecretStr]) -> tuple[tuple[str, str], ...]:
+        return tuple(sorted((k, v.get_secret_value()) for k, v in values.items()))
+
     return (config.kind, config.command, config.args, secrets(config.env), cwd, config.url, secrets(config.headers),
             config.protocol)
 

@@ -18,6 +18,7 @@ from contextvars import ContextVar
 from typing import Any, Protocol
 
 import mcp_types as types
+from mcp.client.session import ClientRequestContext
 from pydantic import ValidationError
 
 from gateway.errors import UpstreamError
@@ -124,11 +125,19 @@ class InFlight:
                 f"Triad cannot relay {request.method} from upstream {self._upstream!r}: {why}"))
         return await downstream.ask(request, result_type)
 
-    async def on_sampling(self, _ctx: Any, params: types.CreateMessageRequestParams) -> Any:
-        return await self._ask(types.CreateMessageRequest(params=params), types.CreateMessageResult)
+    async def on_sampling(self, context: ClientRequestContext, params: types.CreateMessageRequestParams
+                          ) -> types.CreateMessageResult | types.ErrorData:
+        answer: types.CreateMessageResult | types.ErrorData = await self._ask(
+            types.CreateMessageRequest(params=params), types.CreateMessageResult)
+        return answer
 
-    async def on_elicitation(self, _ctx: Any, params: Any) -> Any:
-        return await self._ask(types.ElicitRequest(params=params), types.ElicitResult)
+    async def on_elicitation(self, context: ClientRequestContext, params: types.ElicitRequestParams
+                             ) -> types.ElicitResult | types.ErrorData:
+        answer: types.ElicitResult | types.ErrorData = await self._ask(types.ElicitRequest(params=params),
+                                                                       types.ElicitResult)
+        return answer
 
-    async def on_list_roots(self, _ctx: Any) -> Any:
-        return await self._ask(types.ListRootsRequest(), types.ListRootsResult)
+    async def on_list_roots(self, context: ClientRequestContext) -> types.ListRootsResult | types.ErrorData:
+        answer: types.ListRootsResult | types.ErrorData = await self._ask(types.ListRootsRequest(),
+                                                                          types.ListRootsResult)
+        return answer

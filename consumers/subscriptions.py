@@ -15,7 +15,7 @@ import mcp_types as types
 from mcp import ClientSession
 
 from consumers._errors import describe_failure
-from consumers.listing import RAW
+from consumers._sdk import send_raw
 from consumers.modern import ModernLink
 
 logger = logging.getLogger("triad.upstream")
@@ -78,7 +78,7 @@ class Subscriptions:
             return
         for uri in self.uris():
             try:
-                await session.send_request(types.SubscribeRequest(params=types.SubscribeRequestParams(uri=uri)), RAW)
+                await send_raw(session, types.SubscribeRequest(params=types.SubscribeRequestParams(uri=uri)))
             except Exception as exc:  # one refused URI must not stop the others
                 logger.warning("upstream %s: could not subscribe again to a resource: %s", self._upstream,
                                describe_failure(exc))

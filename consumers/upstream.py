@@ -36,8 +36,9 @@ from consumers._errors import (
     session_gone,
 )
 from consumers._health import probe
+from consumers._sdk import send_raw
 from consumers._streams import EOFWatch
-from consumers.listing import RAW, Catalog, list_catalog
+from consumers.listing import Catalog, list_catalog
 from consumers.modern import ModernLink
 from consumers.relay import CURRENT_DOWNSTREAM, Downstream, InFlight, ProgressFn, answer_input_requests, with_params
 from consumers.subscriptions import Subscriptions
@@ -331,13 +332,13 @@ class Upstream:
         result and retries itself."""
         if self._hop is not None and session is self._session:
             return await self._hop.request(request, on_progress, downstream)
-        result = await session.send_request(request, RAW, progress_callback=on_progress)
+        result = await send_raw(session, request, on_progress)
         for _ in range(MAX_INPUT_ROUNDS):
             if result.get("resultType") != "input_required" or downstream is None or downstream.modern:
                 return result
             answers = await answer_input_requests(self.name, downstream, result.get("inputRequests"))
             request = with_params(request, {"inputResponses": answers, "requestState": result.get("requestState")})
-            result = await session.send_request(request, RAW, progress_callback=on_progress)
+            result = await send_raw(session, request, on_progress)
         raise UpstreamError(self.name, f"upstream {self.name!r} asked for input more than {MAX_INPUT_ROUNDS} times "
                             f"in one {request.method}")
 

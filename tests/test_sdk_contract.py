@@ -93,3 +93,47 @@ def test_session_ids_in_the_sdks_log_lines_are_replaced_by_labels(caplog: pytest
     with caplog.at_level(logging.INFO, logger="mcp.server.streamable_http_manager"):
         mcp.server.streamable_http_manager.logger.warning("Rejecting request for session %s: no", secret)
     assert secret not in caplog.text and "label-32" in caplog.text
+
+
+# -- consumer side (`consumers/_sdk.py`) ---------------------------------------------------------------------------
+
+
+def expect_consumer(condition: bool, assumption: str) -> None:
+    assert condition, f"mcp {_sdk.sdk_version()} no longer holds an assumption of consumers/_sdk.py: {assumption}"
+
+
+def test_send_request_takes_a_type_adapter_for_raw_results() -> None:
+    import inspect
+
+    from mcp import ClientSession
+
+    annotation = str(inspect.signature(ClientSession.send_request).parameters["result_type"].annotation)
+    expect_consumer("TypeAdapter" in annotation, "ClientSession.send_request accepts a pydantic TypeAdapter")
+
+
+def test_a_client_session_stamps_requests_through_a_replaceable_stamp() -> None:
+    from mcp import ClientSession
+
+    from consumers import _sdk as consumer_sdk
+
+    send, receive = anyio.create_memory_object_stream[Any](1)
+    session = ClientSession(receive, send)
+    original = session._stamp
+    expect_consumer(callable(original), "ClientSession._stamp is the envelope stamp, set before connecting")
+    seen: list[Any] = []
+    consumer_sdk.wrap_stamp(session, lambda stamp: seen.append(stamp) or stamp)
+    expect_consumer(seen == [original] and session._stamp is original, "wrap_stamp hands over the current stamp")
+    send.close()
+    receive.close()
+
+
+def test_the_dispatcher_reads_the_senders_context_from_its_read_stream() -> None:
+    import inspect
+
+    import mcp.shared.jsonrpc_dispatcher
+
+    from consumers import _sdk as consumer_sdk
+
+    source = inspect.getsource(mcp.shared.jsonrpc_dispatcher)
+    expect_consumer(f'"{consumer_sdk.CONTEXT_ATTRIBUTE}"' in source,
+                    "the JSON-RPC dispatcher reads `last_context` from its read stream")

@@ -16,7 +16,7 @@ import mcp_types as types
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from consumers.listing import RAW
+from consumers._sdk import RAW
 from tests.conftest import (
     FIXTURE,
     PYTHON,

@@ -1,0 +1,49 @@
+"""Every private or loosely typed part of the MCP SDK the consumer side relies on, in one place (mcp 2.3.x).
+
+Each function states one assumption; `tests/test_sdk_contract.py` checks each against the installed SDK and fails
+naming the SDK version when one no longer holds.
+
+- `send_raw`: `ClientSession.send_request` takes a pydantic `TypeAdapter` as its result type (typed as a model
+  class only): Triad asks for the raw result dict, which a proxy passes on without re-validation.
+- `wrap_stamp`: the SDK stamps each 2026-07-28 request's `_meta` envelope and headers in `ClientSession._stamp`
+  (set by `discover()`), with no public hook for the caller's capabilities and `Mcp-Param-*` headers.
+- `CONTEXT_ATTRIBUTE`: the SDK's dispatcher reads the sender's contextvars from its read stream's `last_context`
+  (how the current downstream crosses into callbacks over streamable HTTP); a wrapper must pass it through.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
+
+from mcp import ClientSession
+from mcp.shared.dispatcher import ProgressFnT
+from pydantic import TypeAdapter
+
+RAW: TypeAdapter[dict[str, Any]] = TypeAdapter(dict[str, Any])
+"""A result as the upstream sent it: the wire dict."""
+
+CONTEXT_ATTRIBUTE = "last_context"
+
+Stamp = Callable[[dict[str, Any], Any], None]
+"""`(request data, send options) -> None`: what `ClientSession._stamp` is."""
+
+
+async def send_raw(session: ClientSession, request: Any,
+                   progress: Callable[[float, float | None, str | None], Awaitable[None]] | None = None
+                   ) -> dict[str, Any]:
+    """Send `request` on `session`; its result as a raw dict."""
+    on_progress = cast(ProgressFnT | None, progress)  # a plain callable of the Protocol's shape
+    result: dict[str, Any] = await session.send_request(request, RAW,  # type: ignore[type-var]
+                                                        progress_callback=on_progress)
+    return result
+
+
+def wrap_stamp(session: ClientSession, wrap: Callable[[Stamp], Stamp]) -> None:
+    """Replace the session's envelope stamp by `wrap(stamp)`."""
+    session._stamp = wrap(session._stamp)
+
+
+def sender_context(stream: Any) -> Any:
+    """The sender's context a read stream last carried (None when it carries none)."""
+    return getattr(stream, CONTEXT_ATTRIBUTE, None)
