@@ -8,7 +8,9 @@ pydantic's own limit (about 200 levels, the SDK's bound too), so every later wal
 Where Triad reads the body itself (the direct HTTP path) it calls `parse_json`. Where the SDK does:
 - `/mcp` and `/messages/`: `StrictJson`, an ASGI wrapper in front of the SDK's app, reads the body (up to the
   body limit), answers a body that fails with HTTP 400 and a JSON-RPC parse error (id null), and replays it
-  otherwise. The DNS-rebinding and session checks stay the SDK's, after it.
+  otherwise. The DNS-rebinding and session checks stay the SDK's, after it. On `/messages/` it also answers a
+  body that is JSON but not one JSON-RPC message (-32600): the SDK would log a traceback for each (the fuzzer
+  in tests/test_fuzz.py found it) and answer in plain text.
 - stdio: the SDK parses each line before Triad sees it, so `StrictMessages` filters its read stream: a line that
   is not JSON, or not a JSON-RPC message, or carries a number that is not finite, is answered with a JSON-RPC
   error on the write stream (the SDK would drop it, leaving the client waiting).
@@ -36,6 +38,9 @@ _HUGE_NUMBER = re.compile(r"[eE]\+?0*[1-9][0-9]{2}|[0-9]{200}")
 then is the parsed value walked for infinities (pydantic's `allow_inf_nan=False` refuses `NaN` and `Infinity`
 literals, not overflows)."""
 _HUGE_NUMBER_BYTES = re.compile(_HUGE_NUMBER.pattern.encode())
+
+
+INVALID_MESSAGE = "Invalid request: not a JSON-RPC 2.0 message"
 
 
 class ParseError(ValueError):
@@ -90,14 +95,15 @@ class StrictJson:
     """In front of an SDK app that parses POST bodies: a body `parse_json` refuses gets 400 and a JSON-RPC parse
     error; any other request passes on untouched (a body over `max_body` too, for the SDK's 413).
 
-    `bodies="json"` checks only bodies sent as `application/json` (the streamable HTTP app answers any other
-    content type with 415 before it parses); `"all"` checks every body (the SSE message endpoint parses them all).
+    `check="json"` checks only bodies sent as `application/json` (the streamable HTTP app answers any other
+    content type with 415 before it parses); `"message"` checks every body, and that it is one JSON-RPC message
+    (the SSE message endpoint takes nothing else, whatever the content type).
     """
 
-    def __init__(self, app: ASGIApp, max_body: int, bodies: Literal["json", "all"] = "json") -> None:
+    def __init__(self, app: ASGIApp, max_body: int, check: Literal["json", "message"] = "json") -> None:
         self.app = app
         self._max_body = max_body
-        self._bodies = bodies
+        self._check = check
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] != "POST" or not self._checks(scope):
@@ -109,17 +115,28 @@ class StrictJson:
         body, more = read
         if not more:
             try:
-                parse_json(body)
+                value = parse_json(body)
             except ParseError as exc:
                 await _send_error(send, 400, error_body(types.PARSE_ERROR, exc.args[0]))
+                return
+            if self._check == "message" and not _is_message(value):
+                await _send_error(send, 400, error_body(types.INVALID_REQUEST, INVALID_MESSAGE))
                 return
         await self.app(scope, _replay(body, more, receive), send)
 
     def _checks(self, scope: Scope) -> bool:
-        if self._bodies == "all":
+        if self._check == "message":
             return True
         content_type = next((v for k, v in scope["headers"] if k == b"content-type"), b"").decode("latin-1")
         return "application/json" in (part.strip() for part in content_type.split(";")[0].split(","))
+
+
+def _is_message(value: Any) -> bool:
+    try:
+        types.jsonrpc_message_adapter.validate_python(value, by_name=False)
+    except ValidationError:
+        return False
+    return True
 
 
 async def _read_body(receive: Receive, limit: int) -> tuple[bytes, bool] | None:
@@ -201,7 +218,7 @@ def _refusal(item: SessionMessage | Exception) -> types.JSONRPCError | Literal[F
             if isinstance(raw := errors[0].get("input"), str | bytes) and not raw.strip():
                 return False
             return _error(None, types.PARSE_ERROR, f"Parse error: {errors[0]['msg']}")
-        return _error(None, types.INVALID_REQUEST, "Invalid request: not a JSON-RPC 2.0 message")
+        return _error(None, types.INVALID_REQUEST, INVALID_MESSAGE)
     if isinstance(item, Exception):
         return _error(None, types.PARSE_ERROR, "Parse error")
     message = item.message

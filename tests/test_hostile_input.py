@@ -164,7 +164,8 @@ async def test_oversized_run_level_lists_get_an_error_naming_the_limit(triad: tu
                                                                           {"triad/tools": many})),
                                              modern_headers("tools/call", "fx__echo")))
         assert f"the limit is {MAX_RUN_LIST_PATTERNS}" in modern["error"]["message"]
-        fine = answer_of(await session.post(dumps(call(5, "fx__echo", {"text": "ok"}, {"triad/tools": ["fx__echo", *many[:5]]}))))
+        narrowed = {"triad/tools": ["fx__echo", *many[:5]]}
+        fine = answer_of(await session.post(dumps(call(5, "fx__echo", {"text": "ok"}, narrowed))))
         assert fine["result"]["content"][0]["text"] == "ok"
 
 
