@@ -204,6 +204,9 @@ async def test_nested_and_non_finite_json_gets_a_parse_error_over_sse(triad: tup
         assert_parse_error(await session.post(NESTED))
         for literal in NON_FINITE:
             assert_parse_error(await session.post(rich_call(literal)))
+        for not_a_message in (b'{"jsonrpc": "2.0", "id": [1], "result": {}}', b"[]", b'"x"'):  # found by the fuzzer
+            refused = await session.post(not_a_message)
+            assert refused.status_code == 400 and refused.json()["error"]["code"] == -32600
         served = await session.request(call(9, "fx__rich", {"x": 1.5}))
         assert served["id"] == 9 and json.loads(served["result"]["content"][0]["text"]) == {"x": 1.5}
     assert "Traceback" not in proc.stderr
