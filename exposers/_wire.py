@@ -183,7 +183,7 @@ class StrictMessages:
 
     async def receive(self) -> SessionMessage | Exception:
         while True:
-            item = await self._read.receive()
+            item: SessionMessage | Exception = await self._read.receive()
             refusal = _refusal(item)
             if refusal is None:
                 return item
