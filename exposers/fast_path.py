@@ -43,6 +43,7 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from exposers._sdk import held, session_transport
+from exposers._wire import ParseError, parse_json
 from exposers.fast_calls import (
     Answers,
     ModernCallRelay,
@@ -221,8 +222,8 @@ class FastPath:
 def _message(body: bytes) -> dict[str, Any] | None:
     """One JSON-RPC 2.0 message (not a batch), or None."""
     try:
-        message = json.loads(body)
-    except ValueError:
+        message = parse_json(body)
+    except ParseError:  # the SDK's path answers it, behind `StrictJson`: a JSON-RPC parse error
         return None
     if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
         return None

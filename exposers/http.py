@@ -30,12 +30,14 @@ from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from exposers._sdk import hide_session_ids
+from exposers._wire import StrictJson, refuse
 from exposers.fast_path import FastPath
 from exposers.input_rounds import InputRounds
 from exposers.notify import Notifier
 from exposers.server import IDENTITY_SCOPE_KEY, GatewayServer, SessionOrigin, label_session_id
 from gateway.config import is_loopback
 from gateway.dispatch import Dispatcher
+from gateway.errors import InvalidRequest
 from gateway.identity import LOCAL, Identity, identity_for, identity_for_token, requires_token, run_list
 from gateway.reload import Reloader
 
@@ -93,8 +95,13 @@ class BearerAuth:
             )
             await response(scope, receive, send)
             return
-        sent = (request.headers.get(RUN_LIST_HEADER), request.query_params.get(RUN_LIST_QUERY))
-        run_lists = tuple(run_list(value) for value in sent if value is not None)
+        sent = ((request.headers.get(RUN_LIST_HEADER), "X-Triad-Tools"), (request.query_params.get(RUN_LIST_QUERY),
+                                                                         "?tools="))
+        try:
+            run_lists = tuple(run_list(value, source) for value, source in sent if value is not None)
+        except InvalidRequest as exc:
+            await refuse(send, exc)
+            return
         scope[IDENTITY_SCOPE_KEY] = dataclasses.replace(identity, run_lists=run_lists) if run_lists else identity
         scope["user"] = principal_user(identity)
         await self.app(scope, receive, send)
@@ -192,11 +199,13 @@ def build_app(server: GatewayServer, dispatcher: Dispatcher, notifier: Notifier,
 
     app = Starlette(
         routes=[
-            Route("/mcp", endpoint=BearerAuth(FastPath(StreamableHTTPASGIApp(manager), dispatcher, notifier, manager,
-                                                       security, MAX_REQUEST_BODY, rounds, server.server_info_stamp),
+            Route("/mcp", endpoint=BearerAuth(FastPath(StrictJson(StreamableHTTPASGIApp(manager), MAX_REQUEST_BODY),
+                                                       dispatcher, notifier, manager, security, MAX_REQUEST_BODY,
+                                                       rounds, server.server_info_stamp),
                                               dispatcher)),
             Route("/sse", endpoint=BearerAuth(handle_sse, dispatcher)),
-            Mount("/messages/", app=BearerAuth(sse.handle_post_message, dispatcher)),
+            Mount("/messages/", app=BearerAuth(StrictJson(sse.handle_post_message, MAX_REQUEST_BODY, "message"),
+                                               dispatcher)),
             Route("/healthz", endpoint=healthz),
             Route("/readyz", endpoint=readyz),
             Route("/metrics", endpoint=metrics),

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from mcp.server.stdio import stdio_server
 
+from exposers._wire import StrictMessages
 from exposers.server import GatewayServer
 
 
 async def serve_stdio(server: GatewayServer) -> None:
     async with stdio_server() as (read, write):
-        await server.run(read, write, server.create_initialization_options())
+        await server.run(StrictMessages(read, write), write, server.create_initialization_options())

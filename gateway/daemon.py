@@ -27,6 +27,7 @@ from anyio.abc import TaskGroup
 from consumers import UpstreamPool, UpstreamState
 from exposers import InputRounds, build_app, build_server, serve_stdio
 from exposers.notify import Notifier
+from gateway._listener import ListenerConfig
 from gateway.config import TriadConfig, is_loopback
 from gateway.dispatch import Dispatcher
 from gateway.identity import LOCAL, Identity
@@ -118,7 +119,7 @@ async def serve_http(config: TriadConfig, host: str, port: int) -> None:
             sock.close()
             raise SystemExit(f"triad: cannot listen on {host}:{port}: {exc.strerror}") from None
         actual_port = sock.getsockname()[1]
-        userver = _Uvicorn(uvicorn.Config(app, log_config=None, lifespan="on", access_log=False,
+        userver = _Uvicorn(ListenerConfig(app, log_config=None, lifespan="on", access_log=False,
                                           timeout_graceful_shutdown=5))
         gw.task_group.start_soon(_handle_signals, _stopper(userver, gw), gw.reloader)
         shown = f"[{host}]" if ":" in host else host

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -24,7 +25,7 @@ from gateway.catalog import UpstreamSnapshot, build_upstream_sources
 from gateway.config import TriadConfig
 from gateway.errors import InvalidRequest, UnknownName, UpstreamUnavailable
 from gateway.hooks import CallContext, HookChain, Session, build_chain
-from gateway.identity import Identity, run_list
+from gateway.identity import Identity, bounded_run_list, run_list
 from gateway.metrics import Metrics
 from gateway.name_ledger import NameLedger
 from gateway.naming import expose_uri, parse_exposed_uri
@@ -39,7 +40,10 @@ ERA_META_PREFIX = "io.modelcontextprotocol/"
 RUN_LIST_META_KEY = "triad/tools"
 """A request's own run-level allow list (layer 7); Triad's business, never forwarded."""
 MAX_CACHED_VIEWS = 1024
-"""Views are cached per distinct identity (run-level lists included); past this many, the cache starts over."""
+"""Views of identities without run-level lists, which the config bounds; past this many, the cache starts over."""
+MAX_CACHED_RUN_LIST_VIEWS = 64
+"""Views narrowed by run-level lists, which clients choose freely: the least recently used goes first, and they
+never push a client's own view out of the cache above."""
 
 
 def forwardable_meta(meta: Any) -> dict[str, Any] | None:
@@ -121,6 +125,7 @@ class Dispatcher:
         self._stale = True
         self.metrics = Metrics()
         self._views: dict[Identity, ClientView] = {}
+        self._run_list_views: OrderedDict[Identity, ClientView] = OrderedDict()
         self._schemas: dict[tuple[str, str], dict[str, Any]] = {}
         """Normalised input schemas by (profile, tool), computed once per registry version."""
         self._parsed_templates: tuple[int, list[tuple[str, UriTemplate]]] = (-1, [])
@@ -158,29 +163,42 @@ class Dispatcher:
             self._registry = build_registry(self._registry.version + 1, built.sources, built.context,
                                             built.uri_owners)
             self._views, self._schemas = {}, {}
+            self._run_list_views.clear()
         return self._registry
 
     def view(self, identity: Identity) -> ClientView:
         registry = self.registry
-        view = self._views.get(identity)
-        if view is None or view.version != registry.version:
-            if len(self._views) >= MAX_CACHED_VIEWS:
-                self._views = {}
-            client = self.config.clients.get(identity.client_id)
-            profile = schema_profile(client.schema_profile if client else None, identity.provider)
-            view = self._views[identity] = build_view(registry, identity, self.pipeline, profile, self._schemas)
+        narrowed = bool(identity.run_lists)
+        cache = self._run_list_views if narrowed else self._views
+        view = cache.get(identity)
+        if view is not None and view.version == registry.version:
+            if narrowed:
+                self._run_list_views.move_to_end(identity)
+            return view
+        if not narrowed and len(self._views) >= MAX_CACHED_VIEWS:
+            self._views = {}
+        client = self.config.clients.get(identity.client_id)
+        profile = schema_profile(client.schema_profile if client else None, identity.provider)
+        view = build_view(registry, identity, self.pipeline, profile, self._schemas)
+        if narrowed:
+            self._run_list_views[identity] = view
+            if len(self._run_list_views) > MAX_CACHED_RUN_LIST_VIEWS:
+                self._run_list_views.popitem(last=False)
+        else:
+            self._views[identity] = view
         return view
 
     def _request_view(self, identity: Identity, params: Mapping[str, Any]) -> ClientView:
         """The view for one request: the caller's, narrowed by the request's own run-level list if it has one."""
         meta = params.get("_meta")
         if isinstance(meta, Mapping) and RUN_LIST_META_KEY in meta:
-            patterns = meta[RUN_LIST_META_KEY]
+            patterns, source = meta[RUN_LIST_META_KEY], f"_meta[{RUN_LIST_META_KEY!r}]"
             if isinstance(patterns, str):
-                patterns = run_list(patterns)
+                patterns = run_list(patterns, source)
             if not isinstance(patterns, list | tuple) or not all(isinstance(p, str) for p in patterns):
-                raise InvalidRequest(f"_meta[{RUN_LIST_META_KEY!r}] must be a list of tool patterns")
-            identity = dataclasses.replace(identity, run_lists=(*identity.run_lists, tuple(patterns)))
+                raise InvalidRequest(f"{source} must be a list of tool patterns")
+            identity = dataclasses.replace(identity, run_lists=(*identity.run_lists,
+                                                                bounded_run_list(patterns, source)))
         return self.view(identity)
 
     async def _refuse_tool(self, view: ClientView, name: Any, params: Mapping[str, Any],

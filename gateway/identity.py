@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import hmac
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from gateway.config import TriadConfig
-from gateway.errors import UnknownSession
+from gateway.errors import InvalidRequest, UnknownSession
 from policy import Identity
 
 LOCAL_CLIENT = "local"
@@ -29,7 +29,11 @@ adds to and overrides these."""
 
 __all__ = [
     "LOCAL",
+    "MAX_PATTERN_LENGTH",
+    "MAX_RUN_LIST_PATTERNS",
     "Identity",
+    "RunListTooLarge",
+    "bounded_run_list",
     "identity_for",
     "identity_for_token",
     "infer_provider",
@@ -78,9 +82,35 @@ def infer_provider(config: TriadConfig, client_name: str | None) -> str | None:
     return config.policy.provider_map.get(name) or DEFAULT_PROVIDER_MAP.get(name)
 
 
-def run_list(value: str) -> tuple[str, ...]:
-    """`a, b*` -> ("a", "b*"); an empty value is an empty list, which denies everything."""
-    return tuple(part.strip() for part in value.split(",") if part.strip())
+MAX_RUN_LIST_PATTERNS = 512
+"""Patterns in one run-level list. A judgment call: far more than a client names by hand or an agent framework
+generates for one run (one pattern per tool of a large fleet still fits), far less than it takes to stall a view."""
+MAX_PATTERN_LENGTH = 256
+"""Characters in one pattern: an exposed name has at most 128 (the spec's limit), `upstream:raw` a little more."""
+
+
+class RunListTooLarge(InvalidRequest):
+    """A run-level list over `MAX_RUN_LIST_PATTERNS` patterns or with a pattern over `MAX_PATTERN_LENGTH`.
+
+    A list comes from a request's `_meta["triad/tools"]`, a session's `X-Triad-Tools` header or its `tools` query
+    parameter, so its size is the client's choice: it is bounded here, before anything compiles or caches it."""
+
+
+def bounded_run_list(patterns: Sequence[str], source: str) -> tuple[str, ...]:
+    """The patterns as a tuple (a view key), or `RunListTooLarge` naming `source` and the limit it exceeds."""
+    if len(patterns) > MAX_RUN_LIST_PATTERNS:
+        raise RunListTooLarge(f"{source} has {len(patterns)} patterns; the limit is {MAX_RUN_LIST_PATTERNS}")
+    for pattern in patterns:
+        if len(pattern) > MAX_PATTERN_LENGTH:
+            raise RunListTooLarge(f"{source} has a pattern of {len(pattern)} characters; the limit is "
+                                  f"{MAX_PATTERN_LENGTH}")
+    return tuple(patterns)
+
+
+def run_list(value: str, source: str = "the run-level list") -> tuple[str, ...]:
+    """`a, b*` -> ("a", "b*"); an empty value is an empty list, which denies everything. A list over the limits
+    raises `RunListTooLarge`, naming `source` (the header or query parameter)."""
+    return bounded_run_list([part.strip() for part in value.split(",") if part.strip()], source)
 
 
 def with_provider(config: TriadConfig, identity: Identity, client_name: str | None) -> Identity:

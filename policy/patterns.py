@@ -4,6 +4,11 @@ A glob has `*` as its only wildcard: `*` alone matches everything; a pattern wit
 otherwise the pattern is regex-escaped, each `*` becomes `.*`, anchored at both ends (`?` and `[]` are
 literals). Both sides are trimmed and lowercased, so matching ignores case. Empty patterns are dropped.
 
+Run-level lists come from clients, so a glob must cost time linear in the name whatever its stars: each segment
+between two stars is matched at its first occurrence and never retried (an atomic group). For globs, the first
+match is also the right one, so nothing is lost; a plain `.*` per star would backtrack (n choose stars) ways.
+A `MatcherSet` compiles a whole list once: exact names in a dict, every other glob in one regex.
+
 Groups: `group:<upstream>` (every tool of that upstream), `group:readonly` (annotated `readOnlyHint: true`),
 `group:destructive` (not read-only and `destructiveHint` not false — the spec's default is destructive), and the
 user's `policy.tool_groups`, which expand to their own patterns. A tool is matched by its exposed name and by its
@@ -13,7 +18,7 @@ user's `policy.tool_groups`, which expand to their own patterns. A tool is match
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,8 +85,15 @@ def compile_glob(pattern: str) -> Glob | None:
         return None
     if "*" not in normalized:
         return Glob(pattern, normalized, None)
-    regex = ".*".join(re.escape(part) for part in normalized.split("*"))
-    return Glob(pattern, None, re.compile(regex, re.DOTALL))
+    return Glob(pattern, None, re.compile(_glob_regex(normalized), re.DOTALL))
+
+
+def _glob_regex(normalized: str) -> str:
+    """`a*b*c` -> `a(?>.*?b).*c`: the middle segments at their first occurrence (atomic: no retry), the last one
+    at the end. Linear in the name for any number of stars."""
+    first, *middle, last = normalized.split("*")
+    return (re.escape(first) + "".join(f"(?>.*?{re.escape(part)})" for part in middle if part)
+            + ".*" + re.escape(last))
 
 
 def compile_globs(patterns: Iterable[str]) -> tuple[Glob, ...]:
@@ -123,3 +135,46 @@ def first_matcher(matchers: Iterable[Matcher], tool: ToolFacts) -> Matcher | Non
         if matcher.matches(tool):
             return matcher
     return None
+
+
+class MatcherSet:
+    """A list of matchers compiled for lookup: `first(tool)` is `first_matcher(matchers, tool)`, found with one
+    dict lookup and one regex match per form of the tool's name (plus the groups, few and cheap)."""
+
+    __slots__ = ("_exact", "_groups", "_union", "matchers")
+
+    def __init__(self, matchers: Sequence[Matcher]) -> None:
+        self.matchers = tuple(matchers)
+        self._exact: dict[str, int] = {}
+        self._groups: list[tuple[int, Group]] = []
+        alternatives: list[str] = []
+        for index, matcher in enumerate(self.matchers):
+            if isinstance(matcher, Group):
+                self._groups.append((index, matcher))
+            elif matcher._regex is not None:
+                alternatives.append(f"(?P<m{index}>{matcher._regex.pattern})")
+            elif matcher._exact is not None:
+                self._exact.setdefault(matcher._exact, index)
+        self._union = re.compile("|".join(alternatives), re.DOTALL) if alternatives else None
+
+    def __bool__(self) -> bool:
+        return bool(self.matchers)
+
+    def __len__(self) -> int:
+        return len(self.matchers)
+
+    def first(self, tool: ToolFacts) -> Matcher | None:
+        best = len(self.matchers)
+        for form in tool.forms():
+            form = form.strip()
+            best = min(best, self._exact.get(form, best))
+            found = self._union.fullmatch(form) if self._union is not None else None
+            if found is not None and found.lastgroup is not None:
+                best = min(best, int(found.lastgroup[1:]))
+        for index, group in self._groups:
+            if index >= best:
+                break
+            if group.matches(tool):
+                best = index
+                break
+        return self.matchers[best] if best < len(self.matchers) else None

@@ -7,19 +7,27 @@ defaults when listening on a non-loopback address) · 6 owner-only · 7 run-leve
 Semantics (reference section 8.2): in a layer, deny beats allow and an empty or absent allow allows all;
 `also_allow` adds to allow (alone, it means `*` plus those). A tool must pass every layer that applies; any deny is
 final. At run level an **empty** list denies everything, and several lists intersect. Pure: no I/O, no clock.
+
+Every list is compiled once into a `MatcherSet`: config lists when the pipeline is built, run-level lists (whose
+size `gateway.identity.bounded_run_list` bounds where they come in) on first use, kept in a small cache of the most
+recent ones, because a view asks for one decision per tool with the same caller.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gateway.config import PolicyConfig, ToolRule
-from policy.patterns import Matcher, ToolFacts, compile_patterns, first_matcher
+from policy.patterns import MatcherSet, ToolFacts, compile_patterns
 
 DEFAULT_REMOTE_DENY = ("exec", "spawn", "shell", "fs_write", "fs_delete", "fs_move", "apply_patch")
 """Denied when Triad listens on a non-loopback address (after OpenClaw's DEFAULT_GATEWAY_HTTP_TOOL_DENY), matched
 against exposed names and raw names of every upstream; lift one with `policy.gateway_allow`."""
+
+MAX_COMPILED_RUN_LISTS = 64
+"""Compiled run-level lists kept for reuse; the least recently used goes first. Building one view needs one."""
 
 LAYER_NAMES = {1: "profile", 2: "agent", 3: "provider", 4: "group", 5: "gateway deny", 6: "owner-only",
                7: "run-level"}
@@ -28,8 +36,8 @@ LAYER_NAMES = {1: "profile", 2: "agent", 3: "provider", 4: "group", 5: "gateway 
 @dataclass(frozen=True, slots=True)
 class CompiledRule:
     source: str
-    allow: tuple[Matcher, ...] | None  # None: allow all
-    deny: tuple[Matcher, ...]
+    allow: MatcherSet | None  # None: allow all
+    deny: MatcherSet
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,8 +94,9 @@ class Pipeline:
         lifted = {name.strip().lower() for name in policy.gateway_allow}
         defaults = [p for name in DEFAULT_REMOTE_DENY if name not in lifted for p in (name, f"*:{name}")]
         deny = [*policy.gateway_deny, *(defaults if remote else ())]
-        self._gateway = CompiledRule("gateway_deny", None, compile_patterns(deny, groups)) if deny else None
-        self._owner_only = compile_patterns(policy.owner_only, groups)
+        self._gateway = CompiledRule("gateway_deny", None, _set(deny, groups)) if deny else None
+        self._owner_only = _set(policy.owner_only, groups)
+        self._run_sets: OrderedDict[tuple[str, ...], MatcherSet] = OrderedDict()
 
     def decide(self, caller: Identity, tool: ToolFacts) -> Decision:
         steps: list[Step] = []
@@ -96,7 +105,7 @@ class Pipeline:
         if self._gateway is not None:
             steps.append(_apply(5, self._gateway, tool))
         if self._owner_only:
-            match = first_matcher(self._owner_only, tool)
+            match = self._owner_only.first(tool)
             if match is None:
                 steps.append(Step(6, "owner_only", True, None, "allowed: not an owner-only tool"))
             else:
@@ -132,30 +141,45 @@ class Pipeline:
         source = f"run-level list {index}"
         if not patterns:
             return Step(7, source, False, None, "denied: the run-level allow list is empty")
-        match = first_matcher(compile_patterns(patterns, self._groups), tool)
+        match = self._run_set(tuple(patterns)).first(tool)
         if match is None:
             return Step(7, source, False, None, "denied: not in the run-level allow list")
         return Step(7, source, True, match.pattern, f"allowed by {match.pattern!r}")
 
 
+    def _run_set(self, patterns: tuple[str, ...]) -> MatcherSet:
+        found = self._run_sets.get(patterns)
+        if found is None:
+            found = self._run_sets[patterns] = _set(patterns, self._groups)
+            if len(self._run_sets) > MAX_COMPILED_RUN_LISTS:
+                self._run_sets.popitem(last=False)
+        else:
+            self._run_sets.move_to_end(patterns)
+        return found
+
+
+def _set(patterns: Sequence[str], groups: Mapping[str, Sequence[str]]) -> MatcherSet:
+    return MatcherSet(compile_patterns(patterns, groups))
+
+
 def _compile(source: str, rule: ToolRule | None, groups: Mapping[str, Sequence[str]]) -> CompiledRule | None:
     if rule is None or (rule.allow is None and not rule.deny and not rule.also_allow):
         return None
-    allow: tuple[Matcher, ...] | None = None
+    allow: MatcherSet | None = None
     if rule.allow or rule.also_allow:
         base = rule.allow if rule.allow else ("*",)
-        allow = compile_patterns([*base, *rule.also_allow], groups)
-    return CompiledRule(source, allow, compile_patterns(rule.deny, groups))
+        allow = _set([*base, *rule.also_allow], groups)
+    return CompiledRule(source, allow, _set(rule.deny, groups))
 
 
 def _apply(layer: int, rule: CompiledRule, tool: ToolFacts) -> Step:
-    denied = first_matcher(rule.deny, tool)
+    denied = rule.deny.first(tool)
     if denied is not None:
         return Step(layer, rule.source, False, denied.pattern, f"denied by {denied.pattern!r}")
     if rule.allow is None:
         detail = "allowed: no deny pattern matches" if rule.deny else "allowed: no allow list"
         return Step(layer, rule.source, True, None, detail)
-    allowed = first_matcher(rule.allow, tool)
+    allowed = rule.allow.first(tool)
     if allowed is None:
         return Step(layer, rule.source, False, None, "denied: not in the allow list")
     return Step(layer, rule.source, True, allowed.pattern, f"allowed by {allowed.pattern!r}")

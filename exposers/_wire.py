@@ -1,0 +1,239 @@
+"""Strict JSON from clients, on every transport: one parse function, and the wrappers that put it in front of the
+SDK where the SDK parses.
+
+JSON has no NaN or Infinity (RFC 8259 §6), yet Python's `json` and pydantic's parser (as the SDK calls it) take
+`NaN`, `Infinity` and `1e999`, and an upstream then receives `null`. `parse_json` refuses them, and nesting past
+pydantic's own limit (about 200 levels, the SDK's bound too), so every later walk of a message is bounded.
+
+Where Triad reads the body itself (the direct HTTP path) it calls `parse_json`. Where the SDK does:
+- `/mcp` and `/messages/`: `StrictJson`, an ASGI wrapper in front of the SDK's app, reads the body (up to the
+  body limit), answers a body that fails with HTTP 400 and a JSON-RPC parse error (id null), and replays it
+  otherwise. The DNS-rebinding and session checks stay the SDK's, after it. On `/messages/` it also answers a
+  body that is JSON but not one JSON-RPC message (-32600): the SDK would log a traceback for each (the fuzzer
+  in tests/test_fuzz.py found it) and answer in plain text.
+- stdio: the SDK parses each line before Triad sees it, so `StrictMessages` filters its read stream: a line that
+  is not JSON, or not a JSON-RPC message, or carries a number that is not finite, is answered with a JSON-RPC
+  error on the write stream (the SDK would drop it, leaving the client waiting).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable
+from types import TracebackType
+from typing import Any, Literal, Self
+
+import anyio
+import mcp_types as types
+import pydantic_core
+from mcp.shared.message import SessionMessage
+from pydantic import ValidationError
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from gateway.errors import TriadError
+
+_HUGE_NUMBER = re.compile(r"[eE]\+?0*[1-9][0-9]{2}|[0-9]{200}")
+"""A literal that may overflow a float to infinity has an exponent of 100 or more, or 200 digits and more; only
+then is the parsed value walked for infinities (pydantic's `allow_inf_nan=False` refuses `NaN` and `Infinity`
+literals, not overflows)."""
+_HUGE_NUMBER_BYTES = re.compile(_HUGE_NUMBER.pattern.encode())
+
+
+INVALID_MESSAGE = "Invalid request: not a JSON-RPC 2.0 message"
+
+
+class ParseError(ValueError):
+    """The bytes are not one JSON value Triad accepts; the message says why, for a JSON-RPC parse error."""
+
+
+def parse_json(data: bytes | str) -> Any:
+    """The JSON value of `data`, or `ParseError`: malformed, NaN or infinite numbers, nesting past the limit."""
+    try:
+        value = pydantic_core.from_json(data, allow_inf_nan=False)
+    except ValueError as exc:
+        raise ParseError(f"Parse error: {exc}") from None
+    pattern = _HUGE_NUMBER_BYTES if isinstance(data, bytes) else _HUGE_NUMBER
+    if pattern.search(data) is not None and not all_finite(value):  # type: ignore[arg-type]
+        raise ParseError("Parse error: a number is out of range (JSON has no Infinity)")
+    return value
+
+
+def all_finite(value: Any) -> bool:
+    """No float in `value` (a parsed JSON value, at any depth) is NaN or infinite."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                return False
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return True
+
+
+def error_body(code: int, message: str) -> bytes:
+    """A JSON-RPC error with id null, for an HTTP body refused before any request in it could be read."""
+    return _error(None, code, message).model_dump_json(by_alias=True).encode()
+
+
+async def refuse(send: Send, exc: TriadError, status: int = 400) -> None:
+    """Answer an HTTP request refused before any JSON-RPC message in it was read (e.g. an oversized run-level
+    list in its headers): `status` and a JSON-RPC error with id null and `exc`'s code."""
+    await _send_error(send, status, error_body(exc.code, exc.message))
+
+
+async def _send_error(send: Send, status: int, body: bytes) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+class StrictJson:
+    """In front of an SDK app that parses POST bodies: a body `parse_json` refuses gets 400 and a JSON-RPC parse
+    error; any other request passes on untouched (a body over `max_body` too, for the SDK's 413).
+
+    `check="json"` checks only bodies sent as `application/json` (the streamable HTTP app answers any other
+    content type with 415 before it parses); `"message"` checks every body, and that it is one JSON-RPC message
+    (the SSE message endpoint takes nothing else, whatever the content type).
+    """
+
+    def __init__(self, app: ASGIApp, max_body: int, check: Literal["json", "message"] = "json") -> None:
+        self.app = app
+        self._max_body = max_body
+        self._check = check
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST" or not self._checks(scope):
+            await self.app(scope, receive, send)
+            return
+        read = await _read_body(receive, self._max_body)
+        if read is None:  # the client went away before its body was whole: nothing to answer
+            return
+        body, more = read
+        if not more:
+            try:
+                value = parse_json(body)
+            except ParseError as exc:
+                await _send_error(send, 400, error_body(types.PARSE_ERROR, exc.args[0]))
+                return
+            if self._check == "message" and not _is_message(value):
+                await _send_error(send, 400, error_body(types.INVALID_REQUEST, INVALID_MESSAGE))
+                return
+        await self.app(scope, _replay(body, more, receive), send)
+
+    def _checks(self, scope: Scope) -> bool:
+        if self._check == "message":
+            return True
+        content_type = next((v for k, v in scope["headers"] if k == b"content-type"), b"").decode("latin-1")
+        return "application/json" in (part.strip() for part in content_type.split(";")[0].split(","))
+
+
+def _is_message(value: Any) -> bool:
+    try:
+        types.jsonrpc_message_adapter.validate_python(value, by_name=False)
+    except ValidationError:
+        return False
+    return True
+
+
+async def _read_body(receive: Receive, limit: int) -> tuple[bytes, bool] | None:
+    """The body up to just past `limit` bytes and whether more is left unread; None if the client went away."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return None
+        chunks.append(message.get("body", b""))
+        size += len(chunks[-1])
+        if not message.get("more_body") or size > limit:
+            return b"".join(chunks), bool(message.get("more_body"))
+
+
+def _replay(body: bytes, more: bool, receive: Receive) -> Receive:
+    """A `receive` that gives the body read so far again, then the rest of the request."""
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": more}
+        return await receive()
+
+    return replay
+
+
+class StrictMessages:
+    """The SDK's stdio read stream, minus what is not a strict JSON-RPC message: each such line is answered on
+    `write` with a JSON-RPC error (parse error, or invalid request for JSON that is not a message), with the
+    request's id when it has one. Blank lines are skipped without an answer."""
+
+    def __init__(self, read: Any, write: Any) -> None:
+        self._read = read
+        self._write = write
+
+    @property
+    def last_context(self) -> Any:
+        """The SDK reads the sender's context of the last item from its stream (`ContextReceiveStream`)."""
+        return getattr(self._read, "last_context", None)
+
+    async def receive(self) -> SessionMessage | Exception:
+        while True:
+            item: SessionMessage | Exception = await self._read.receive()
+            refusal = _refusal(item)
+            if refusal is None:
+                return item
+            if refusal is not False:
+                await self._write.send(SessionMessage(refusal))
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> SessionMessage | Exception:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def aclose(self) -> None:
+        await self._read.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.aclose()
+
+
+def _refusal(item: SessionMessage | Exception) -> types.JSONRPCError | Literal[False] | None:
+    """The error answering `item`; None when it is fine, False for a blank line (no answer)."""
+    if isinstance(item, ValidationError):
+        errors = item.errors(include_url=False)
+        if errors and errors[0]["type"] == "json_invalid":
+            if isinstance(raw := errors[0].get("input"), str | bytes) and not raw.strip():
+                return False
+            return _error(None, types.PARSE_ERROR, f"Parse error: {errors[0]['msg']}")
+        return _error(None, types.INVALID_REQUEST, INVALID_MESSAGE)
+    if isinstance(item, Exception):
+        return _error(None, types.PARSE_ERROR, "Parse error")
+    message = item.message
+    carried: Iterable[Any] = ()
+    if isinstance(message, types.JSONRPCRequest | types.JSONRPCNotification):
+        carried = (message.params,)
+    elif isinstance(message, types.JSONRPCResponse):
+        carried = (message.result,)
+    elif isinstance(message, types.JSONRPCError):
+        carried = (message.error.data,)
+    if all(all_finite(value) for value in carried):
+        return None
+    ident = message.id if isinstance(message, types.JSONRPCRequest) else None
+    return _error(ident, types.PARSE_ERROR, "Parse error: JSON has no NaN or Infinity")
+
+
+def _error(ident: Any, code: int, message: str) -> types.JSONRPCError:
+    return types.JSONRPCError(jsonrpc="2.0", id=ident, error=types.ErrorData(code=code, message=message))
