@@ -3,12 +3,13 @@
 from consumers._errors import describe_failure
 from consumers.listing import Catalog
 from consumers.pool import UpstreamPool
-from consumers.relay import CURRENT_DOWNSTREAM, Downstream, ProgressFn
+from consumers.relay import CURRENT_DOWNSTREAM, ClientOrigin, Downstream, ProgressFn
 from consumers.upstream import Upstream, UpstreamState
 
 __all__ = [
     "CURRENT_DOWNSTREAM",
     "Catalog",
+    "ClientOrigin",
     "Downstream",
     "ProgressFn",
     "Upstream",

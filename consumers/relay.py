@@ -13,6 +13,7 @@ the answers for the retry; a 2026-07-28 downstream gets the result itself and re
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from typing import Any, Protocol
@@ -22,6 +23,15 @@ from mcp.client.session import ClientRequestContext
 from pydantic import ValidationError
 
 from gateway.errors import UpstreamError
+
+logger = logging.getLogger("triad.upstream")
+
+LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "notice": logging.INFO, "warning": logging.WARNING,
+              "error": logging.ERROR, "critical": logging.CRITICAL, "alert": logging.CRITICAL,
+              "emergency": logging.CRITICAL}
+"""MCP log levels as Python's, for an upstream's log message that no client can be given."""
+MAX_LOGGED = 500
+"""An upstream's log message in Triad's own log is cut to this many characters."""
 
 ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
 """Told (progress, total, message) of an upstream call's progress notifications."""
@@ -54,6 +64,21 @@ class Downstream(Protocol):
 
     async def ask(self, request: Any, result_type: Any) -> Any:
         """Send a server->client request to the downstream client; its result, or an `ErrorData`."""
+        ...
+
+
+class ClientOrigin(Protocol):
+    """The downstream session a request comes from, as the consumers see it (`gateway.hooks.Session`): the way
+    back to that client outside any request, and a hook for when the session ends. None for a request without a
+    session (2026-07-28)."""
+
+    @property
+    def back(self) -> Downstream | None:
+        """The session's own channel to its client (logs and requests outside any call); None when it has none."""
+        ...
+
+    def on_close(self, callback: Callable[[], Awaitable[None]]) -> None:
+        """`callback()` runs once when the session ends (shielded, bounded)."""
         ...
 
 
@@ -97,17 +122,26 @@ def with_params(request: Any, update: dict[str, Any]) -> Any:
 
 
 class InFlight:
-    """One upstream's calls in flight and their downstreams, for the SDK session's callbacks: what the upstream
-    sends during a call (logs; sampling, elicitation and roots requests) goes to the downstream that made it."""
+    """One upstream session's calls in flight and their downstreams, for the SDK session's callbacks: what the
+    upstream sends during a call (logs; sampling, elicitation and roots requests) goes to the downstream that made
+    it. A session shared by clients relays nothing it cannot attribute: with several calls in flight over a
+    transport that does not say which one a message is about, a request is refused and a log goes to Triad's own
+    log, as does a log outside any call. A client's own session (`back`: that client's channel) gives everything
+    to its client: in a call, to the call's request; outside calls, to the session's channel."""
 
-    def __init__(self, upstream: str) -> None:
+    def __init__(self, upstream: str, back: Downstream | None = None) -> None:
         self._upstream = upstream
+        self._back = back
         self.calls: dict[int, Downstream] = {}
         """The downstream of each call in flight (the upstream's owner adds and removes them)."""
 
     def _downstream(self) -> Downstream | None:
         found = CURRENT_DOWNSTREAM.get()
-        if found is None and len(self.calls) == 1:
+        if found is not None:
+            return found
+        if self._back is not None:  # one client's session: its latest call, else its own channel
+            return next(reversed(self.calls.values())) if self.calls else self._back
+        if len(self.calls) == 1:
             [found] = self.calls.values()
         return found
 
@@ -115,6 +149,10 @@ class InFlight:
         downstream = self._downstream()
         if downstream is not None:
             await downstream.log(params)
+            return
+        # Nobody to attribute it to: Triad's own log, never another client.
+        logger.log(LOG_LEVELS.get(params.level, logging.INFO), "upstream %s logged (%s): %s", self._upstream,
+                   params.logger or "-", str(params.data)[:MAX_LOGGED])
 
     async def _ask(self, request: Any, result_type: Any) -> Any:
         downstream = self._downstream()

@@ -20,6 +20,7 @@ import anyio
 import mcp_types as types
 from anyio.abc import TaskGroup
 from mcp import ClientSession
+from mcp.client.session import ClientRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp_types import LOG_LEVEL_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
@@ -40,7 +41,16 @@ from consumers._sdk import send_raw
 from consumers._streams import EOFWatch
 from consumers.listing import Catalog, list_catalog
 from consumers.modern import ModernLink
-from consumers.relay import CURRENT_DOWNSTREAM, Downstream, InFlight, ProgressFn, answer_input_requests, with_params
+from consumers.per_client import ClientSessions
+from consumers.relay import (
+    CURRENT_DOWNSTREAM,
+    ClientOrigin,
+    Downstream,
+    InFlight,
+    ProgressFn,
+    answer_input_requests,
+    with_params,
+)
 from consumers.subscriptions import Subscriptions
 from consumers.transports import open_transport
 from gateway.config import UpstreamConfig
@@ -104,6 +114,8 @@ class Upstream:
         self._idle.set()
         self._on_updated = on_updated
         """Told (upstream name, raw URI) when a subscribed resource changed."""
+        self._clients = ClientSessions(name, lambda: self.config, cwd, CLIENT_INFO)
+        """With `sessions: per_client`: each downstream session's own upstream session."""
         self._modern = ModernLink(name, self.request_relist, on_updated, lambda: self.subscriptions.uris())
         self.subscriptions = Subscriptions(name, self.request, lambda: self.modern, self._modern)
 
@@ -190,7 +202,8 @@ class Upstream:
                                          logging_callback=self._relays.on_log,
                                          sampling_callback=self._relays.on_sampling,
                                          elicitation_callback=self._relays.on_elicitation,
-                                         list_roots_callback=self._relays.on_list_roots) as session:
+                                         list_roots_callback=self._configured_roots if self.config.roots is not None
+                                         else None) as session:
                     init = await self._negotiate(session)
                     catalog = await list_catalog(self.name, session, init, None, self._modern.checked_tools)
                     connect_scope.deadline = math.inf  # connected: from here on only calls have deadlines
@@ -204,6 +217,8 @@ class Upstream:
                                 len(catalog.tools), len(catalog.resources), len(catalog.prompts),
                                 catalog.protocol_version)
                     async with anyio.create_task_group() as tg:
+                        if not self.modern and self.config.session_mode == "per_client":
+                            await tg.start(self._clients.run)
                         if self.modern:
                             tg.start_soon(self._modern.listen, session, catalog.capabilities)
                         elif self.subscriptions.uris():
@@ -213,6 +228,19 @@ class Upstream:
         if connect_scope.cancelled_caught:
             raise UpstreamTimeout(self.name, f"did not finish initialize and listing within "
                                             f"{self.config.connect_timeout:g}s")
+
+    async def _configured_roots(self, context: ClientRequestContext) -> types.ListRootsResult | types.ErrorData:
+        """A shared session's roots are the upstream's own `roots:`, never a client's."""
+        return types.ListRootsResult.model_validate({"roots": [{"uri": uri} for uri in self.config.roots or ()]})
+
+    async def roots_changed(self, client: ClientOrigin) -> None:
+        """A client's roots changed: its own upstream session is told (a shared one never had them)."""
+        await self._clients.roots_changed(client)
+
+    @property
+    def client_sessions(self) -> int:
+        """How many per-client upstream sessions are open."""
+        return len(self._clients)
 
     @property
     def modern(self) -> bool:
@@ -287,7 +315,8 @@ class Upstream:
     # -- calls from other tasks ----------------------------------------------------------------------------------
 
     async def request(self, request: Any, *, progress: ProgressFn | None = None, retry_safe: bool = False,
-                      call_limits: tuple[float | None, float | None] = (None, None)) -> dict[str, Any]:
+                      call_limits: tuple[float | None, float | None] = (None, None),
+                      client: ClientOrigin | None = None) -> dict[str, Any]:
         """Send one request on the live session and return the raw result dict (no output-schema check).
 
         The deadline is the upstream's `timeout`, pushed back by each progress notification up to
@@ -295,25 +324,32 @@ class Upstream:
         When the upstream says the session is gone (an HTTP upstream that restarted), the session is opened anew,
         and a request that is safe to repeat (`retry_safe`), or that the upstream provably never received (it
         answered 404 for the session, or refused the connection), is sent once more on the new session. `call_limits`
-        (timeout, max call time) override the upstream's own for this request (the `timeout` hook sets them)."""
-        session = self._session
+        (timeout, max call time) override the upstream's own for this request (the `timeout` hook sets them).
+        `client` is the downstream session the request comes from: with `sessions: per_client` the request goes
+        on that client's own upstream session (opened at its first request)."""
         wait = self._breaker.admit(anyio.current_time())
         if wait is not None:
             raise UpstreamUnavailable(self.name, f"upstream {self.name!r} is failing: {self._breaker.failures} calls "
                                       f"in a row failed to reach it; the next try is in {wait:.0f}s (circuit breaker)")
+        own = client if client is not None and client.back is not None and self._per_client else None
         reached: bool | None = None  # what the outcome says of the connection (None: nothing, as for a timeout)
         try:
+            session, relays = await self._session_for(own)
             try:
-                result = await self._send(session, request, progress, call_limits)
+                result = await self._send(session, relays, request, progress, call_limits)
             except UpstreamSessionGone as exc:
                 if not (retry_safe or exc.unsent):
                     raise
-                with anyio.move_on_after(self.config.connect_timeout):
-                    while self._session is session or self._session is None:
-                        await self._new_session.wait()
+                if own is not None:
+                    self._clients.forget(own)
+                else:
+                    with anyio.move_on_after(self.config.connect_timeout):
+                        while self._session is session or self._session is None:
+                            await self._new_session.wait()
                 logger.info("upstream %s: retrying %s on a new session%s", self.name, request.method,
                             "" if retry_safe else " (the upstream never received it)")
-                result = await self._send(self._session, request, progress, call_limits)
+                session, relays = await self._session_for(own)
+                result = await self._send(session, relays, request, progress, call_limits)
             reached = True
             return result
         except UpstreamRefused:
@@ -324,6 +360,16 @@ class Upstream:
             raise
         finally:
             self._record(reached)
+
+    @property
+    def _per_client(self) -> bool:
+        return self.config.session_mode == "per_client" and not self.modern and self._session is not None
+
+    async def _session_for(self, client: ClientOrigin | None) -> tuple[ClientSession | None, InFlight]:
+        """The client's own upstream session, or the shared one."""
+        if client is None:
+            return self._session, self._relays
+        return await self._clients.session_for(client)
 
     async def _exchange(self, session: ClientSession, request: Any, on_progress: ProgressFn,
                         downstream: Downstream | None) -> dict[str, Any]:
@@ -357,7 +403,8 @@ class Upstream:
         elif was_open and not self._breaker.is_open and self.state is UpstreamState.DEGRADED:
             self._set_state(UpstreamState.READY, "")
 
-    async def _send(self, session: ClientSession | None, request: Any, progress: ProgressFn | None,
+    async def _send(self, session: ClientSession | None, relays: InFlight, request: Any,
+                    progress: ProgressFn | None,
                     call_limits: tuple[float | None, float | None] = (None, None)) -> dict[str, Any]:
         method = request.method
         if self._retired is not None:
@@ -377,7 +424,7 @@ class Upstream:
         self._idle = anyio.Event() if self._in_flight == 1 else self._idle
         call_key = id(scope := anyio.CancelScope(deadline=start + timeout))
         if (downstream := CURRENT_DOWNSTREAM.get()) is not None:
-            self._relays.calls[call_key] = downstream
+            relays.calls[call_key] = downstream
             if self.modern and downstream.log_level is not None:  # 2026-07-28 logs only on a request's opt-in
                 request = with_params(request, {"_meta": {**(request.params.meta or {}),
                                                            LOG_LEVEL_META_KEY: downstream.log_level}})
@@ -422,7 +469,7 @@ class Upstream:
                                            f"{type(exc).__name__}") from None
         finally:
             self._calls.discard(scope)
-            self._relays.calls.pop(call_key, None)
+            relays.calls.pop(call_key, None)
             self._in_flight -= 1
             if not self._in_flight:
                 self._idle.set()

@@ -31,6 +31,8 @@ DEFAULT_PORT = 8765
 DEFAULT_UPSTREAM_TIMEOUT = 60.0
 DEFAULT_CONNECT_TIMEOUT = 30.0
 """Connecting, `initialize` and listing the catalog of an upstream, apart from the deadline of its calls."""
+DEFAULT_MAX_CLIENT_SESSIONS = 100
+"""Per upstream with `sessions: per_client`: a bound on upstream sessions (stdio: child processes) open at once."""
 DEFAULT_SHUTDOWN_GRACE = 10.0
 """On SIGTERM, how long calls in flight may run on before each is answered with an error."""
 DEFAULT_MAX_CALL_TIME = 600.0
@@ -145,6 +147,21 @@ class UpstreamConfig(_Model):
     """`auto`: ask `server/discover` and speak 2026-07-28 where the upstream offers it, else `initialize`."""
     enabled: bool = True
     tools: ToolFilter = ToolFilter()
+    sessions: Literal["shared", "per_client"] | None = None
+    """`per_client`: each downstream session gets an upstream session of its own, declaring that client's
+    capabilities and roots; `shared`: one session, Triad's. Unset: `per_client` for streamable HTTP (one
+    `initialize` more per client), `shared` for stdio and SSE (a child process or stream per client)."""
+    max_sessions: int = Field(default=DEFAULT_MAX_CLIENT_SESSIONS, ge=1)
+    """With `per_client`: how many client sessions this upstream may have open at once."""
+    roots: tuple[str, ...] | None = None
+    """With `shared`: the roots Triad declares to the upstream (file:// URIs). Unset: Triad declares no roots
+    (it never hands one client's roots to another)."""
+
+    @property
+    def session_mode(self) -> Literal["shared", "per_client"]:
+        if self.sessions is not None:
+            return self.sessions
+        return "per_client" if self.kind == "streamable-http" else "shared"
 
     @model_validator(mode="before")
     @classmethod

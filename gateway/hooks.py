@@ -26,6 +26,7 @@ from typing import Any, Literal, Protocol
 
 import anyio
 
+from consumers import Downstream
 from gateway.errors import HookBlocked, TriadError
 
 logger = logging.getLogger("triad.hooks")
@@ -42,13 +43,34 @@ _METHODS: dict[Kind, tuple[str, str]] = {"tool": ("before_call", "after_call"), 
                                          "after_read"), "prompt": ("before_get", "after_get")}
 
 
-@dataclass
+CLOSE_TIMEOUT = 5.0
+"""How long the clean-up of an ended session (its per-client upstream sessions) may take."""
+
+
+@dataclass(eq=False)
 class Session:
-    """One client session's hook state and its lock (hooks run under it; the upstream call never does)."""
+    """One downstream client session: its hook state and lock (hooks run under it; the upstream call never does),
+    the way back to its client outside any request (`back`, for per-client upstream sessions), and what to clean
+    up when it ends. The exposer that owns the session calls `close()` once, when it ends (`consumers.ClientOrigin`).
+    A request without a session (2026-07-28) gets a fresh one with no `back`."""
 
     id: str | None = None
     state: dict[str, Any] = field(default_factory=dict)
     lock: anyio.Lock = field(default_factory=anyio.Lock)
+    back: Downstream | None = None
+    _closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+
+    def on_close(self, callback: Callable[[], Awaitable[None]]) -> None:
+        self._closers.append(callback)
+
+    async def close(self) -> None:
+        closers, self._closers = self._closers, []
+        with anyio.move_on_after(CLOSE_TIMEOUT, shield=True):
+            for closer in closers:
+                try:
+                    await closer()
+                except Exception:  # one failed clean-up must not skip the others
+                    logger.exception("cleaning up after a client session failed")
 
 
 @dataclass

@@ -1,0 +1,152 @@
+"""Upstream sessions of one's own for each downstream session (`sessions: per_client`).
+
+Whatever an upstream keeps per session (the client's roots, its log level, its capabilities, sampling and
+elicitation, session resources) then belongs to that client alone. A client's session is opened at its first
+request routed to the upstream, declares that client's capabilities (sampling, elicitation, roots: only those it
+declared to Triad), and relays what the upstream sends on it to that client only: in a call, to the call's
+request; outside calls, to the client's session channel (`ClientOrigin.back`). It is closed when the downstream
+session ends (or idles out), and with the upstream's connection.
+
+Ownership: the upstream's owner task starts `ClientSessions.run()` in the task group of its live connection
+(`await tg.start(...)`); each client session is one task in the group `run()` owns, started with
+`await tg.start(...)` by the first request that needs it, which enters and exits its transport and `ClientSession`
+itself. A client session that fails after it started is logged and forgotten, never raised into the group; the
+next request of that client opens a new one.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import anyio
+import mcp_types as types
+from anyio.abc import TaskGroup, TaskStatus
+from mcp import ClientSession
+
+from consumers._errors import describe_failure
+from consumers.relay import CURRENT_DOWNSTREAM, ClientOrigin, InFlight
+from consumers.transports import open_transport
+from gateway.config import UpstreamConfig
+from gateway.errors import UpstreamUnavailable
+
+logger = logging.getLogger("triad.upstream")
+
+CLOSE_TIMEOUT = 5.0
+"""How long closing one client's upstream session may take (an HTTP DELETE, a child's exit)."""
+
+
+@dataclass(eq=False)
+class ClientLink:
+    """One client's upstream session, while its owner task runs."""
+
+    origin: ClientOrigin
+    relays: InFlight
+    session: ClientSession | None = None
+    opened: anyio.Event = field(default_factory=anyio.Event)
+    closed: anyio.Event = field(default_factory=anyio.Event)
+    failure: BaseException | None = None
+
+
+class ClientSessions:
+    def __init__(self, upstream: str, config: Callable[[], UpstreamConfig], cwd: str | None,
+                 client_info: types.Implementation) -> None:
+        self._upstream = upstream
+        self._config = config
+        self._cwd = cwd
+        self._client_info = client_info
+        self._links: dict[ClientOrigin, ClientLink] = {}
+        self._task_group: TaskGroup | None = None
+
+    def __len__(self) -> int:
+        return len(self._links)
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Own the client sessions of one upstream connection; they all end when it does."""
+        try:
+            async with anyio.create_task_group() as tg:
+                self._task_group = tg
+                task_status.started()
+                await anyio.sleep_forever()
+        finally:
+            self._task_group = None
+            self._links.clear()
+
+    async def session_for(self, origin: ClientOrigin) -> tuple[ClientSession, InFlight]:
+        """The client's upstream session (opened now if it has none) and its relays."""
+        link = self._links.get(origin)
+        if link is None:
+            config = self._config()
+            if self._task_group is None:
+                raise UpstreamUnavailable(self._upstream, f"upstream {self._upstream!r} is not connected")
+            if len(self._links) >= config.max_sessions:
+                raise UpstreamUnavailable(self._upstream, (
+                    f"upstream {self._upstream!r} has {config.max_sessions} client sessions open, its "
+                    "max_sessions; one must end before another client can use it"))
+            assert origin.back is not None
+            link = self._links[origin] = ClientLink(origin, InFlight(self._upstream, origin.back))
+            origin.on_close(lambda: self._close(origin))
+            self._task_group.start_soon(self._own, link, name=f"client-session:{self._upstream}")
+        with anyio.fail_after(self._config().connect_timeout):
+            await link.opened.wait()
+        if link.session is None:
+            self._links.pop(origin, None)
+            reason = describe_failure(link.failure) if link.failure is not None else "it closed"
+            raise UpstreamUnavailable(self._upstream, f"upstream {self._upstream!r} refused a session for this "
+                                      f"client: {reason}")
+        return link.session, link.relays
+
+    def forget(self, origin: ClientOrigin) -> None:
+        """The client's session is gone (its upstream lost it): the next request opens a new one."""
+        link = self._links.pop(origin, None)
+        if link is not None:
+            link.closed.set()
+
+    async def roots_changed(self, origin: ClientOrigin) -> None:
+        """The client said its roots changed: tell its own upstream session, if it has one."""
+        link = self._links.get(origin)
+        if link is not None and link.session is not None:
+            await link.session.send_roots_list_changed()
+
+    async def _close(self, origin: ClientOrigin) -> None:
+        self.forget(origin)
+
+    async def _own(self, link: ClientLink) -> None:
+        """Enter the client's transport and session, serve until closed, exit both: all in this one task."""
+        CURRENT_DOWNSTREAM.set(None)  # this task's context was copied from the request that opened it
+        config = self._config()
+        capabilities = (link.origin.back.capabilities if link.origin.back is not None else None) or {}
+        relays = link.relays
+        try:
+            with anyio.CancelScope() as opening:
+                opening.deadline = anyio.current_time() + config.connect_timeout
+                async with (
+                    open_transport(self._upstream, config, self._cwd) as (read, write, _link),
+                    ClientSession(read, write, client_info=self._client_info, logging_callback=relays.on_log,
+                                  sampling_callback=relays.on_sampling if "sampling" in capabilities else None,
+                                  elicitation_callback=relays.on_elicitation if "elicitation" in capabilities
+                                  else None,
+                                  list_roots_callback=relays.on_list_roots if "roots" in capabilities else None,
+                                  ) as session,
+                ):
+                    await session.initialize()
+                    opening.deadline = math.inf
+                    link.session = session
+                    link.opened.set()
+                    logger.info("upstream %s: a client session opened (%d open)", self._upstream, len(self._links))
+                    try:
+                        await link.closed.wait()
+                    finally:
+                        link.session = None
+            if opening.cancelled_caught:
+                link.failure = TimeoutError(f"no answer to initialize within {config.connect_timeout:g}s")
+        except Exception as exc:  # this client's session only; the upstream and other clients go on
+            link.failure = exc
+            if link.opened.is_set():
+                logger.info("upstream %s: a client session ended: %s", self._upstream, describe_failure(exc))
+        finally:
+            link.opened.set()  # a request waiting for a session that failed to open learns it now
+            if self._links.get(link.origin) is link:
+                del self._links[link.origin]
