@@ -5,15 +5,24 @@ the notifier's listener (synchronously) after every registry swap; `run()` then 
 handshake-era connection, that client's view before and after, and pushes `notifications/*/list_changed` only for
 the lists that changed for it. 2026-07-28 clients get the same events through `subscriptions/listen` (the SDK's
 subscription bus). A connection is forgotten through its own exit stack when it closes.
+
+`run()` never waits on a client: each connection has its own outbox (`_Outbox`), a bounded queue of pending
+notifications, coalesced (a notification already waiting is not queued twice), drained by a task of `run()`'s task
+group that lives while there is something to send. A send that takes longer than `SEND_TIMEOUT` (a client that
+does not read its GET stream: its socket, the server's buffers and the SDK's streams fill up, and the next send
+waits for ever) or a full queue marks the connection stuck: it is logged once and gets no more notifications.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Iterable
+from collections import deque
+from collections.abc import Awaitable, Callable, Hashable, Iterable
 from typing import Any
 
 import anyio
+from anyio.abc import TaskGroup
 from mcp.server.subscriptions import (
     InMemorySubscriptionBus,
     ListenHandler,
@@ -31,6 +40,64 @@ logger = logging.getLogger("triad.exposer")
 
 RELEASE_TIMEOUT = 5.0
 """How long releasing a closed listen stream's upstream subscriptions may take."""
+SEND_TIMEOUT = 10.0
+"""How long handing one notification to a connection may take. A client that reads its stream takes
+microseconds; one that takes this long has stopped reading, and gets no more notifications."""
+OUTBOX_SIZE = 1024
+"""Distinct notifications waiting for one connection (list changes, and one per subscribed resource that
+changed); more, and the connection is stuck."""
+
+Send = Callable[[], Awaitable[None]]
+
+
+class _Outbox:
+    """One connection's pending notifications and the task that sends them, one at a time, each within
+    `SEND_TIMEOUT`. Created by the notifier on the first notification for the connection; the drain task is started
+    in `run()`'s task group when something is queued and ends when the queue is empty, or when the connection
+    closes or is found stuck (`close`)."""
+
+    def __init__(self, on_stuck: Callable[[str], None]) -> None:
+        self._queue: deque[tuple[Hashable, Send]] = deque()
+        self._queued: set[Hashable] = set()
+        self._on_stuck = on_stuck
+        self._draining: anyio.CancelScope | None = None
+        self.closed = False
+
+    def put(self, key: Hashable, send: Send, tg: TaskGroup) -> None:
+        """Queue `send` unless a notification with the same `key` is waiting already (it says the same)."""
+        if self.closed or key in self._queued:
+            return
+        if len(self._queue) >= OUTBOX_SIZE:
+            self._on_stuck(f"{OUTBOX_SIZE} notifications are waiting for it")
+            return
+        self._queue.append((key, send))
+        self._queued.add(key)
+        if self._draining is None:
+            self._draining = anyio.CancelScope()
+            tg.start_soon(self._drain, self._draining)
+
+    async def _drain(self, scope: anyio.CancelScope) -> None:
+        with scope:
+            while self._queue:
+                key, send = self._queue.popleft()
+                self._queued.discard(key)
+                with anyio.move_on_after(SEND_TIMEOUT) as waited:
+                    try:
+                        await send()
+                    except Exception as exc:  # a client that went away must not stop the others
+                        logger.debug("could not notify a session: %s", exc)
+                if waited.cancelled_caught:
+                    self._on_stuck(f"a notification waited {SEND_TIMEOUT:g}s to be sent")
+                    return
+        if self._draining is scope:
+            self._draining = None
+
+    def close(self) -> None:
+        self.closed = True
+        self._queue.clear()
+        self._queued.clear()
+        if self._draining is not None:
+            self._draining.cancel()
 
 
 class Notifier:
@@ -44,10 +111,14 @@ class Notifier:
         self._modern_seen = dispatcher.view(LOCAL).fingerprint
         self._subscriptions: dict[Any, dict[str, tuple[str, str]]] = {}
         """Per connection: the exposed URIs it subscribed to -> (upstream, raw URI)."""
-        self._updated: list[tuple[str, str]] = []
-        """(upstream, raw URI) of subscribed resources that changed, waiting for `run()` to tell their clients."""
+        self._updated: set[tuple[str, str]] = set()
+        """(upstream, raw URI) of subscribed resources that changed, waiting for `run()` to tell their clients (a
+        set: a flood of updates of one resource is one entry)."""
         self._listened: dict[tuple[str, str], list[str]] = {}
         """(upstream, raw URI) -> the exposed URIs 2026-07-28 listen streams subscribed to (one entry per stream)."""
+        self._outboxes: dict[Any, _Outbox] = {}
+        self._tg: TaskGroup | None = None
+        """`run()`'s task group: the outboxes' drain tasks."""
         dispatcher.add_listener(self._on_registry)
 
     @property
@@ -106,7 +177,7 @@ class Notifier:
 
     def resource_updated(self, upstream: str, raw: str) -> None:
         """An upstream said a resource changed (called in its owner task); `run()` tells the subscribers."""
-        self._updated.append((upstream, raw))
+        self._updated.add((upstream, raw))
         self._dirty.set()
 
     def listen_handler(self, identity_of: Any) -> Any:
@@ -136,26 +207,50 @@ class Notifier:
 
         return listen
 
+    # -- sending -------------------------------------------------------------------------------------------------
+
+    def _send(self, connection: Any, key: Hashable, send: Send) -> None:
+        """Queue a notification for one connection (never waits: see `_Outbox`)."""
+        assert self._tg is not None, "notifications are sent from run()"
+        outbox = self._outboxes.get(connection)
+        if outbox is None:
+            outbox = self._outboxes[connection] = _Outbox(functools.partial(self._stuck, connection))
+            connection.exit_stack.callback(self._forget_outbox, connection)
+        outbox.put(key, send, self._tg)
+
+    def _forget_outbox(self, connection: Any) -> None:
+        outbox = self._outboxes.pop(connection, None)
+        if outbox is not None:
+            outbox.close()
+
+    def _stuck(self, connection: Any, why: str) -> None:
+        outbox = self._outboxes.get(connection)
+        if outbox is None or outbox.closed:
+            return
+        outbox.close()
+        tracked = self._connections.get(connection)
+        logger.warning("a session of client %s stopped reading its notifications (%s); it gets no more of them",
+                       tracked[0].client_id if tracked else "?", why)
+
     async def _push_updates(self) -> None:
-        updated, self._updated = set(self._updated), []
+        updated, self._updated = self._updated, set()
         for connection, subscribed in list(self._subscriptions.items()):
             for uri, owner in subscribed.items():
                 if owner in updated:
-                    try:
-                        await connection.send_resource_updated(uri)
-                    except Exception as exc:  # a client that went away must not stop the others
-                        logger.debug("could not notify a session: %s", exc)
+                    self._send(connection, ("updated", uri), functools.partial(connection.send_resource_updated, uri))
         for key in updated:
             for uri in set(self._listened.get(key, ())):
                 await self.bus.publish(ResourceUpdated(uri=uri))
 
     async def run(self) -> None:
-        while True:
-            await self._dirty.wait()
-            self._dirty = anyio.Event()
-            if self._updated:
-                await self._push_updates()
-            await self._push()
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            while True:
+                await self._dirty.wait()
+                self._dirty = anyio.Event()
+                if self._updated:
+                    await self._push_updates()
+                await self._push()
 
     async def _push(self) -> None:
         for connection, (identity, before) in list(self._connections.items()):
@@ -163,15 +258,12 @@ class Notifier:
             if after == before:
                 continue
             self._connections[connection] = (identity, after)
-            try:
-                if after[0] != before[0]:
-                    await connection.send_tool_list_changed()
-                if after[1] != before[1]:
-                    await connection.send_resource_list_changed()
-                if after[2] != before[2]:
-                    await connection.send_prompt_list_changed()
-            except Exception as exc:  # a client that went away must not stop the others' notifications
-                logger.debug("could not notify a session: %s", exc)
+            if after[0] != before[0]:
+                self._send(connection, "tools", connection.send_tool_list_changed)
+            if after[1] != before[1]:
+                self._send(connection, "resources", connection.send_resource_list_changed)
+            if after[2] != before[2]:
+                self._send(connection, "prompts", connection.send_prompt_list_changed)
         after = self._dispatcher.view(LOCAL).fingerprint
         before, self._modern_seen = self._modern_seen, after
         kinds: tuple[ToolsListChanged | ResourcesListChanged | PromptsListChanged, ...] = (

@@ -22,7 +22,7 @@ from jsonschema.exceptions import SchemaError
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gateway.config import Duration
-from gateway.hooks import Block, CallContext, Outcome
+from gateway.hooks import MESSAGE_FIELDS, Block, CallContext, Message, Outcome
 from gateway.pinning import PinStore
 
 logger = logging.getLogger("triad.hooks")
@@ -236,8 +236,27 @@ DEFAULT_SECRET_PATTERNS = (
 """Bearer tokens, private keys, AWS access keys, GitHub, Slack, Google API and OpenAI-style keys."""
 
 
+BINARY_TYPES = ("image", "audio")
+"""Content blocks whose `data` is base64: masking inside it would corrupt it, not hide a secret."""
+REDACTED_FIELDS = ("content", "structuredContent", "contents", "messages", "description", "_meta")
+"""Everything of a result that carries text: tool results, resource contents, prompt messages and description."""
+
+
+def binary_payload(node: dict[str, Any], key: str) -> bool:
+    """Base64 by shape, never by key name alone: the `data` of an image or audio content block, the `blob` of
+    resource contents. A `data` or `blob` anywhere else (structured content, a log message) is text like any."""
+    value = node.get(key)
+    if not isinstance(value, str):
+        return False
+    if key == "data":
+        return node.get("type") in BINARY_TYPES
+    return key == "blob" and isinstance(node.get("uri"), str)
+
+
 class Redact:
-    """Masks secrets in results (text content, structured content, resource contents, prompt messages)."""
+    """Masks secrets in results (every string at any depth of content, structured content, resource contents,
+    prompt messages and description, and `_meta`, dictionary keys included; base64 payloads excepted), in the
+    upstream's error messages and in relayed log and progress messages."""
 
     class Options(_Options):
         patterns: tuple[str, ...] = ()
@@ -258,25 +277,35 @@ class Redact:
         patterns = [*(DEFAULT_SECRET_PATTERNS if self.options.defaults else ()), *self.options.patterns]
         self._regexes = [re.compile(p) for p in patterns]
 
+    def _text(self, value: str) -> str:
+        for regex in self._regexes:
+            value = regex.sub(self.options.replacement, value)
+        return value
+
     def _mask(self, value: Any) -> Any:
         if isinstance(value, str):
-            for regex in self._regexes:
-                value = regex.sub(self.options.replacement, value)
-            return value
+            return self._text(value)
         if isinstance(value, list):
             return [self._mask(v) for v in value]
         if isinstance(value, dict):
-            # binary payloads stay as they are: masking inside base64 would corrupt them
-            return {k: v if k in ("data", "blob") else self._mask(v) for k, v in value.items()}
+            masked: dict[str, Any] = {}
+            for key, item in value.items():
+                name = self._text(key) if isinstance(key, str) else key
+                while name in masked:  # two keys masked alike: both kept
+                    name = f"{name}~"
+                masked[name] = item if binary_payload(value, key) else self._mask(item)
+            return masked
         return value
 
     async def _after(self, ctx: CallContext, outcome: Outcome) -> dict[str, Any] | None:
         if outcome.result is None:
             return None
-        fields = ("content", "structuredContent", "contents", "messages")
-        return {k: self._mask(outcome.result[k]) for k in fields if k in outcome.result}
+        return {k: self._mask(outcome.result[k]) for k in REDACTED_FIELDS if k in outcome.result}
 
     after_call = after_read = after_get = _after
+
+    async def on_message(self, ctx: CallContext, message: Message) -> dict[str, Any]:
+        return {k: self._mask(message.params[k]) for k in MESSAGE_FIELDS[message.kind] if k in message.params}
 
 
 class PinDefinitions:

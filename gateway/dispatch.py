@@ -281,7 +281,8 @@ class Dispatcher:
                 {"name": entry.executor.tool, "arguments": arguments, "_meta": meta, **input_round(params)},
                 by_name=False))
             limits = (ctx.timeout, ctx.max_time) if ctx is not None else (None, None)
-            result = await self._forward(upstream, "tool", request, progress=progress, retry_safe=safe,
+            relayed = self.hooks.progress(ctx, progress) if ctx is not None else progress
+            result = await self._forward(upstream, "tool", request, progress=relayed, retry_safe=safe,
                                          call_limits=limits)
             return expose_links(result, self.registry.uri_parts.get(upstream.name))
 

@@ -2,14 +2,23 @@
 
 One interface for built-ins and plugins (`module:attr` in the config, a class or factory taking the options as
 keyword arguments). A hook implements any of: `before_call` / `after_call` (tools), `before_read` / `after_read`
-(resources), `before_get` / `after_get` (prompts), and `on_denied` (a call the policy refused). Hooks run by
-`priority` (higher first), then config order.
+(resources), `before_get` / `after_get` (prompts), `on_denied` (a call the policy refused) and `on_message`
+(what an upstream says during a request besides its result). Hooks run by `priority` (higher first), then config
+order.
 
 - before: return None (pass), `Arguments(...)` (merged over the arguments, or replacing them), or `Block(reason)`.
   A before-hook that raises or exceeds `BEFORE_TIMEOUT` blocks (fail closed) with a fixed message; the
   exception goes to the log, never to the client.
 - after: sees the arguments actually sent, the raw result and the duration; may return a dict replacing
   `content`, `structuredContent`, `isError` or `_meta`. One that raises is logged and skipped (fail open).
+- on_message: sees each `Message` an upstream sends during a hooked request on its way to the client (a log
+  message, a progress message) and the upstream's error; may return a dict replacing fields of its params
+  (`MESSAGE_FIELDS`). One that raises withholds the message (fail closed: a log or progress message is dropped,
+  an error's message becomes `WITHHELD`); a message is not worth the risk of leaking what a hook was to hide.
+  It runs outside the session lock (see `HookChain.message`), so it must keep no per-session state.
+  `HookChain.run` is the one place that routes them: during `send` the request's downstream (`CURRENT_DOWNSTREAM`,
+  through which every relayed log message goes) is wrapped, its progress callback comes from
+  `HookChain.progress`, and a failure's message is rewritten before the after-hooks see it.
 
 Hooks run under the calling session's lock (`CallContext.session.lock`), so per-session hook state
 (`session.state`) is safe; the upstream call itself is never under it. The chain is built whole from a
@@ -20,23 +29,35 @@ from __future__ import annotations
 
 import importlib
 import logging
+import warnings
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 import anyio
+import mcp_types as types
+from mcp.shared.exceptions import MCPDeprecationWarning
 
-from consumers import Downstream
-from gateway.errors import HookBlocked, TriadError
+from consumers import CURRENT_DOWNSTREAM, Downstream, ProgressFn
+from gateway.errors import HookBlocked, TriadError, UpstreamError
 
 logger = logging.getLogger("triad.hooks")
 
 BEFORE_TIMEOUT = 5.0
 """A before-hook that takes longer than this blocks the call: a stuck policy check must not hang the caller."""
 AFTER_TIMEOUT = 5.0
+MESSAGE_TIMEOUT = 1.0
+"""An `on_message` hook runs on the path that reads the upstream (every call's messages wait behind it): longer than
+this, and the message is withheld."""
 BLOCKED_BY_FAILURE = "Blocked because a before-hook failed; the gateway's log has the details."
 RESULT_FIELDS = ("content", "structuredContent", "isError", "_meta", "contents", "messages", "description")
 """What an after-hook may replace: tool results, resource contents, prompt messages."""
+
+MessageKind = Literal["log", "progress", "error"]
+MESSAGE_FIELDS: Mapping[MessageKind, tuple[str, ...]] = {"log": ("data", "logger"), "progress": ("message",),
+                                                         "error": ("message", "data")}
+"""What an `on_message` hook may replace in each kind of message's params."""
+WITHHELD = "The upstream's error message was withheld because a hook failed on it; the gateway's log has the details."
 
 Kind = Literal["tool", "resource", "prompt"]
 _METHODS: dict[Kind, tuple[str, str]] = {"tool": ("before_call", "after_call"), "resource": ("before_read",
@@ -114,6 +135,16 @@ class Outcome:
     blocked: bool = False
 
 
+@dataclass(frozen=True)
+class Message:
+    """What an upstream says during a request besides its result, in wire form: a log message
+    (`notifications/message` params: level, logger, data), a progress message (progress, total, message), or its
+    error (code, message, data)."""
+
+    kind: MessageKind
+    params: Mapping[str, Any]
+
+
 class Hook(Protocol):
     priority: int
 
@@ -132,6 +163,7 @@ class HookChain:
         self._before = {kind: self._bound(names[0]) for kind, names in _METHODS.items()}
         self._after = {kind: self._bound(names[1]) for kind, names in _METHODS.items()}
         self._denied = self._bound("on_denied")
+        self._message = self._bound("on_message")
 
     def _bound(self, method: str) -> tuple[tuple[str, Callable[..., Awaitable[Any]]], ...]:
         return tuple((e.name, getattr(e.hook, method)) for e in self.entries if callable(getattr(e.hook, method, None)))
@@ -168,6 +200,49 @@ class HookChain:
                 result = {**result, **{k: v for k, v in change.items() if k in RESULT_FIELDS}}
         return result
 
+    async def message(self, ctx: CallContext, message: Message) -> dict[str, Any] | None:
+        """Run the `on_message` hooks; the params to relay, or None: withheld. Not under the session lock: a log or
+        progress message is relayed from the upstream's reading task, which must not wait on a session's hooks."""
+        params = dict(message.params)
+        allowed = MESSAGE_FIELDS[message.kind]
+        for name, method in self._message:
+            try:
+                with anyio.fail_after(MESSAGE_TIMEOUT):
+                    change = await method(ctx, Message(message.kind, params))
+            except Exception:
+                logger.exception("hook %s failed on a %s message of %s %s; withheld (fail closed)", name,
+                                 message.kind, ctx.kind, ctx.name)
+                return None
+            if isinstance(change, Mapping):
+                params.update((k, v) for k, v in change.items() if k in allowed)
+        return params
+
+    def progress(self, ctx: CallContext, progress: ProgressFn | None) -> ProgressFn | None:
+        """The progress callback of a hooked call: each progress message passes the `on_message` hooks."""
+        if progress is None or not self._message:
+            return progress
+
+        async def relay(value: float, total: float | None, message: str | None) -> None:
+            if message is not None:
+                changed = await self.message(ctx, Message("progress", {"progress": value, "total": total,
+                                                                       "message": message}))
+                if changed is None:
+                    return
+                message = changed.get("message")
+            await progress(value, total, message if isinstance(message, str) else None)
+
+        return relay
+
+    async def _rewrite_error(self, ctx: CallContext, error: UpstreamError) -> None:
+        changed = await self.message(ctx, Message("error", {"code": error.code, "message": error.message,
+                                                            "data": error.data}))
+        if changed is None:
+            changed = {"message": WITHHELD, "data": None}
+        message = changed.get("message")
+        error.message = message if isinstance(message, str) else WITHHELD
+        error.args = (error.message,)
+        error.data = changed.get("data")
+
     async def run(self, ctx: CallContext, send: Callable[[CallContext], Awaitable[dict[str, Any]]]
                   ) -> dict[str, Any]:
         """before-hooks (under the session lock), then `send` (not under it), then after-hooks (under it).
@@ -184,10 +259,18 @@ class HookChain:
         elif block is not None:
             failure = HookBlocked(block.reason)
         else:
+            downstream = CURRENT_DOWNSTREAM.get()
+            token = CURRENT_DOWNSTREAM.set(_HookedDownstream(downstream, self, ctx)) \
+                if self._message and downstream is not None else None
             try:
                 result = await send(ctx)
             except TriadError as exc:
                 failure = exc
+                if isinstance(exc, UpstreamError) and self._message:
+                    await self._rewrite_error(ctx, exc)
+            finally:
+                if token is not None:
+                    CURRENT_DOWNSTREAM.reset(token)
         outcome = Outcome(result, failure.message if failure else None, anyio.current_time() - start,
                           block is not None)
         async with ctx.session.lock:
@@ -203,6 +286,39 @@ class HookChain:
                 await method(ctx, layer, pattern, detail)
             except Exception:
                 logger.exception("hook %s failed in on_denied", name)
+
+
+class _HookedDownstream:
+    """The downstream of a hooked request while it is sent: the upstream's log messages pass the chain's
+    `on_message` hooks on their way to the client's own downstream (`inner`); everything else is the inner one's."""
+
+    def __init__(self, inner: Downstream, chain: HookChain, ctx: CallContext) -> None:
+        self._inner, self._chain, self._ctx = inner, chain, ctx
+
+    @property
+    def modern(self) -> bool:
+        return self._inner.modern
+
+    @property
+    def log_level(self) -> str | None:
+        return self._inner.log_level
+
+    @property
+    def capabilities(self) -> dict[str, Any] | None:
+        return self._inner.capabilities
+
+    async def log(self, params: types.LoggingMessageNotificationParams) -> None:
+        with warnings.catch_warnings():  # the model is deprecated in 2026-07-28, still relayed where asked for
+            warnings.simplefilter("ignore", MCPDeprecationWarning)
+            dumped = params.model_dump(by_alias=True, mode="json", exclude_none=True)
+            changed = await self._chain.message(self._ctx, Message("log", dumped))
+            if changed is None:
+                return
+            rewritten = types.LoggingMessageNotificationParams.model_validate(changed, by_name=False)
+        await self._inner.log(rewritten)
+
+    async def ask(self, request: Any, result_type: Any) -> Any:
+        return await self._inner.ask(request, result_type)
 
 
 EMPTY_CHAIN = HookChain(())
@@ -244,10 +360,10 @@ def make_hook(name: str, options: Mapping[str, Any]) -> Any:
         hook = factory(**options)
     except Exception as exc:
         raise HookConfigError(f"invalid options for hook {name!r}: {_first_line(exc)}") from None
-    if not any(callable(getattr(hook, m, None)) for pair in _METHODS.values() for m in pair) and not callable(
-            getattr(hook, "on_denied", None)):
+    if not any(callable(getattr(hook, m, None)) for pair in _METHODS.values() for m in pair) and not any(
+            callable(getattr(hook, m, None)) for m in ("on_denied", "on_message")):
         raise HookConfigError(f"hook {name!r} implements none of before_call, after_call, before_read, after_read, "
-                              "before_get, after_get, on_denied")
+                              "before_get, after_get, on_denied, on_message")
     return hook
 
 

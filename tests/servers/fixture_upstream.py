@@ -108,6 +108,11 @@ def build_server(args: argparse.Namespace) -> Server[Any]:
     prompts = [{"name": f"{args.prefix}greet", "description": "Greets.",
                 "arguments": [{"name": "who", "required": True}]}]
     size = args.page_size
+    subscribed: dict[int, tuple[Any, set[str]]] = {}
+    """With --subscribable: per session, the session and the URIs it subscribed to."""
+    if args.subscribable:
+        tools.append(tool(f"{args.prefix}updates", "Sends `count` rounds of resources/updated, one per subscription.",
+                          {"count": {"type": "integer"}}))
 
     async def list_tools(ctx: Any, params: Any) -> dict[str, Any]:
         return page(tools, "tools", params, size, args.loop_cursor)
@@ -201,6 +206,13 @@ def build_server(args: argparse.Namespace) -> Server[Any]:
                 await ctx.session.send_log_message("info", f"line {i}", related_request_id=ctx.request_id)
                 await ctx.session.report_progress(i + 1, count)
             return {"content": [{"type": "text", "text": f"flooded {count}"}]}
+        if name == "updates" and args.subscribable:
+            count = int(arguments.get("count", 1))
+            for _ in range(count):
+                for session, uris in list(subscribed.values()):
+                    for uri in list(uris):
+                        await session.send_resource_updated(uri)
+            return {"content": [{"type": "text", "text": f"{count} rounds of updates"}]}
         return {"content": [{"type": "text", "text": f"called {params.name}"}]}
 
     async def read_resource(ctx: Any, params: Any) -> dict[str, Any]:
@@ -241,6 +253,16 @@ def build_server(args: argparse.Namespace) -> Server[Any]:
                 await anyio.sleep(args.slow_first_ping)
             return await call_next(ctx)
         server.middleware.append(slow_ping)
+    if args.subscribable:
+        async def subscribe(ctx: Any, params: Any) -> dict[str, Any]:
+            subscribed.setdefault(id(ctx.session), (ctx.session, set()))[1].add(str(params.uri))
+            return {}
+
+        async def unsubscribe(ctx: Any, params: Any) -> dict[str, Any]:
+            subscribed.get(id(ctx.session), (None, set()))[1].discard(str(params.uri))
+            return {}
+        server.add_request_handler("resources/subscribe", types.SubscribeRequestParams, subscribe)
+        server.add_request_handler("resources/unsubscribe", types.UnsubscribeRequestParams, unsubscribe)
     return server
 
 
@@ -321,6 +343,7 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=0, help="HTTP/SSE port (default: a free one)")
     parser.add_argument("--start-when", help="wait until this file exists before serving (a slow start)")
     parser.add_argument("--unavailable-calls", type=int, default=0, help="HTTP 503 to the first K tools/call POSTs")
+    parser.add_argument("--subscribable", action="store_true", help="resource subscriptions and an `updates` tool")
     args = parser.parse_args()
     server = build_server(args)
     while args.start_when and not os.path.exists(args.start_when):
