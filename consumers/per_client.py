@@ -5,13 +5,14 @@ elicitation, session resources) then belongs to that client alone. A client's se
 request routed to the upstream, declares that client's capabilities (sampling, elicitation, roots: only those it
 declared to Triad), and relays what the upstream sends on it to that client only: in a call, to the call's
 request; outside calls, to the client's session channel (`ClientOrigin.back`). It is closed when the downstream
-session ends (or idles out), and with the upstream's connection.
+session ends (or idles out), when the upstream loses it (its next request opens a new one), and when the upstream
+is stopped.
 
-Ownership: the upstream's owner task starts `ClientSessions.run()` in the task group of its live connection
-(`await tg.start(...)`); each client session is one task in the group `run()` owns, started with
-`await tg.start(...)` by the first request that needs it, which enters and exits its transport and `ClientSession`
-itself. A client session that fails after it started is logged and forgotten, never raised into the group; the
-next request of that client opens a new one.
+Ownership: the upstream's owner task starts `ClientSessions.run()` in a task group of its own, for its whole life
+(client sessions outlive reconnects of the shared session); each client session is one task in the group `run()`
+owns, started by the first request that needs it, which enters and exits its transport and `ClientSession` itself.
+A client session that fails after it started is logged and forgotten, never raised into the group; the next
+request of that client opens a new one.
 """
 
 from __future__ import annotations
@@ -20,15 +21,21 @@ import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import mcp_types as types
 from anyio.abc import TaskGroup, TaskStatus
 from mcp import ClientSession
+from mcp.client.session import MessageHandlerFnT
 
 from consumers._errors import describe_failure
+from consumers._streams import EOFWatch
 from consumers.relay import CURRENT_DOWNSTREAM, ClientOrigin, InFlight
 from consumers.transports import open_transport
+
+if TYPE_CHECKING:
+    from consumers.http_hop import HttpHop
 from gateway.config import UpstreamConfig
 from gateway.errors import UpstreamUnavailable
 
@@ -45,6 +52,8 @@ class ClientLink:
     origin: ClientOrigin
     relays: InFlight
     session: ClientSession | None = None
+    hop: HttpHop | None = None
+    """The direct HTTP path on this session (a handshake-era streamable-HTTP upstream), as for the shared one."""
     opened: anyio.Event = field(default_factory=anyio.Event)
     closed: anyio.Event = field(default_factory=anyio.Event)
     failure: BaseException | None = None
@@ -52,8 +61,13 @@ class ClientLink:
 
 class ClientSessions:
     def __init__(self, upstream: str, config: Callable[[], UpstreamConfig], cwd: str | None,
-                 client_info: types.Implementation) -> None:
+                 client_info: types.Implementation, on_message: MessageHandlerFnT,
+                 on_notification: Callable[[str, dict[str, Any]], None]) -> None:
         self._upstream = upstream
+        self._on_notification = on_notification
+        self._on_message = on_message
+        """What the upstream says on a client's session besides logs (list changes, resource updates) concerns
+        the upstream as a whole: it goes where the shared session's messages go."""
         self._config = config
         self._cwd = cwd
         self._client_info = client_info
@@ -64,7 +78,7 @@ class ClientSessions:
         return len(self._links)
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Own the client sessions of one upstream connection; they all end when it does."""
+        """Own the client sessions of one upstream; they all end when it is stopped."""
         try:
             async with anyio.create_task_group() as tg:
                 self._task_group = tg
@@ -74,9 +88,12 @@ class ClientSessions:
             self._task_group = None
             self._links.clear()
 
-    async def session_for(self, origin: ClientOrigin) -> tuple[ClientSession, InFlight]:
-        """The client's upstream session (opened now if it has none) and its relays."""
+    async def session_for(self, origin: ClientOrigin) -> tuple[ClientSession, InFlight, HttpHop | None]:
+        """The client's upstream session (opened now if it has none), its relays and its direct HTTP path."""
         link = self._links.get(origin)
+        if link is not None and link.closed.is_set():  # its transport ended: never send on it
+            self.forget(origin)
+            link = None
         if link is None:
             config = self._config()
             if self._task_group is None:
@@ -96,7 +113,7 @@ class ClientSessions:
             reason = describe_failure(link.failure) if link.failure is not None else "it closed"
             raise UpstreamUnavailable(self._upstream, f"upstream {self._upstream!r} refused a session for this "
                                       f"client: {reason}")
-        return link.session, link.relays
+        return link.session, link.relays, link.hop
 
     def forget(self, origin: ClientOrigin) -> None:
         """The client's session is gone (its upstream lost it): the next request opens a new one."""
@@ -123,8 +140,9 @@ class ClientSessions:
             with anyio.CancelScope() as opening:
                 opening.deadline = anyio.current_time() + config.connect_timeout
                 async with (
-                    open_transport(self._upstream, config, self._cwd) as (read, write, _link),
-                    ClientSession(read, write, client_info=self._client_info, logging_callback=relays.on_log,
+                    open_transport(self._upstream, config, self._cwd) as (read, write, http),
+                    ClientSession(watch := EOFWatch(read), write, client_info=self._client_info,
+                                  message_handler=self._on_message, logging_callback=relays.on_log,
                                   sampling_callback=relays.on_sampling if "sampling" in capabilities else None,
                                   elicitation_callback=relays.on_elicitation if "elicitation" in capabilities
                                   else None,
@@ -132,6 +150,9 @@ class ClientSessions:
                                   ) as session,
                 ):
                     await session.initialize()
+                    if http is not None:
+                        link.hop = http.hop(session.protocol_version or "", self._on_notification)
+                    watch.on_eof = link.closed.set  # the upstream ended this session: the next request opens anew
                     opening.deadline = math.inf
                     link.session = session
                     link.opened.set()

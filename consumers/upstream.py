@@ -114,7 +114,8 @@ class Upstream:
         self._idle.set()
         self._on_updated = on_updated
         """Told (upstream name, raw URI) when a subscribed resource changed."""
-        self._clients = ClientSessions(name, lambda: self.config, cwd, CLIENT_INFO)
+        self._clients = ClientSessions(name, lambda: self.config, cwd, CLIENT_INFO, self._on_message,
+                                       self._on_notification)
         """With `sessions: per_client`: each downstream session's own upstream session."""
         self._modern = ModernLink(name, self.request_relist, on_updated, lambda: self.subscriptions.uris())
         self.subscriptions = Subscriptions(name, self.request, lambda: self.modern, self._modern)
@@ -125,7 +126,14 @@ class Upstream:
     # -- owner task ---------------------------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Connect, serve, reconnect; until `stop()` or cancellation. Never raises for an upstream failure."""
+        """Connect, serve, reconnect; until `stop()` or cancellation. Never raises for an upstream failure.
+        Per-client upstream sessions live in a task group of this task, across reconnects of the shared one."""
+        async with anyio.create_task_group() as tg:
+            await tg.start(self._clients.run)
+            await self._keep_connected()
+            tg.cancel_scope.cancel()
+
+    async def _keep_connected(self) -> None:
         backoff = BACKOFF_START
         while not self._stopping:
             try:
@@ -217,8 +225,6 @@ class Upstream:
                                 len(catalog.tools), len(catalog.resources), len(catalog.prompts),
                                 catalog.protocol_version)
                     async with anyio.create_task_group() as tg:
-                        if not self.modern and self.config.session_mode == "per_client":
-                            await tg.start(self._clients.run)
                         if self.modern:
                             tg.start_soon(self._modern.listen, session, catalog.capabilities)
                         elif self.subscriptions.uris():
@@ -334,9 +340,9 @@ class Upstream:
         own = client if client is not None and client.back is not None and self._per_client else None
         reached: bool | None = None  # what the outcome says of the connection (None: nothing, as for a timeout)
         try:
-            session, relays = await self._session_for(own)
+            session, relays, hop = await self._session_for(own)
             try:
-                result = await self._send(session, relays, request, progress, call_limits)
+                result = await self._send(session, relays, hop, request, progress, call_limits)
             except UpstreamSessionGone as exc:
                 if not (retry_safe or exc.unsent):
                     raise
@@ -348,8 +354,8 @@ class Upstream:
                             await self._new_session.wait()
                 logger.info("upstream %s: retrying %s on a new session%s", self.name, request.method,
                             "" if retry_safe else " (the upstream never received it)")
-                session, relays = await self._session_for(own)
-                result = await self._send(session, relays, request, progress, call_limits)
+                session, relays, hop = await self._session_for(own)
+                result = await self._send(session, relays, hop, request, progress, call_limits)
             reached = True
             return result
         except UpstreamRefused:
@@ -363,21 +369,22 @@ class Upstream:
 
     @property
     def _per_client(self) -> bool:
-        return self.config.session_mode == "per_client" and not self.modern and self._session is not None
+        return self.config.session_mode == "per_client" and not self.modern
 
-    async def _session_for(self, client: ClientOrigin | None) -> tuple[ClientSession | None, InFlight]:
-        """The client's own upstream session, or the shared one."""
+    async def _session_for(self, client: ClientOrigin | None
+                           ) -> tuple[ClientSession | None, InFlight, HttpHop | None]:
+        """The client's own upstream session, or the shared one; with its relays and its direct HTTP path."""
         if client is None:
-            return self._session, self._relays
+            return self._session, self._relays, self._hop
         return await self._clients.session_for(client)
 
-    async def _exchange(self, session: ClientSession, request: Any, on_progress: ProgressFn,
+    async def _exchange(self, session: ClientSession, hop: HttpHop | None, request: Any, on_progress: ProgressFn,
                         downstream: Downstream | None) -> dict[str, Any]:
         """One request and its answer. A 2026-07-28 upstream may answer `input_required`: for a client of the
         handshake era Triad asks it each input request and sends the retry; a 2026-07-28 client gets the
         result and retries itself."""
-        if self._hop is not None and session is self._session:
-            return await self._hop.request(request, on_progress, downstream)
+        if hop is not None:
+            return await hop.request(request, on_progress, downstream)
         result = await send_raw(session, request, on_progress)
         for _ in range(MAX_INPUT_ROUNDS):
             if result.get("resultType") != "input_required" or downstream is None or downstream.modern:
@@ -403,13 +410,19 @@ class Upstream:
         elif was_open and not self._breaker.is_open and self.state is UpstreamState.DEGRADED:
             self._set_state(UpstreamState.READY, "")
 
-    async def _send(self, session: ClientSession | None, relays: InFlight, request: Any,
+    async def _send(self, session: ClientSession | None, relays: InFlight, hop: HttpHop | None, request: Any,
                     progress: ProgressFn | None,
                     call_limits: tuple[float | None, float | None] = (None, None)) -> dict[str, Any]:
         method = request.method
+
+        def suspect() -> None:  # a client's own session going wrong says nothing of the shared one
+            if session is self._session:
+                self._suspect_connection()
+
         if self._retired is not None:
             raise UpstreamUnavailable(self.name, f"upstream {self.name!r} was {self._retired}")
-        if session is None or self.state not in (UpstreamState.READY, UpstreamState.DEGRADED):
+        if session is None or (session is self._session
+                               and self.state not in (UpstreamState.READY, UpstreamState.DEGRADED)):
             raise UpstreamUnavailable(self.name, f"upstream {self.name!r} is not connected ({self.reason})")
         timeout = call_limits[0] or self.config.timeout
         cap = call_limits[1] or self.config.max_call_time
@@ -431,7 +444,7 @@ class Upstream:
         self._calls.add(scope)
         try:
             with scope:
-                return await self._exchange(session, request, on_progress, downstream)
+                return await self._exchange(session, hop, request, on_progress, downstream)
             if self._grace_over:
                 raise UpstreamUnavailable(self.name, f"upstream {self.name!r} was {self._retired} and its grace "
                                           f"period ran out during {method}")
@@ -440,11 +453,11 @@ class Upstream:
                                      f"{timeout:g}s of its last progress (after {anyio.current_time() - start:.3g}s)"))
         except MCPError as exc:
             if session_gone(exc) and self.config.kind == "streamable-http":  # a 404: it never saw the request
-                self._suspect_connection()
+                suspect()
                 raise UpstreamSessionGone(self.name, f"upstream {self.name!r} lost its session (it restarted?) "
                                           f"during {method}; reconnecting", unsent=True) from None
             if exc.error.code == types.CONNECTION_CLOSED:
-                self._suspect_connection()
+                suspect()
                 if self._retired is not None:
                     raise UpstreamUnavailable(self.name, f"upstream {self.name!r} was {self._retired} and its "
                                               f"grace period ran out during {method}") from None
@@ -452,11 +465,11 @@ class Upstream:
                                           f"{method}") from None
             raise map_mcp_error(self.name, exc) from None
         except HopBroken as exc:  # the lean path's connection broke, or the upstream restarted
-            self._suspect_connection()
+            suspect()
             raise UpstreamSessionGone(self.name, f"upstream {self.name!r} connection failed during {method} "
                                       f"({exc})", unsent=exc.connect) from None
         except SessionGone:  # a 404 for the session: the upstream never saw the request
-            self._suspect_connection()
+            suspect()
             raise UpstreamSessionGone(self.name, f"upstream {self.name!r} lost its session (it restarted?) "
                                       f"during {method}; reconnecting", unsent=True) from None
         except HopUnavailable as exc:  # nothing took the request: a proxy or the upstream's server said so
@@ -464,7 +477,7 @@ class Upstream:
         except ValueError:  # pydantic's ValidationError, or JSON that is not a JSON-RPC response
             raise UpstreamError(self.name, f"upstream {self.name!r} sent a malformed {method} result") from None
         except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream) as exc:
-            self._suspect_connection()
+            suspect()
             raise UpstreamConnectionFailed(self.name, f"upstream {self.name!r} connection failed during {method}: "
                                            f"{type(exc).__name__}") from None
         finally:

@@ -11,8 +11,10 @@ from __future__ import annotations
 import warnings
 from typing import Any, Protocol
 
+import anyio
 import mcp_types as types
 from mcp.server import ServerRequestContext
+from mcp.server.connection import Connection
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp.shared.message import ServerMessageMetadata
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, LOG_LEVEL_META_KEY
@@ -74,6 +76,56 @@ class RequestRelay:
             return await self.ctx.session.send_request(request, result_type, metadata=metadata)
         except MCPError as exc:
             return exc.error
+
+
+class SessionRelay:
+    """A handshake-era session's own channel to its client, outside any request (its standalone stream; stdio's
+    pipe): where a per-client upstream session's logs and requests go when no call of the client is in flight
+    (server-filesystem asks for roots right after `initialize`). A request the client does not answer within
+    `ASK_TIMEOUT` (an HTTP client without a GET stream never sees it) gets an error, never a hang."""
+
+    modern = False
+
+    def __init__(self, connection: Connection) -> None:
+        self._connection = connection
+
+    @property
+    def capabilities(self) -> dict[str, Any] | None:
+        return declared_capabilities(self._connection)
+
+    @property
+    def log_level(self) -> str | None:
+        return session_log_level(self._connection)
+
+    async def log(self, params: types.LoggingMessageNotificationParams) -> None:
+        if not wants_log(params.level, self.log_level):
+            return
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", MCPDeprecationWarning)
+            await self._connection.log(params.level, params.data, params.logger)
+
+    async def progress(self, value: float, total: float | None, message: str | None) -> None:
+        """Progress belongs to a request; a session has none of its own."""
+
+    async def ask(self, request: Any, result_type: Any) -> Any:
+        try:
+            with anyio.fail_after(ASK_TIMEOUT):
+                answer = await self._connection.send_raw_request(
+                    request.method, request.params.model_dump(by_alias=True, mode="json", exclude_none=True)
+                    if request.params is not None else None)
+            return result_type.model_validate(answer, by_name=False)
+        except MCPError as exc:
+            return exc.error
+        except TimeoutError:
+            return types.ErrorData(code=types.INTERNAL_ERROR, message=(
+                f"the client did not answer {request.method} within {ASK_TIMEOUT:g}s"))
+        except ValueError:
+            return types.ErrorData(code=types.INVALID_PARAMS, message=f"the client's answer to {request.method} "
+                                   "is not valid")
+
+
+ASK_TIMEOUT = 60.0
+"""How long a request put to a client outside any call may wait for its answer."""
 
 
 def cannot_ask(method: str, version: str) -> types.ErrorData:

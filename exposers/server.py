@@ -34,7 +34,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from exposers._sdk import connection_of, drop_idle_tracing
 from exposers.input_rounds import InputRounds
 from exposers.notify import Notifier
-from exposers.relay import LOG_LEVEL_STATE_KEY, RequestRelay
+from exposers.relay import LOG_LEVEL_STATE_KEY, RequestRelay, SessionRelay
 from exposers.request import ClientRequest, acting_identity, serve
 from gateway.dispatch import SUBSCRIBE, Dispatcher
 from gateway.errors import TriadError, UpstreamRefused
@@ -149,7 +149,13 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
         return {}
 
     async def completion(ctx: ServerRequestContext[Any], _params: Any) -> dict[str, Any]:
-        return complete(await dispatcher.complete(identity_of(ctx), raw(ctx)))
+        return complete(await dispatcher.complete(identity_of(ctx), raw(ctx), session_of(ctx)))
+
+    async def roots_changed(ctx: ServerRequestContext[Any], _params: Any) -> None:
+        """The client's roots changed: its own upstream sessions are told (`sessions: per_client`)."""
+        connection = connection_of(ctx)
+        if connection is not None and connection.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            await dispatcher.roots_changed(hook_session(connection))
 
     server = GatewayServer(
         "triad",
@@ -171,6 +177,7 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
         on_subscriptions_listen=notifier.listen_handler(identity_of),
     )
     server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, set_logging_level)
+    server.add_notification_handler("notifications/roots/list_changed", types.NotificationParams, roots_changed)
 
     async def track_and_render(ctx: ServerRequestContext[Any], call_next: CallNext) -> HandlerResult:
         connection = connection_of(ctx)
@@ -196,11 +203,16 @@ def session_of(ctx: ServerRequestContext[Any]) -> Session:
 
 
 def hook_session(connection: Connection) -> Session:
-    """The hook session of a connection, kept in the connection's own state (gone with it). Its id, which audit
-    records carry, is a short hash: a session id is a bearer secret and never written down."""
+    """The gateway's session of a connection, kept in the connection's own state (gone with it, and closed then:
+    its per-client upstream sessions end with it). Its id, which audit records carry, is a short hash: a session
+    id is a bearer secret and never written down. A 2026-07-28 request's connection is its own, and has no way
+    back outside the request."""
     found = connection.state.get(SESSION_STATE_KEY)
     if found is None:
-        found = connection.state[SESSION_STATE_KEY] = Session(session_label(connection))
+        modern = connection.protocol_version in MODERN_PROTOCOL_VERSIONS
+        found = Session(session_label(connection), back=None if modern else SessionRelay(connection))
+        connection.state[SESSION_STATE_KEY] = found
+        connection.exit_stack.push_async_callback(found.close)
     return found
 
 

@@ -282,7 +282,7 @@ class Dispatcher:
                 by_name=False))
             limits = (ctx.timeout, ctx.max_time) if ctx is not None else (None, None)
             relayed = self.hooks.progress(ctx, progress) if ctx is not None else progress
-            result = await self._forward(upstream, "tool", request, progress=relayed, retry_safe=safe,
+            result = await self._forward(upstream, "tool", request, progress=relayed, retry_safe=safe, client=session,
                                          call_limits=limits)
             return expose_links(result, self.registry.uri_parts.get(upstream.name))
 
@@ -305,7 +305,8 @@ class Dispatcher:
             {"uri": raw, "_meta": forwardable_meta(params.get("_meta")), **input_round(params)}, by_name=False))
 
         async def send(_ctx: CallContext | None) -> dict[str, Any]:
-            result = await self._forward(self._upstream(owner), "resource", request, retry_safe=True)
+            result = await self._forward(self._upstream(owner), "resource", request, retry_safe=True,
+                                         client=session)
             if raw != uri and isinstance(result.get("contents"), list):
                 # Contents name the URI the client asked for, so it can match them to its request.
                 result["contents"] = [{**c, "uri": uri} if isinstance(c, dict) and c.get("uri") == raw else c
@@ -332,7 +333,8 @@ class Dispatcher:
             request = types.GetPromptRequest(params=types.GetPromptRequestParams.model_validate(
                 {"name": entry.raw, "arguments": arguments or None, "_meta": meta, **input_round(params)},
                 by_name=False))
-            result = await self._forward(self._upstream(entry.upstream), "prompt", request, retry_safe=True)
+            result = await self._forward(self._upstream(entry.upstream), "prompt", request, retry_safe=True,
+                                         client=session)
             return expose_links(result, self.registry.uri_parts.get(entry.upstream), "messages")
 
         if not self.hooks:
@@ -341,7 +343,8 @@ class Dispatcher:
                           entry.raw, _arguments(params))
         return await self.hooks.run(ctx, send)
 
-    async def complete(self, identity: Identity, params: Mapping[str, Any]) -> dict[str, Any]:
+    async def complete(self, identity: Identity, params: Mapping[str, Any],
+                       session: Session | None = None) -> dict[str, Any]:
         if not self._settled:
             await self.settled()
         ref = params.get("ref")
@@ -361,7 +364,7 @@ class Dispatcher:
             raw_ref = {**ref, "uri": raw_uri}
         request = types.CompleteRequest(params=types.CompleteRequestParams.model_validate(
             {**params, "ref": raw_ref, "_meta": forwardable_meta(params.get("_meta"))}))
-        return await self._forward(self._upstream(owner), "completion", request, retry_safe=True)
+        return await self._forward(self._upstream(owner), "completion", request, retry_safe=True, client=session)
 
     async def subscribe(self, identity: Identity, params: Mapping[str, Any]) -> tuple[str, str]:
         """Subscribe to a resource at its owner; (upstream, raw URI), for `unsubscribe` and for routing updates."""
@@ -380,6 +383,11 @@ class Dispatcher:
         upstream = self.pool.get(owner)
         if upstream is not None:
             await upstream.subscriptions.remove(raw)
+
+    async def roots_changed(self, session: Session) -> None:
+        """A client said its roots changed: each upstream session of its own is told (shared ones never had them)."""
+        for upstream in list(self.pool.upstreams.values()):
+            await upstream.roots_changed(session)
 
     def _route_uri(self, view: ClientView, uri: str) -> tuple[str, str]:
         """(upstream, raw URI) for an exposed URI or URI template expansion; unknown looks like hidden."""

@@ -232,11 +232,11 @@ async def test_server_everything_through_triad_equals_direct(procs: list[Proc], 
     async def unused(*_args: Any) -> types.ErrorData:
         return types.ErrorData(code=types.INVALID_REQUEST, message="not in this test")
 
-    # Triad offers sampling, elicitation and roots to its upstreams (it relays them), and server-everything
-    # lists more tools for such a client: the direct session offers the same.
+    # Triad's shared session offers sampling and elicitation to its upstreams (it relays them to the caller), but
+    # no roots (it never hands one client's roots to another; `roots:` would set its own), and server-everything
+    # lists tools by what its client offers: the direct session offers the same.
     async with (stdio_client(direct_params) as (read, write),
-                ClientSession(read, write, sampling_callback=unused, elicitation_callback=unused,
-                              list_roots_callback=unused) as direct,
+                ClientSession(read, write, sampling_callback=unused, elicitation_callback=unused) as direct,
                 http_session(url) as via):
         await direct.initialize()
         direct_tools = {t["name"]: t for t in await all_tools(direct)}
