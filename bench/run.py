@@ -279,9 +279,13 @@ async def call_rows(tmp: Path, calls: int, skip_peers: bool) -> list[dict[str, A
         pipe_url = f"http://127.0.0.1:{pipe_port}/mcp"
         await wait_listening(pipe_url)
 
-        triad, triad_url = start_triad(tmp, triad_config(tmp, {"echo": {"url": upstream}}))
+        triad, triad_url = start_triad(tmp, triad_config(tmp, {"echo": {"url": upstream, "sessions": "shared"}}))
         started.append(triad)
         await start_to_ready(triad, triad_url, 1)
+
+        own, own_url = start_triad(tmp, triad_config(tmp, {"echo": {"url": upstream, "sessions": "per_client"}}))
+        started.append(own)
+        await start_to_ready(own, own_url, 1)
 
         stdio_upstream = {"echo": {"command": PY, "args": [str(HERE / "echo_upstream.py")]}}
         triad_stdio, stdio_url = start_triad(tmp, triad_config(tmp, stdio_upstream))
@@ -292,6 +296,7 @@ async def call_rows(tmp: Path, calls: int, skip_peers: bool) -> list[dict[str, A
             Target("direct (SDK upstream, HTTP)", upstream, None, sdk=True),
             Target("transparent pipe -> HTTP", pipe_url, pipe),
             Target("Triad -> HTTP", triad_url, triad, sdk=True),
+            Target("Triad -> HTTP, per_client", own_url, own),
             Target("Triad -> stdio", stdio_url, triad_stdio),
             # the same hops for a stateless 2026-07-28 client
             Target("direct, 2026-07-28 client", upstream, None, modern=True),
@@ -313,6 +318,63 @@ async def call_rows(tmp: Path, calls: int, skip_peers: bool) -> list[dict[str, A
             await wait_listening(f"http://127.0.0.1:{port}/mcp")
             targets.append(Target("FastMCP proxy -> HTTP", f"http://127.0.0.1:{port}/mcp", proxy))
         return await measure(targets, calls)
+
+
+PER_CLIENT_SESSIONS = 40
+"""Downstream sessions opened to measure what `sessions: per_client` costs per client."""
+
+
+async def per_client_rows(tmp: Path) -> dict[str, Any]:
+    """What an upstream session of one's own costs a client: Triad's RSS per idle per-client session (HTTP; stdio,
+    with the children's RSS apart), and a client's first call against its second (the extra `initialize`)."""
+    out: dict[str, Any] = {}
+    with processes() as started:
+        up_port = free_port()
+        started.append(Process([PY, str(HERE / "echo_upstream.py"), "--http", str(up_port)], tmp / "pc-up.log"))
+        upstream = f"http://127.0.0.1:{up_port}/mcp"
+        await wait_listening(upstream)
+        kinds = {"http": {"url": upstream, "sessions": "per_client"},
+                 "stdio": {"command": PY, "args": [str(HERE / "echo_upstream.py")], "sessions": "per_client"}}
+        for kind, settings in kinds.items():
+            triad, url = start_triad(tmp, triad_config(tmp, {"echo": settings}))
+            started.append(triad)
+            await start_to_ready(triad, url, 1)
+            async with httpx2.AsyncClient(timeout=60) as http:
+                sessions = [await RawSession(http, url).open() for _ in range(PER_CLIENT_SESSIONS)]
+                before = triad.memory("VmRSS")
+                children = children_rss_mb(triad.pid)
+                first, second = [], []
+                for session in sessions:  # one at a time: latency, not throughput
+                    start = time.perf_counter()
+                    await session.call("echo")
+                    first.append((time.perf_counter() - start) * 1000)
+                    start = time.perf_counter()
+                    await session.call("echo")
+                    second.append((time.perf_counter() - start) * 1000)
+                out[f"{kind}_rss_per_client_session_kb"] = (triad.memory("VmRSS") - before) * 1024 / len(sessions)
+                if kind == "stdio":
+                    out["stdio_child_rss_per_client_session_mb"] = (children_rss_mb(triad.pid) - children) / len(
+                        sessions)
+                out[f"{kind}_first_call_p50_ms"] = statistics.median(first)
+                out[f"{kind}_second_call_p50_ms"] = statistics.median(second)
+            triad.stop()
+    return out
+
+
+def children_rss_mb(pid: int) -> float:
+    """The resident memory of a process's children, in MB (Linux /proc)."""
+    total = 0.0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = (entry / "status").read_text()
+        except OSError:
+            continue
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        if fields.get("PPid", "").strip() == str(pid) and "VmRSS" in fields:
+            total += float(fields["VmRSS"].split()[0]) / 1024
+    return total
 
 
 async def fleet_rows(tmp: Path) -> dict[str, Any]:
@@ -471,15 +533,20 @@ async def main() -> None:
     with tempfile.TemporaryDirectory(prefix="triad-bench-") as tmp_name:
         tmp = Path(tmp_name)
         rows = await call_rows(tmp, args.calls, args.skip_peers)
+        per_client = await per_client_rows(tmp)
         fleet = {} if args.skip_fleet else await fleet_rows(tmp)
     print(table(rows))
+    print(f"\nsessions: per_client ({PER_CLIENT_SESSIONS} client sessions, one echo upstream):\n")
+    for key, value in per_client.items():
+        print(f"- {key}: {value:.2f}")
     if fleet:
         print("\nFleet (50 upstreams x 100 tools behind Triad):\n")
         for key, value in fleet.items():
             print(f"- {key}: {value:.3f}" if isinstance(value, float) else f"- {key}: {value}")
     args.out.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%S")
-    (args.out / f"bench-{stamp}.json").write_text(json.dumps({"rows": rows, "fleet": fleet}, indent=2))
+    (args.out / f"bench-{stamp}.json").write_text(json.dumps({"rows": rows, "per_client": per_client,
+                                                                "fleet": fleet}, indent=2))
     print(f"\n({time.perf_counter() - started:.0f}s; JSON in {args.out}/bench-{stamp}.json)")
 
 
