@@ -14,6 +14,7 @@ import anyio
 from gateway.config import TriadConfig, load_config
 from gateway.errors import ConfigError, ToolPlanContractError
 from gateway.identity import LOCAL_CLIENT, identity_for
+from gateway.importer import FORMATS
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
@@ -56,12 +57,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     _config_arg(approve)
     approve.add_argument("tools", nargs="*", help="exposed tool names (default: every tool)")
 
-    importer = verbs.add_parser("import", help="convert a Claude Desktop, Cursor or VS Code MCP file to Triad YAML")
-    importer.add_argument("file", help="claude_desktop_config.json, .cursor/mcp.json, .vscode/mcp.json...")
+    importer = verbs.add_parser("import", help="convert an MCP client's server list (Claude Desktop, Claude Code, "
+                                               "Cursor, VS Code, Windsurf, Gemini CLI, Cline) to Triad YAML")
+    importer.add_argument("file", help="claude_desktop_config.json, .cursor/mcp.json, .vscode/mcp.json, "
+                                       ".gemini/settings.json...")
+    importer.add_argument("--from", dest="source_format", choices=sorted(FORMATS),
+                          help="the client that wrote the file (default: told by its keys and its path)")
+    importer.add_argument("--force", action="store_true",
+                          help="write the YAML even when some settings could not be converted (they are listed)")
 
     args = parser.parse_args(argv)
     if args.verb == "import":
-        return _import(args.file)
+        return _import(args.file, args.source_format, args.force)
     try:
         config = load_config(args.config)
     except ConfigError as exc:
@@ -140,18 +147,36 @@ def policy_warnings(config: TriadConfig) -> list[str]:
             *spanning_patterns(config.policy, client_rules, parts, separator)]
 
 
-def _import(path: str) -> int:
+def _import(path: str, source_format: str | None, force: bool) -> int:
+    """The YAML on stdout; on stderr the format detected, the variables to set, and every loss. Exit 1 when
+    something could not be converted (nothing is written then, unless `force`)."""
     from gateway.importer import ImportFailed, convert
 
     try:
         with open(path, encoding="utf-8") as stream:
-            print(convert(stream.read()), end="")
+            result = convert(stream.read(), path, source_format)
     except OSError as exc:
         print(f"triad: {path}: cannot read ({exc.strerror})", file=sys.stderr)
         return 1
     except ImportFailed as exc:
         print(f"triad: {path}: {exc}", file=sys.stderr)
         return 1
+    print(f"triad: read {path} as a {result.format} file: {result.servers} server(s) converted", file=sys.stderr)
+    if result.variables:
+        print("triad: the result reads these environment variables (secrets are referenced, never copied); set "
+              "them where Triad runs:", file=sys.stderr)
+        width = max(len(name) for name in result.variables)
+        for name, where in result.variables.items():
+            print(f"  {name:<{width}}  {where}", file=sys.stderr)
+    for note in result.notes:
+        print(f"triad: note: {note}", file=sys.stderr)
+    for loss in result.lost:
+        print(f"triad: not converted: {loss}", file=sys.stderr)
+    if result.lost and not force:
+        print(f"triad: {len(result.lost)} setting(s) could not be converted; nothing written (--force writes the "
+              "rest, with the losses as comments)", file=sys.stderr)
+        return 1
+    print(result.yaml, end="")
     return 0
 
 
