@@ -46,7 +46,7 @@ async def test_metrics_count_the_calls_made(procs: list[Proc], tmp_path: Path, m
     assert found[("triad_calls_total", (("kind", "tool"), ("outcome", "tool_error"), ("upstream", "fx")))] == 1
     assert found[("triad_calls_total", (("kind", "resource"), ("outcome", "ok"), ("upstream", "fx")))] == 1
     assert found[("triad_call_duration_seconds_count", (("kind", "tool"), ("upstream", "fx")))] == 4
-    assert found[("triad_denied_calls_total", (("layer", "2"),))] == 1
+    assert found[("triad_denied_calls_total", (("layer", "agent"),))] == 1
     assert found[("triad_upstream_state", (("state", "ready"), ("upstream", "gx")))] == 1
     assert found[("triad_registry_tools", ())] > 0
     assert "secret-argument" not in text and "metrics-secret-token" not in text

@@ -176,3 +176,33 @@ async def test_the_example_config_runs_as_claude_desktop_launches_it(procs: list
     procs.append(proc)
     await proc.until(r"upstream demo ready")
     assert os.path.isabs(str(triad))
+
+
+async def test_metrics_pass_promtool_and_carry_what_dashboards_expect(procs: list[Proc], tmp_path: Path) -> None:
+    import shutil
+
+    from mcp.shared.exceptions import MCPError
+
+    from tests.test_gateway_e2e import call, http_session
+
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool (Debian's prometheus package) is not installed")
+    config = write_config(tmp_path, {"upstreams": {"fx": stdio_upstream("operator-metrics", timeout="1s")}})
+    proc = Proc([*TRIAD, "serve", "-c", str(config), "--port", "0"])
+    procs.append(proc)
+    url = (await proc.until(r"listening on (http://127\.0\.0\.1:\d+/mcp)")).group(1)
+    await proc.until(r"upstream fx ready")
+    async with http_session(url) as via:
+        await call(via, "echo", {"text": "x"})
+        with pytest.raises(MCPError):
+            await call(via, "slow", {"seconds": 30})
+    async with httpx2.AsyncClient() as http:
+        text = (await http.get(url.replace("/mcp", "/metrics"))).text
+    checked = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "_created" not in text
+    assert 'triad_calls_total{kind="tool",outcome="timeout",upstream="fx"} 1.0' in text
+    assert "triad_reloads_total 0.0" in text and "triad_reload_failures_total 0.0" in text
+    assert "process_resident_memory_bytes" in text and "python_info" in text
+    assert 'triad_build_info{mcp="' in text
