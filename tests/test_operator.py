@@ -206,3 +206,21 @@ async def test_metrics_pass_promtool_and_carry_what_dashboards_expect(procs: lis
     assert "triad_reloads_total 0.0" in text and "triad_reload_failures_total 0.0" in text
     assert "process_resident_memory_bytes" in text and "python_info" in text
     assert 'triad_build_info{mcp="' in text
+
+
+def test_the_wheel_builds_without_warnings_and_carries_the_license(tmp_path: Path) -> None:
+    import shutil
+    import zipfile
+
+    source = tmp_path / "src"  # built from a copy: setuptools writes build/ and *.egg-info next to the sources
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".venv*", "node_modules", ".git", "build", "bench",
+                                                                 "*.egg-info", "__pycache__", ".*_cache"))
+    done = subprocess.run([PYTHON, "-m", "pip", "wheel", "--no-deps", "-w", str(tmp_path), str(source)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "deprecated" not in (done.stdout + done.stderr).lower()
+    [wheel] = tmp_path.glob("mcp_triad-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert any(name.endswith("licenses/LICENSE") for name in names)
+    metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("METADATA"))).decode()
+    assert "License-Expression: Apache-2.0" in metadata
