@@ -8,7 +8,9 @@ stdin (the MCP spec's first step), wait for the leader, then SIGTERM to the whol
 left. Every wait is bounded, and the caller's cancellation cannot interrupt the stop (it runs shielded).
 
 Ownership: the upstream's owner task enters and exits `open_child`; two pump tasks inside it move lines between
-the pipes and the session's memory streams.
+the pipes and the session's memory streams, and a thread reads the child's stderr into Triad's log (INFO) and into
+the upstream's `ChildOutput`, which keeps the last lines and the exit code with the upstream's state, so that
+"why is it down?" is answered by `/readyz`, `triad plan` and the WARNING line, not only by an INFO log.
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ import logging
 import os
 import signal
 import subprocess
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+import threading
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
-from typing import IO
 
 import anyio
 import mcp_types as types
@@ -27,6 +30,8 @@ from anyio.abc import Process
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.client.stdio import get_default_environment
 from mcp.shared.message import SessionMessage
+
+from gateway.errors import UpstreamUnavailable
 
 logger = logging.getLogger("triad.upstream")
 
@@ -38,18 +43,104 @@ REAP_LIMIT = 2.0
 """How long the event loop may take to see the leader's death after SIGKILL; only an unkillable process waits it."""
 POLL_INTERVAL = 0.02
 """How often the state of an exiting process or group is looked at (there is no event for a group's end)."""
+STDERR_DRAIN_LIMIT = 1.0
+"""After the group is stopped, how long its stderr may take to reach its end (so the last lines are kept); only a
+process that escaped the group and holds the pipe makes this wait in full."""
+STDERR_TAIL = 20
+"""Lines of the latest child's stderr kept with its upstream's state (`triad plan` shows them all)."""
+REASON_LINES = 3
+"""Of those, how many the one-line reason carries (`/readyz`, the WARNING line, `triad plan`'s upstream row)."""
+MAX_LINE = 300
+"""Characters kept of one stderr line: a child may print a whole JSON document on one line."""
 
 ReadStream = MemoryObjectReceiveStream[SessionMessage | Exception]
 WriteStream = MemoryObjectSendStream[SessionMessage]
 
 
+class ChildOutput:
+    """What is known of the latest child process of one stdio upstream: the last lines of its stderr, and how it
+    ended. Values of the upstream's `env` are masked in the lines (a child may print its own token).
+
+    Ownership: the `Upstream` creates one and keeps it across restarts; `open_child` resets it at each spawn,
+    its stderr thread appends lines (hence the lock), and its cleanup records the end; the owner task reads it
+    once the transport is closed, to say why the upstream is down."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._lines: deque[str] = deque(maxlen=STDERR_TAIL)
+        self._lock = threading.Lock()
+        self._secrets: tuple[str, ...] = ()
+        self.returncode: int | None = None
+        """The leader's exit status once it ended (negative: the signal that ended it), else None."""
+        self.stopped = False
+        """Triad had to signal the leader to end it (it did not exit by itself once its stdin was closed)."""
+
+    def spawned(self, secrets: Iterable[str]) -> None:
+        with self._lock:
+            self._lines.clear()
+            self._secrets = tuple(sorted((s for s in secrets if s), key=len, reverse=True))
+        self.returncode, self.stopped = None, False
+
+    def add(self, line: str) -> str:
+        """Keep one line of stderr; returns it as kept (env values masked) for the log."""
+        line = line.rstrip()
+        for secret in self._secrets:
+            line = line.replace(secret, "***")
+        if line.strip():
+            with self._lock:
+                self._lines.append(line[:MAX_LINE] + ("..." if len(line) > MAX_LINE else ""))
+        return line
+
+    @property
+    def lines(self) -> list[str]:
+        with self._lock:
+            return list(self._lines)
+
+    def ended(self, returncode: int | None, stopped: bool) -> None:
+        self.returncode, self.stopped = returncode, stopped
+
+    @property
+    def exit(self) -> str:
+        """How the latest child ended, in words ("" while it runs, or when Triad ended it)."""
+        code = self.returncode
+        if code is None or self.stopped:
+            return ""
+        if code < 0:
+            try:
+                return f"killed by {signal.Signals(-code).name}"
+            except ValueError:
+                return f"killed by signal {-code}"
+        return f"exit code {code}"
+
+    def explain(self, reason: str) -> str:
+        """`reason` with the exit status and the last stderr lines, on one line (for `/readyz` and the log)."""
+        notes = [self.exit] if self.exit else []
+        if lines := self.lines[-REASON_LINES:]:
+            notes.append("stderr: " + " | ".join(lines))
+        return f"{reason} ({'; '.join(notes)})" if notes else reason
+
+
 @asynccontextmanager
 async def open_child(command: str, args: Sequence[str], env: Mapping[str, str] | None, cwd: str | None,
-                     stderr: IO[str]) -> AsyncIterator[tuple[ReadStream, WriteStream]]:
-    """Spawn the child and yield the session's (read, write) streams; on exit, stop its whole process group."""
-    process = await anyio.open_process([command, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                       stderr=stderr, env={**get_default_environment(), **(env or {})}, cwd=cwd,
-                                       start_new_session=True)
+                     output: ChildOutput) -> AsyncIterator[tuple[ReadStream, WriteStream]]:
+    """Spawn the child and yield the session's (read, write) streams; on exit, stop its whole process group and
+    record how it ended in `output` (with the last lines of its stderr)."""
+    output.spawned((env or {}).values())
+    full_env = {**get_default_environment(), **(env or {})}
+    read_fd, write_fd = os.pipe()
+    try:
+        process = await anyio.open_process([command, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                           stderr=write_fd, env=full_env, cwd=cwd, start_new_session=True)
+    except BaseException as exc:
+        os.close(read_fd)
+        if isinstance(exc, FileNotFoundError):
+            raise UpstreamUnavailable(output.name, _not_found(exc, command, cwd, full_env)) from None
+        raise
+    finally:
+        os.close(write_fd)  # the child holds its own copy; EOF arrives when it and its children have exited
+    reader = threading.Thread(target=_read_stderr, args=(output, read_fd), name=f"stderr:{output.name}",
+                              daemon=True)
+    reader.start()
     # No await until the task group is entered and its `finally` can stop the child.
     to_session, read = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write, from_session = anyio.create_memory_object_stream[SessionMessage](0)
@@ -62,8 +153,27 @@ async def open_child(command: str, args: Sequence[str], env: Mapping[str, str] |
             with anyio.CancelScope(shield=True):
                 read.close()  # the stdout pump drains from here on, so a child blocked writing can exit
                 write.close()
-                await stop_group(process)
+                stopped = await stop_group(process)
+                await _until(lambda: not reader.is_alive(), STDERR_DRAIN_LIMIT)
+                output.ended(process.returncode, stopped)
             tg.cancel_scope.cancel()
+
+
+def _not_found(exc: FileNotFoundError, command: str, cwd: str | None, env: Mapping[str, str]) -> str:
+    """The OS names the missing file; say whether it is the working directory or the command, and for a bare
+    command the PATH it was looked for on (a client such as Claude Desktop starts Triad with a short PATH)."""
+    if cwd is not None and exc.filename == cwd:
+        return f"working directory not found: {cwd}"
+    if os.sep in command:
+        return f"command not found: {command}"
+    return f"command not found: {command} (not on the PATH {env.get('PATH', os.defpath)}; give its full path)"
+
+
+def _read_stderr(output: ChildOutput, fd: int) -> None:
+    """Runs in a thread per child (blocking reads); ends at EOF, when the child and its children have exited."""
+    with os.fdopen(fd, "r", errors="replace") as stream:
+        for line in stream:
+            logger.info("[%s] %s", output.name, output.add(line))
 
 
 async def _pump_out(process: Process, to_session: MemoryObjectSendStream[SessionMessage | Exception]) -> None:
@@ -107,13 +217,14 @@ async def _pump_in(process: Process, from_session: MemoryObjectReceiveStream[Ses
             await to_session.aclose()
 
 
-async def stop_group(process: Process) -> None:
+async def stop_group(process: Process) -> bool:
     """Close stdin and wait for the leader; then SIGTERM, and if need be SIGKILL, to the whole process group,
-    whether or not the leader is still there (its children may be). Bounded; call it shielded."""
+    whether or not the leader is still there (its children may be). Bounded; call it shielded. Returns whether
+    the leader had to be signalled (it did not exit by itself)."""
     assert process.stdin is not None
     with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
         await process.stdin.aclose()
-    await _until(lambda: process.returncode is not None, STDIN_CLOSE_GRACE)
+    stopped = not await _until(lambda: process.returncode is not None, STDIN_CLOSE_GRACE)
     pgid = process.pid  # the leader's pid is the group's id (start_new_session); it stays so after the leader died
     if _signal_group(pgid, signal.SIGTERM) and not await _until(lambda: not _group_alive(pgid, process), TERM_GRACE):
         logger.info("process group %d did not exit within %gs of SIGTERM; killing it", pgid, TERM_GRACE)
@@ -121,6 +232,7 @@ async def stop_group(process: Process) -> None:
         await _until(lambda: not _group_alive(pgid, process), REAP_LIMIT)
     with anyio.move_on_after(REAP_LIMIT):
         await process.aclose()
+    return stopped
 
 
 async def _until(condition: Callable[[], bool], limit: float) -> bool:

@@ -3,14 +3,13 @@
 `open_transport` is an async context manager yielding the SDK's `(read, write)` streams, and for streamable HTTP
 the `HttpLink` Triad's lean request path uses (`consumers.http_hop`); the upstream's owner task enters and exits
 it. A stdio child runs in a process group of its own, ended whole on close (`consumers.child_process`); its
-stderr is read line by line into Triad's log, tagged with the upstream's name.
+stderr is read line by line into Triad's log, tagged with the upstream's name, and its last lines and exit code
+into the upstream's `ChildOutput`.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
@@ -20,7 +19,7 @@ import httpx2
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 
-from consumers.child_process import open_child
+from consumers.child_process import ChildOutput, open_child
 from gateway.config import UpstreamConfig
 
 if TYPE_CHECKING:
@@ -34,11 +33,14 @@ SSE_READ_TIMEOUT = 300.0
 
 
 @asynccontextmanager
-async def open_transport(name: str, config: UpstreamConfig,
-                         cwd: str | None) -> AsyncIterator[tuple[Any, Any, HttpLink | None]]:
+async def open_transport(name: str, config: UpstreamConfig, cwd: str | None,
+                         output: ChildOutput | None = None) -> AsyncIterator[tuple[Any, Any, HttpLink | None]]:
+    """`output`: where a stdio child's last stderr lines and exit code are kept (the upstream's state)."""
     kind = config.kind
     if kind == "stdio":
-        async with _stdio(name, config, cwd) as (read, write):
+        assert config.command is not None
+        env = {key: value.get_secret_value() for key, value in config.env.items()}
+        async with open_child(config.command, config.args, env, cwd, output or ChildOutput(name)) as (read, write):
             yield read, write, None
         return
     headers = {key: value.get_secret_value() for key, value in config.headers.items()}
@@ -105,29 +107,3 @@ class _DrainOnClose(httpx2.AsyncByteStream):
                 async for _ in self._inner:
                     pass
         await self._inner.aclose()
-
-
-@asynccontextmanager
-async def _stdio(name: str, config: UpstreamConfig, cwd: str | None) -> AsyncIterator[tuple[Any, Any]]:
-    assert config.command is not None
-    env = {key: value.get_secret_value() for key, value in config.env.items()}
-    read_fd, write_fd = os.pipe()
-    errlog = os.fdopen(write_fd, "w")
-    reader = threading.Thread(target=_log_stderr, args=(name, read_fd), name=f"stderr:{name}", daemon=True)
-    try:
-        async with open_child(config.command, config.args, env, cwd, errlog) as streams:
-            errlog.close()  # the child holds its own copy; EOF arrives when the child exits
-            reader.start()
-            yield streams
-    finally:
-        if not errlog.closed:
-            errlog.close()
-        if not reader.is_alive() and reader.ident is None:
-            os.close(read_fd)
-
-
-def _log_stderr(name: str, fd: int) -> None:
-    """Runs in a thread per child (blocking reads); ends at EOF, when the child and its children have exited."""
-    with os.fdopen(fd, "r", errors="replace") as stream:
-        for line in stream:
-            logger.info("[%s] %s", name, line.rstrip())

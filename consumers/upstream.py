@@ -39,6 +39,7 @@ from consumers._errors import (
 from consumers._health import probe
 from consumers._sdk import send_raw
 from consumers._streams import EOFWatch
+from consumers.child_process import ChildOutput
 from consumers.listing import Catalog, list_catalog
 from consumers.modern import ModernLink
 from consumers.per_client import ClientSessions
@@ -91,6 +92,8 @@ class Upstream:
         self.reason = "connecting"
         self.catalog: Catalog | None = None
         """The last catalog listed; kept while down so names stay stable and tools can be shown as hidden."""
+        self.child = ChildOutput(name)
+        """A stdio child's last stderr lines and exit code, shown with the state (empty for HTTP upstreams)."""
         self.settled = anyio.Event()
         """Set once the first connection attempt has succeeded or failed (what `triad plan` waits for)."""
         self._session: ClientSession | None = None
@@ -142,8 +145,8 @@ class Upstream:
             except Exception as exc:  # one upstream's failure must never reach the daemon's task group
                 reason = describe_failure(exc)
                 if self.config.kind == "stdio" and reason == "Connection closed":
-                    reason = "the process exited before it finished starting (its stderr is in Triad's log)"
-                self._set_state(UpstreamState.DOWN, reason)
+                    reason = "the process exited before it finished starting"
+                self._set_state(UpstreamState.DOWN, self.child.explain(reason))
                 logger.warning("upstream %s is down: %s", self.name, self.reason)
             finally:
                 self._set_session(None)
@@ -151,8 +154,8 @@ class Upstream:
             if self._stopping:
                 break
             if self.state is UpstreamState.READY:
-                self._set_state(UpstreamState.DOWN, "connection closed")
-                logger.warning("upstream %s closed its connection; reconnecting", self.name)
+                self._set_state(UpstreamState.DOWN, self.child.explain("connection closed"))
+                logger.warning("upstream %s closed its connection; reconnecting: %s", self.name, self.reason)
             with anyio.move_on_after(backoff * (1 + random.random() / 2)):
                 await self._wait_wake()
             backoff = min(backoff * 2, BACKOFF_MAX)
@@ -204,7 +207,7 @@ class Upstream:
     async def _connect_and_serve(self) -> None:
         with anyio.CancelScope() as connect_scope:
             connect_scope.deadline = anyio.current_time() + self.config.connect_timeout
-            async with open_transport(self.name, self.config, self.cwd) as (read, write, link):
+            async with open_transport(self.name, self.config, self.cwd, self.child) as (read, write, link):
                 watch = EOFWatch(read)
                 async with ClientSession(watch, write, client_info=CLIENT_INFO, message_handler=self._on_message,
                                          logging_callback=self._relays.on_log,

@@ -13,52 +13,62 @@ import anyio
 
 from gateway.config import TriadConfig, load_config
 from gateway.errors import ConfigError, ToolPlanContractError
-from gateway.identity import identity_for
+from gateway.identity import LOCAL_CLIENT, identity_for
+from gateway.importer import FORMATS
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="triad", description="An MCP gateway: consume, expose, route.")
+    parser.add_argument("--version", action="version", version=f"triad {_version()}")
     verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
 
     serve = verbs.add_parser("serve", help="run the daemon over streamable HTTP (/mcp) and legacy SSE (/sse)")
     _config_arg(serve)
     _host_arg(serve)
     serve.add_argument("--port", type=int, help="listen port (default: listen.port; 0 picks a free port)")
-    serve.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
-    serve.add_argument("--log-format", choices=["text", "json"], default="text", help="log lines as text or JSON")
+    _log_args(serve, "INFO")
 
     stdio = verbs.add_parser("stdio", help="serve one client over stdin/stdout (what Claude Desktop launches)")
     _config_arg(stdio)
-    stdio.add_argument("--client", help="the configured client to act as (default: local, an owner)")
-    stdio.add_argument("--log-level", default="WARNING", help="DEBUG, INFO, WARNING or ERROR (logs go to stderr)")
-    stdio.add_argument("--log-format", choices=["text", "json"], default="text", help="log lines as text or JSON")
+    _client_arg(stdio)
+    _log_args(stdio, "WARNING")
 
     check = verbs.add_parser("check", help="validate the config without connecting anything")
     _config_arg(check)
 
     plan = verbs.add_parser("plan", help="connect, then print visible and hidden tools with diagnostics")
     _config_arg(plan)
-    plan.add_argument("--client", help="show this client's view (default: local)")
+    _client_arg(plan)
     plan.add_argument("--json", action="store_true", help="print JSON instead of text")
     _host_arg(plan)
+    _log_args(plan, "ERROR", formats=False)
 
     explain = verbs.add_parser("explain", help="the policy decision for one tool, layer by layer (exit 1: hidden)")
     _config_arg(explain)
-    explain.add_argument("--client", required=True, help="the configured client (or local)")
+    _client_arg(explain)
     explain.add_argument("tool", help="the exposed tool name")
     explain.add_argument("--json", action="store_true", help="print JSON instead of text")
     _host_arg(explain)
+    _log_args(explain, "ERROR", formats=False)
 
     approve = verbs.add_parser("approve", help="approve the current definitions of tools pinned by pin_definitions")
     _config_arg(approve)
     approve.add_argument("tools", nargs="*", help="exposed tool names (default: every tool)")
 
-    importer = verbs.add_parser("import", help="convert a Claude Desktop, Cursor or VS Code MCP file to Triad YAML")
-    importer.add_argument("file", help="claude_desktop_config.json, .cursor/mcp.json, .vscode/mcp.json...")
+    importer = verbs.add_parser("import", help="convert an MCP client's server list (Claude Desktop, Claude Code, "
+                                               "Cursor, VS Code, Windsurf, Gemini CLI, Cline) to Triad YAML")
+    importer.add_argument("file", help="claude_desktop_config.json, .cursor/mcp.json, .vscode/mcp.json, "
+                                       ".gemini/settings.json...")
+    importer.add_argument("--from", dest="source_format", choices=sorted(FORMATS),
+                          help="the client that wrote the file (default: told by its keys and its path)")
+    importer.add_argument("--force", action="store_true",
+                          help="write the YAML even when some settings could not be converted (they are listed)")
 
     args = parser.parse_args(argv)
     if args.verb == "import":
-        return _import(args.file)
+        return _import(args.file, args.source_format, args.force)
     try:
         config = load_config(args.config)
     except ConfigError as exc:
@@ -94,8 +104,8 @@ def _run_verb(args: argparse.Namespace, config: TriadConfig, daemon: Any) -> int
     try:
         identity = identity_for(config, getattr(args, "client", None))
     except KeyError:
-        print(f"triad: unknown client {args.client!r} (clients: {', '.join(config.clients) or 'none'})",
-              file=sys.stderr)
+        known = [LOCAL_CLIENT, *(c for c in config.clients if c != LOCAL_CLIENT)]
+        print(f"triad: unknown client {args.client!r} (clients: {', '.join(known)})", file=sys.stderr)
         return 2
     if args.verb == "stdio":
         daemon.configure_logging(args.log_level, args.log_format)
@@ -108,7 +118,7 @@ def _run_verb(args: argparse.Namespace, config: TriadConfig, daemon: Any) -> int
         return 0
     from gateway import report as reports
 
-    daemon.configure_logging("ERROR")
+    daemon.configure_logging(getattr(args, "log_level", "ERROR"))
     if args.verb == "approve":
         return anyio.run(reports.approve, config, args.tools)
     tool = args.tool if args.verb == "explain" else None
@@ -137,18 +147,36 @@ def policy_warnings(config: TriadConfig) -> list[str]:
             *spanning_patterns(config.policy, client_rules, parts, separator)]
 
 
-def _import(path: str) -> int:
+def _import(path: str, source_format: str | None, force: bool) -> int:
+    """The YAML on stdout; on stderr the format detected, the variables to set, and every loss. Exit 1 when
+    something could not be converted (nothing is written then, unless `force`)."""
     from gateway.importer import ImportFailed, convert
 
     try:
         with open(path, encoding="utf-8") as stream:
-            print(convert(stream.read()), end="")
+            result = convert(stream.read(), path, source_format)
     except OSError as exc:
         print(f"triad: {path}: cannot read ({exc.strerror})", file=sys.stderr)
         return 1
     except ImportFailed as exc:
         print(f"triad: {path}: {exc}", file=sys.stderr)
         return 1
+    print(f"triad: read {path} as a {result.format} file: {result.servers} server(s) converted", file=sys.stderr)
+    if result.variables:
+        print("triad: the result reads these environment variables (secrets are referenced, never copied); set "
+              "them where Triad runs:", file=sys.stderr)
+        width = max(len(name) for name in result.variables)
+        for name, where in result.variables.items():
+            print(f"  {name:<{width}}  {where}", file=sys.stderr)
+    for note in result.notes:
+        print(f"triad: note: {note}", file=sys.stderr)
+    for loss in result.lost:
+        print(f"triad: not converted: {loss}", file=sys.stderr)
+    if result.lost and not force:
+        print(f"triad: {len(result.lost)} setting(s) could not be converted; nothing written (--force writes the "
+              "rest, with the losses as comments)", file=sys.stderr)
+        return 1
+    print(result.yaml, end="")
     return 0
 
 
@@ -156,6 +184,27 @@ def _host_arg(parser: argparse.ArgumentParser) -> None:
     """serve's listen address; plan and explain take it too, since policy depends on it (off loopback, the
     built-in remote deny list applies)."""
     parser.add_argument("--host", help="listen address (default: listen.host from the config)")
+
+
+def _client_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--client", help=f"the configured client to act as (default: {LOCAL_CLIENT}, an owner "
+                                         "unless configured otherwise)")
+
+
+def _log_args(parser: argparse.ArgumentParser, default: str, *, formats: bool = True) -> None:
+    parser.add_argument("--log-level", default=default, type=str.upper, choices=LOG_LEVELS,
+                        help=f"{', '.join(LOG_LEVELS)} (default: {default}; logs go to stderr)")
+    if formats:
+        parser.add_argument("--log-format", choices=["text", "json"], default="text", help="log lines as text or JSON")
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("mcp-triad")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown"
 
 
 def _config_arg(parser: argparse.ArgumentParser) -> None:

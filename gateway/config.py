@@ -7,7 +7,9 @@ never printed: error messages name the key path and line, not the value.
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
+import sys
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -45,6 +47,11 @@ DEFAULT_SESSION_IDLE_TIMEOUT = 1800.0
 DEFAULT_MAX_NAME_LENGTH = 64
 SPEC_MAX_NAME_LENGTH = 128
 """The MCP spec allows tool names up to 128 characters; LLM providers cap at 64, hence the default."""
+
+PYTHON_VARIABLE = "TRIAD_PYTHON"
+"""`${TRIAD_PYTHON}` in a config is the interpreter Triad runs on (unless the environment sets it): a stdio upstream
+written in Python with Triad's dependencies then starts whatever the PATH, e.g. when Claude Desktop launches Triad
+from `/` with a PATH that does not hold Triad's venv (config.example.yaml's demo upstream)."""
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
@@ -335,6 +342,7 @@ def load_config(path: str | Path) -> TriadConfig:
 
 
 def parse_config(text: str, *, source: Path | None = None, environ: dict[str, str] | None = None) -> TriadConfig:
+    environ = {PYTHON_VARIABLE: sys.executable, **(os.environ if environ is None else environ)}
     try:
         loaded = load_with_lines(text, environ)
     except YamlProblem as exc:
@@ -396,6 +404,11 @@ def _semantic_problems(config: TriadConfig, lines: LineMap) -> list[str]:
             )
         raw_seen.setdefault(key, name)
     problems += _prefix_problems(config, lines)
+    for name, upstream in config.enabled_upstreams().items():
+        cwd = config.resolve_cwd(upstream)
+        if cwd is not None and not Path(cwd).is_dir():  # spawning would name it as a missing command
+            where = ("upstreams", name, "cwd")
+            problems.append(format_problem(where, f"working directory not found: {cwd}", lines.get(where)))
     tokens: dict[str, str] = {}
     for client_id, client in config.clients.items():
         if client.token is None:

@@ -105,19 +105,26 @@ class _Uvicorn(uvicorn.Server):
 
 
 async def serve_http(config: TriadConfig, host: str, port: int) -> None:
+    # Bound before the task group starts anything: a taken port is one line on stderr and exit 1, not a traceback
+    # of the exception group (nor upstreams started for nothing).
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    # Accepted connections inherit this; without it, a keep-alive client waits out delayed ACKs (~40 ms).
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise SystemExit(f"triad: cannot listen on {host}:{port}: {exc.strerror}") from None
+    with sock:
+        await _serve_http_on(config, host, sock)
+
+
+async def _serve_http_on(config: TriadConfig, host: str, sock: socket.socket) -> None:
     async with running_gateway(config, host, watch=True) as gw:
         server = build_server(gw.dispatcher, gw.notifier, LOCAL, gw.rounds)
         app = build_app(server, gw.dispatcher, gw.notifier, host, gw.reloader, gw.rounds)
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        # Accepted connections inherit this; without it, a keep-alive client waits out delayed ACKs (~40 ms).
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        try:
-            sock.bind((host, port))
-        except OSError as exc:
-            sock.close()
-            raise SystemExit(f"triad: cannot listen on {host}:{port}: {exc.strerror}") from None
         actual_port = sock.getsockname()[1]
         userver = _Uvicorn(ListenerConfig(app, log_config=None, lifespan="on", access_log=False,
                                           timeout_graceful_shutdown=5))

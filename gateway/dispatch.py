@@ -23,7 +23,7 @@ from mcp.shared.uri_template import UriTemplate
 from consumers import ProgressFn, Upstream, UpstreamPool
 from gateway.catalog import UpstreamSnapshot, build_upstream_sources
 from gateway.config import TriadConfig
-from gateway.errors import InvalidRequest, UnknownName, UpstreamUnavailable
+from gateway.errors import InvalidRequest, UnknownName, UpstreamTimeout, UpstreamUnavailable
 from gateway.hooks import CallContext, HookChain, Session, build_chain
 from gateway.identity import Identity, bounded_run_list, run_list
 from gateway.metrics import Metrics
@@ -206,7 +206,7 @@ class Dispatcher:
         """Hidden and unknown names get the same answer; a policy denial is counted, logged and audited."""
         for descriptor, decision in view.denied:
             if descriptor.name == name and (step := decision.denied_by) is not None:
-                self.metrics.denied.labels(str(step.layer)).inc()
+                self.metrics.deny(step.layer)
                 logger.info("denied call: client %s tool %s by %s", view.identity.client_id, name, step.describe())
                 if self.hooks:
                     executor = descriptor.executor
@@ -431,6 +431,9 @@ class Dispatcher:
             result = clean_result(await upstream.request(request, **options))
             outcome = "tool_error" if result.get("isError") is True else "ok"
             return result
+        except UpstreamTimeout:
+            outcome = "timeout"
+            raise
         finally:
             self.metrics.observe(upstream.name, kind, outcome, time.perf_counter() - start)
 

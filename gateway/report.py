@@ -5,8 +5,9 @@ Both connect to every upstream (bounded by their timeouts), build the registry, 
 
 from __future__ import annotations
 
+import difflib
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from gateway.catalog import upstream_of_key
 from gateway.config import TriadConfig
 from gateway.daemon import running_gateway
 from gateway.views import ClientView, tool_facts
-from policy import LAYER_NAMES, Decision, Identity, ToolFacts
+from policy import LAYER_NAMES, Decision, Identity
 
 PLAN_MARGIN = 5.0
 """Extra seconds to wait beyond the slowest upstream timeout before reporting what is there."""
@@ -27,7 +28,9 @@ async def collect(config: TriadConfig, identity: Identity, tool: str | None = No
     async with running_gateway(config, host) as gw:
         await gw.pool.wait_settled(PLAN_MARGIN)
         view = gw.dispatcher.view(identity)
-        upstreams = {name: {"state": up.state.value, "reason": up.reason, "transport": up.config.kind}
+        upstreams = {name: {"state": up.state.value, "reason": up.reason, "transport": up.config.kind,
+                            **({"exit": up.child.exit, "stderr": up.child.lines}
+                               if up.config.kind == "stdio" and up.state.value == "down" else {})}
                      for name, up in gw.pool.upstreams.items()}
         if tool is not None:
             return explain(view, tool, gw.dispatcher.pipeline.decide, upstreams)
@@ -86,9 +89,14 @@ def explain(view: ClientView, name: str, decide: Any, upstreams: dict[str, Any])
     for denied, _decision in view.denied:
         if denied.name == name:
             descriptor = denied
-    facts = tool_facts(descriptor) if descriptor is not None else ToolFacts(name)
+    if descriptor is None:  # no layer has anything to say of a name nobody offers
+        known = [*view.tools, *(h.descriptor.name for h in view.plan.hidden), *(d.name for d, _ in view.denied)]
+        return {"client": view.identity.client_id, "tool": name, "known": False, "upstream": None, "raw": None,
+                "availability": [], "layers": [], "visible": False,
+                "suggestions": difflib.get_close_matches(name, known, n=3, cutoff=0.6)}
+    facts = tool_facts(descriptor)
     decision: Decision = decide(view.identity, facts)
-    visible = descriptor is not None and not availability and decision.allowed
+    visible = not availability and decision.allowed
     applied = {step.layer for step in decision.steps}
     layers = [{"layer": s.layer, "name": LAYER_NAMES[s.layer], "source": s.source, "allowed": s.allowed,
                "pattern": s.pattern, "detail": s.detail} for s in decision.steps]
@@ -97,7 +105,7 @@ def explain(view: ClientView, name: str, decide: Any, upstreams: dict[str, Any])
     return {
         "client": view.identity.client_id,
         "tool": name,
-        "known": descriptor is not None,
+        "known": True,
         "upstream": facts.upstream or None,
         "raw": facts.raw or None,
         "availability": availability,
@@ -130,25 +138,37 @@ def _policy_reason(decision: Decision) -> dict[str, Any]:
 
 def format_plan(report: dict[str, Any]) -> str:
     lines = [f"client {report['client']} (registry version {report['registry_version']})", "", "upstreams:"]
+    width = _column(report["upstreams"], 24)
     for name, up in report["upstreams"].items():
         reason = f"  ({up['reason']})" if up["reason"] else ""
-        lines.append(f"  {name:<24} {up['state']:<9} {up['transport']}{reason}")
+        lines.append(f"  {name:<{width}} {up['state']:<9} {up['transport']}{reason}")
+        if up.get("stderr"):
+            lines.append(f"    last lines of its stderr{' (' + up['exit'] + ')' if up.get('exit') else ''}:")
+            lines += [f"    | {line}" for line in up["stderr"]]
+    width = _column([t["name"] for t in (*report["visible"], *report["hidden"])], 40)
     lines += ["", f"visible tools ({len(report['visible'])}):"]
-    lines += [f"  {t['name']:<40} {t['upstream']}:{t['tool']}" for t in report["visible"]]
+    lines += [f"  {t['name']:<{width}} {t['upstream']}:{t['tool']}" for t in report["visible"]]
     lines += ["", f"hidden tools ({len(report['hidden'])}):"]
     for hidden in report["hidden"]:
         reasons = "; ".join(f"{d['reason']}: {d['message']}" for d in hidden["diagnostics"])
-        lines.append(f"  {hidden['name']:<40} {reasons}")
+        lines.append(f"  {hidden['name']:<{width}} {reasons}")
     if report["registry_diagnostics"]:
         lines += ["", "registry:"] + [f"  {m}" for m in report["registry_diagnostics"]]
     return "\n".join(lines)
+
+
+def _column(names: Iterable[str], minimum: int) -> int:
+    """The width of a name column: the longest name, so that the next column starts at one place."""
+    return max([minimum, *(len(name) for name in names)])
 
 
 def format_explain(report: dict[str, Any]) -> str:
     where = f" (upstream {report['upstream']}, raw name {report['raw']})" if report["upstream"] else ""
     lines = [f"tool {report['tool']}{where} for client {report['client']}"]
     if not report["known"]:
-        lines.append("  not in the registry: no connected upstream offers this name")
+        lines.append("  not in the registry: no upstream offers this name (is its upstream down? see `triad plan`)")
+        if report["suggestions"]:
+            lines.append(f"  did you mean: {', '.join(report['suggestions'])}")
     for diagnostic in report["availability"]:
         lines.append(f"  availability: {diagnostic['reason']}: {diagnostic['message']}")
     for layer in report["layers"]:

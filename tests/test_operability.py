@@ -46,7 +46,7 @@ async def test_metrics_count_the_calls_made(procs: list[Proc], tmp_path: Path, m
     assert found[("triad_calls_total", (("kind", "tool"), ("outcome", "tool_error"), ("upstream", "fx")))] == 1
     assert found[("triad_calls_total", (("kind", "resource"), ("outcome", "ok"), ("upstream", "fx")))] == 1
     assert found[("triad_call_duration_seconds_count", (("kind", "tool"), ("upstream", "fx")))] == 4
-    assert found[("triad_denied_calls_total", (("layer", "2"),))] == 1
+    assert found[("triad_denied_calls_total", (("layer", "agent"),))] == 1
     assert found[("triad_upstream_state", (("state", "ready"), ("upstream", "gx")))] == 1
     assert found[("triad_registry_tools", ())] > 0
     assert "secret-argument" not in text and "metrics-secret-token" not in text
@@ -83,22 +83,24 @@ VSCODE = {"inputs": [{"type": "promptString", "id": "api-key", "password": True}
 @pytest.mark.parametrize(("name", "data", "expected"), [
     ("claude_desktop_config.json", CLAUDE, {"filesystem": "stdio", "github": "stdio"}),
     ("mcp.json", CURSOR, {"remote": "streamable-http", "legacy": "sse"}),
-    ("vscode-mcp.json", VSCODE, {"search": "streamable-http", "local": "stdio"}),
+    (".vscode/mcp.json", VSCODE, {"search": "streamable-http", "local": "stdio"}),
 ])
 def test_import_converts_the_three_shapes(tmp_path: Path, name: str, data: dict, expected: dict[str, str]) -> None:
     path = tmp_path / name
+    path.parent.mkdir(exist_ok=True)
     path.write_text(json.dumps(data))
+    (tmp_path / ".env").write_text("LOCAL_KEY=from-the-env-file\n")
     done = subprocess.run([*TRIAD, "import", str(path)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    config = parse_config(done.stdout, environ={"GITHUB_TOKEN": "t", "API_KEY": "k"})
+    config = parse_config(done.stdout, environ={"GITHUB_TOKEN": "t", "API_KEY": "k", "LOCAL_KEY": "l"})
     assert {n: up.kind for n, up in config.upstreams.items()} == expected
     if name == "mcp.json":
-        assert "# legacy.autoApprove: not converted" in done.stdout
+        assert "# note: legacy.autoApprove: left out" in done.stdout
         assert config.upstreams["legacy"].enabled is False
         assert config.upstreams["remote"].headers["Authorization"].get_secret_value() == "Bearer k"
-    if name == "vscode-mcp.json":
-        assert "# local.envFile: not converted" in done.stdout and "# inputs (api-key)" in done.stdout
-        assert "${API_KEY}" in done.stdout
+    if name == ".vscode/mcp.json":
+        assert config.upstreams["local"].env["LOCAL_KEY"].get_secret_value() == "l"
+        assert "API_KEY" in done.stderr and "${API_KEY}" in done.stdout
 
 
 def test_import_of_a_file_without_servers(tmp_path: Path) -> None:
