@@ -5,7 +5,7 @@ BIN := $(CURDIR)/$(VENV)/bin
 NODE_DIR := tests/node
 export PATH := $(BIN):$(PATH)
 
-.PHONY: setup run test lint clean bench
+.PHONY: setup run test lint clean bench system-tools
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,7 +27,13 @@ run: $(VENV)/.installed
 E2E_TESTS := tests/test_gateway_e2e.py tests/test_conformance.py tests/test_eras.py tests/test_relays.py \
 	tests/test_policy_e2e.py
 
-test: lint $(NODE_DIR)/node_modules/.installed
+# Debian tools the tests use: promtool (checks /metrics). Installed when missing, if this machine has apt-get.
+system-tools:
+	@command -v promtool >/dev/null || { command -v apt-get >/dev/null && \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+		prometheus >/dev/null) || echo "make: promtool is missing and could not be installed (Debian's prometheus)"; }
+
+test: lint system-tools $(NODE_DIR)/node_modules/.installed
 	$(BIN)/python -m pytest
 	TRIAD_TEST_LEAN_PATH=0 $(BIN)/python -m pytest $(E2E_TESTS)
 

@@ -187,7 +187,7 @@ async def test_metrics_pass_promtool_and_carry_what_dashboards_expect(procs: lis
 
     promtool = shutil.which("promtool")
     if promtool is None:
-        pytest.skip("promtool (Debian's prometheus package) is not installed")
+        pytest.fail("promtool is missing: install Debian's prometheus package (make test does it)")
     config = write_config(tmp_path, {"upstreams": {"fx": stdio_upstream("operator-metrics", timeout="1s")}})
     proc = Proc([*TRIAD, "serve", "-c", str(config), "--port", "0"])
     procs.append(proc)
