@@ -17,7 +17,7 @@ import itertools
 import json
 import logging
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
@@ -51,6 +51,9 @@ class HttpLink:
     url: str
     client: aiohttp.ClientSession
     session_id: str | None = None
+    listening: anyio.Event = field(default_factory=anyio.Event)
+    """Set once the SDK's GET stream for the upstream's own messages was answered (open, or refused: the upstream
+    has none): from then on, what the upstream says outside requests reaches Triad."""
 
     def hop(self, protocol_version: str, on_notification: Callable[[str, dict[str, Any]], None]) -> HttpHop:
         return HttpHop(self, protocol_version, on_notification)

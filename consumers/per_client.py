@@ -41,6 +41,8 @@ from gateway.errors import UpstreamUnavailable
 
 logger = logging.getLogger("triad.upstream")
 
+LISTEN_WAIT = 2.0
+"""How long a new client session over streamable HTTP waits for its GET stream before its first request goes."""
 CLOSE_TIMEOUT = 5.0
 """How long closing one client's upstream session may take (an HTTP DELETE, a child's exit)."""
 
@@ -152,6 +154,10 @@ class ClientSessions:
                     await session.initialize()
                     if http is not None:
                         link.hop = http.hop(session.protocol_version or "", self._on_notification)
+                        # A server may tell only the session that made a change (a list_changed after a call):
+                        # the client's first request waits until that session's own stream is answered.
+                        with anyio.move_on_after(LISTEN_WAIT):
+                            await http.listening.wait()
                     watch.on_eof = link.closed.set  # the upstream ended this session: the next request opens anew
                     opening.deadline = math.inf
                     link.session = session

@@ -83,6 +83,8 @@ class _DrainingTransport(httpx2.AsyncBaseTransport):
         response = await self._inner.handle_async_request(request)
         if self.link is not None and (session_id := response.headers.get("mcp-session-id")):
             self.link.session_id = session_id
+        if self.link is not None and request.method == "GET":
+            self.link.listening.set()
         if isinstance(response.stream, httpx2.AsyncByteStream):
             response.stream = _DrainOnClose(response.stream)
         return response
