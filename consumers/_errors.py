@@ -7,7 +7,7 @@ import re
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
 
-from gateway.errors import UpstreamError, UpstreamRefused, UpstreamUnavailable
+from consumers.errors import UpstreamError, UpstreamRefused, UpstreamUnavailable
 
 
 class UpstreamConnectionFailed(UpstreamUnavailable):

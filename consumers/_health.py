@@ -9,7 +9,7 @@ import anyio
 from mcp import ClientSession
 
 from consumers._errors import describe_failure
-from gateway.errors import UpstreamUnavailable
+from consumers.errors import UpstreamUnavailable
 
 logger = logging.getLogger("triad.upstream")
 

@@ -31,7 +31,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from mcp.client.stdio import get_default_environment
 from mcp.shared.message import SessionMessage
 
-from gateway.errors import UpstreamUnavailable
+from consumers.errors import UpstreamUnavailable
 
 logger = logging.getLogger("triad.upstream")
 

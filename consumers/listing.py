@@ -10,7 +10,7 @@ import mcp_types as types
 from mcp import ClientSession
 
 from consumers._sdk import send_raw
-from gateway.errors import UpstreamError
+from consumers.errors import UpstreamError
 
 MAX_LIST_PAGES = 1000
 """A bound on pages per list, in case an upstream invents a new cursor forever."""

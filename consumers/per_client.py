@@ -36,8 +36,8 @@ from consumers.transports import open_transport
 
 if TYPE_CHECKING:
     from consumers.http_hop import HttpHop
-from gateway.config import UpstreamConfig
-from gateway.errors import UpstreamUnavailable
+from consumers.config import UpstreamConfig
+from consumers.errors import UpstreamUnavailable
 
 logger = logging.getLogger("triad.upstream")
 

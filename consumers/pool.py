@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 from anyio.abc import TaskGroup
 from pydantic import SecretStr
 
+from consumers.config import UpstreamConfig
 from consumers.upstream import Upstream, UpstreamState
-from gateway.config import TriadConfig, UpstreamConfig
 
 logger = logging.getLogger("triad.pool")
 
@@ -36,8 +36,16 @@ def connection_key(config: UpstreamConfig, cwd: str | None) -> tuple[Any, ...]:
             config.protocol, config.session_mode, config.roots)
 
 
+class Fleet(Protocol):
+    """What the pool needs of the whole config (`gateway.config.TriadConfig` is one)."""
+
+    def enabled_upstreams(self) -> Mapping[str, UpstreamConfig]: ...
+
+    def resolve_cwd(self, upstream: UpstreamConfig) -> str | None: ...
+
+
 class UpstreamPool:
-    def __init__(self, config: TriadConfig, on_change: Callable[[Upstream], None],
+    def __init__(self, config: Fleet, on_change: Callable[[Upstream], None],
                  retire_grace: float = RETIRE_GRACE) -> None:
         self._on_change = on_change
         self._retire_grace = retire_grace
@@ -71,7 +79,7 @@ class UpstreamPool:
         assert self._task_group is not None, "the pool was not started"
         self._task_group.start_soon(upstream.run, name=f"upstream:{upstream.name}")
 
-    def apply(self, config: TriadConfig) -> dict[str, list[str]]:
+    def apply(self, config: Fleet) -> dict[str, list[str]]:
         """Make the reload's diff; returns what happened, by kind, for the log."""
         wanted = config.enabled_upstreams()
         diff: dict[str, list[str]] = {"kept": [], "updated": [], "replaced": [], "added": [], "removed": []}

@@ -22,7 +22,7 @@ import mcp_types as types
 from mcp.client.session import ClientRequestContext
 from pydantic import ValidationError
 
-from gateway.errors import UpstreamError
+from consumers.errors import UpstreamError
 
 logger = logging.getLogger("triad.upstream")
 

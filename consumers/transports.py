@@ -20,7 +20,7 @@ from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 
 from consumers.child_process import ChildOutput, open_child
-from gateway.config import UpstreamConfig
+from consumers.config import UpstreamConfig
 
 if TYPE_CHECKING:
     from consumers.http_hop import HttpLink

@@ -40,6 +40,8 @@ from consumers._health import probe
 from consumers._sdk import send_raw
 from consumers._streams import EOFWatch
 from consumers.child_process import ChildOutput
+from consumers.config import UpstreamConfig
+from consumers.errors import UpstreamError, UpstreamRefused, UpstreamTimeout, UpstreamUnavailable
 from consumers.listing import Catalog, list_catalog
 from consumers.modern import ModernLink
 from consumers.per_client import ClientSessions
@@ -54,8 +56,6 @@ from consumers.relay import (
 )
 from consumers.subscriptions import Subscriptions
 from consumers.transports import open_transport
-from gateway.config import UpstreamConfig
-from gateway.errors import UpstreamError, UpstreamRefused, UpstreamTimeout, UpstreamUnavailable
 
 if TYPE_CHECKING:
     from consumers.http_hop import HttpHop

@@ -163,7 +163,7 @@ def build_app(server: GatewayServer, dispatcher: Dispatcher, notifier: Notifier,
 
     async def readyz(request: Request) -> Response:
         upstreams = {name: {"state": up.state.value, **({"reason": up.reason} if up.reason else {})}
-                     for name, up in dispatcher.pool.upstreams.items()}
+                     for name, up in dispatcher.upstreams.items()}
         ready = sum(1 for u in upstreams.values() if u["state"] == "ready")
         # A gateway with nothing behind it is not ready (an explicit `upstreams: {}` included).
         body: dict[str, Any] = {"ready": bool(upstreams) and ready >= min(dispatcher.config.min_ready, len(upstreams)),

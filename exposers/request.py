@@ -78,7 +78,7 @@ async def serve(dispatcher: Dispatcher, rounds: InputRounds | None, request: Cli
             return await dispatcher.read_resource(identity, params, session)
         return await dispatcher.get_prompt(identity, params, session)
 
-    if rounds is not None and request.relay.modern and not dispatcher.pool.all_modern:
+    if rounds is not None and request.relay.modern and not dispatcher.all_modern:
         if answer_first is None:
             return await rounds.call(request.relay, request.method, request.params, request.identity, forward)
         return await rounds.call_here(request.relay, request.method, request.params, request.identity, forward,

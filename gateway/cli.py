@@ -11,10 +11,11 @@ from typing import Any
 
 import anyio
 
-from gateway.config import TriadConfig, load_config
+from gateway.config import TriadConfig
 from gateway.errors import ConfigError, ToolPlanContractError
 from gateway.identity import LOCAL_CLIENT, identity_for
 from gateway.importer import FORMATS
+from gateway.loading import load_config
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
@@ -82,7 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{args.config}: valid ({len(config.upstreams)} upstream(s), {len(config.clients)} client(s))")
         return 0
     from gateway import daemon  # imported late: `check` must not pay for uvicorn and the SDK server
-    from gateway.hooks import HookConfigError
+    from gateway.hook_factory import HookConfigError
 
     try:
         return _run_verb(args, config, daemon)

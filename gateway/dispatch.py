@@ -24,7 +24,8 @@ from consumers import ProgressFn, Upstream, UpstreamPool
 from gateway.catalog import UpstreamSnapshot, build_upstream_sources
 from gateway.config import TriadConfig
 from gateway.errors import InvalidRequest, UnknownName, UpstreamTimeout, UpstreamUnavailable
-from gateway.hooks import CallContext, HookChain, Session, build_chain
+from gateway.hook_factory import build_chain
+from gateway.hooks import CallContext, HookChain, Session
 from gateway.identity import Identity, bounded_run_list, run_list
 from gateway.metrics import Metrics
 from gateway.name_ledger import NameLedger
@@ -216,6 +217,16 @@ class Dispatcher:
                     await self.hooks.denied(ctx, step.layer, step.pattern, step.detail)
                 break
         return UnknownName(f"Unknown tool: {name}")
+
+    @property
+    def upstreams(self) -> Mapping[str, Upstream]:
+        """Every configured upstream by name (for health and readiness views)."""
+        return self.pool.upstreams
+
+    @property
+    def all_modern(self) -> bool:
+        """Every upstream speaks 2026-07-28: none can ask a client anything mid-call (no input rounds needed)."""
+        return self.pool.all_modern
 
     async def settled(self) -> None:
         """Lists, calls, reads and gets wait, once, for every upstream's first connection attempt (each bounded by

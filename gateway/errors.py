@@ -15,28 +15,30 @@
 
 Foreign errors (the SDK's MCPError, transport errors) are mapped to these in `consumers/`; the exposer renders
 them as JSON-RPC errors in one place. Messages never carry a secret.
+
+The root, its codes and the upstream branch live in `consumers.errors`, at the bottom of the import graph, so the
+consumers can raise them without importing upward; they are re-exported here, where the tree is drawn whole.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
-INVALID_REQUEST = -32600
-INVALID_PARAMS = -32602
-INTERNAL_ERROR = -32603
-REQUEST_TIMEOUT = -32001
+from consumers.errors import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    REQUEST_TIMEOUT,
+    TriadError,
+    UpstreamError,
+    UpstreamRefused,
+    UpstreamTimeout,
+    UpstreamUnavailable,
+)
 
-
-class TriadError(Exception):
-    """Base of every error Triad raises on purpose."""
-
-    code: int = INTERNAL_ERROR
-
-    def __init__(self, message: str, *, data: Any = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.data = data
-
+__all__ = ["INTERNAL_ERROR", "INVALID_PARAMS", "INVALID_REQUEST", "REQUEST_TIMEOUT", "ConfigError", "HookBlocked",
+           "InvalidRequest", "StaleCursor", "ToolPlanContractError", "TriadError", "UnknownName", "UnknownSession",
+           "UpstreamError", "UpstreamRefused", "UpstreamTimeout", "UpstreamUnavailable"]
 
 class ConfigError(TriadError):
     """An invalid configuration; `problems` lists every error as `key.path: message (line N)`."""
@@ -81,25 +83,3 @@ class UnknownSession(TriadError):
 
     def __init__(self, message: str = "Session not found") -> None:
         super().__init__(message)
-
-
-class UpstreamError(TriadError):
-    """A failure on the upstream's side; it does not blame the request."""
-
-    def __init__(self, upstream: str, message: str, *, code: int | None = None, data: Any = None) -> None:
-        super().__init__(message, data=data)
-        self.upstream = upstream
-        if code is not None:
-            self.code = code
-
-
-class UpstreamUnavailable(UpstreamError):
-    pass
-
-
-class UpstreamTimeout(UpstreamError):
-    code = REQUEST_TIMEOUT
-
-
-class UpstreamRefused(UpstreamError):
-    """The upstream answered with a JSON-RPC error; its code, message and data pass through."""

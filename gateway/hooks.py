@@ -27,7 +27,6 @@ validated config and rebuilt on reload.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import warnings
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -60,7 +59,7 @@ MESSAGE_FIELDS: Mapping[MessageKind, tuple[str, ...]] = {"log": ("data", "logger
 WITHHELD = "The upstream's error message was withheld because a hook failed on it; the gateway's log has the details."
 
 Kind = Literal["tool", "resource", "prompt"]
-_METHODS: dict[Kind, tuple[str, str]] = {"tool": ("before_call", "after_call"), "resource": ("before_read",
+HOOK_METHODS: dict[Kind, tuple[str, str]] = {"tool": ("before_call", "after_call"), "resource": ("before_read",
                                          "after_read"), "prompt": ("before_get", "after_get")}
 
 
@@ -160,8 +159,8 @@ class HookEntry:
 class HookChain:
     def __init__(self, entries: Sequence[HookEntry]) -> None:
         self.entries = tuple(sorted(entries, key=lambda e: (-e.priority, e.order)))
-        self._before = {kind: self._bound(names[0]) for kind, names in _METHODS.items()}
-        self._after = {kind: self._bound(names[1]) for kind, names in _METHODS.items()}
+        self._before = {kind: self._bound(names[0]) for kind, names in HOOK_METHODS.items()}
+        self._after = {kind: self._bound(names[1]) for kind, names in HOOK_METHODS.items()}
         self._denied = self._bound("on_denied")
         self._message = self._bound("on_message")
 
@@ -322,65 +321,3 @@ class _HookedDownstream:
 
 
 EMPTY_CHAIN = HookChain(())
-
-
-def build_chain(specs: Sequence[Any]) -> HookChain:
-    """Instantiate every hook of the config (`HookSpec`s), in order. Raises HookConfigError naming the hook."""
-    entries = []
-    for order, spec in enumerate(specs):
-        name, options = spec.name, spec.options
-        hook = make_hook(name, options)
-        entries.append(HookEntry(name, hook, int(getattr(hook, "priority", 0)), order))
-    return HookChain(entries)
-
-
-class HookConfigError(Exception):
-    pass
-
-
-def check_hook(name: str, options: Mapping[str, Any]) -> None:
-    """What `triad check` verifies without running anything: a built-in's options, a plugin's import."""
-    factory = _factory(name)
-    options_model = getattr(factory, "Options", None)
-    if options_model is not None:
-        try:
-            options_model(**options)
-        except Exception as exc:
-            raise HookConfigError(f"invalid options for hook {name!r}: {_first_line(exc)}") from None
-
-
-def _first_line(exc: Exception) -> str:
-    text = str(exc)
-    return " ".join(line.strip() for line in text.splitlines()[:3]) if text else type(exc).__name__
-
-
-def make_hook(name: str, options: Mapping[str, Any]) -> Any:
-    factory = _factory(name)
-    try:
-        hook = factory(**options)
-    except Exception as exc:
-        raise HookConfigError(f"invalid options for hook {name!r}: {_first_line(exc)}") from None
-    if not any(callable(getattr(hook, m, None)) for pair in _METHODS.values() for m in pair) and not any(
-            callable(getattr(hook, m, None)) for m in ("on_denied", "on_message")):
-        raise HookConfigError(f"hook {name!r} implements none of before_call, after_call, before_read, after_read, "
-                              "before_get, after_get, on_denied, on_message")
-    return hook
-
-
-def _factory(name: str) -> Any:
-    from gateway.builtin_hooks import BUILTIN_HOOKS  # the built-ins import this module's types
-
-    if ":" not in name:
-        factory = BUILTIN_HOOKS.get(name)
-        if factory is None:
-            known = ", ".join(sorted(BUILTIN_HOOKS))
-            raise HookConfigError(f"unknown built-in hook {name!r} (built-ins: {known}; plugins are module:attr)")
-    else:
-        module_name, _, attr = name.partition(":")
-        try:
-            factory = getattr(importlib.import_module(module_name), attr)
-        except ImportError as exc:
-            raise HookConfigError(f"cannot import plugin module {module_name!r}: {exc}") from None
-        except AttributeError:
-            raise HookConfigError(f"plugin module {module_name!r} has no attribute {attr!r}") from None
-    return factory

@@ -23,11 +23,12 @@ import anyio
 import watchfiles
 
 from consumers import UpstreamPool
-from gateway.config import TriadConfig, parse_config
+from gateway.config import TriadConfig
 from gateway.dispatch import Dispatcher
 from gateway.errors import ConfigError
-from gateway.hooks import HookConfigError, build_chain
+from gateway.hook_factory import HookConfigError, build_chain
 from gateway.identity import requires_token
+from gateway.loading import parse_config
 
 logger = logging.getLogger("triad.reload")
 

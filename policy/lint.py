@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
-from gateway.config import PolicyConfig, ToolRule
+from policy.config import PolicyConfig, ToolRule
 from policy.patterns import BUILTIN_GROUPS, compile_glob
 
 

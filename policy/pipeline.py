@@ -19,7 +19,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from gateway.config import PolicyConfig, ToolRule
+from policy.config import PolicyConfig, ToolRule
 from policy.patterns import MatcherSet, ToolFacts, compile_patterns
 
 DEFAULT_REMOTE_DENY = ("exec", "spawn", "shell", "fs_write", "fs_delete", "fs_move", "apply_patch")

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from gateway.cli import main
-from gateway.config import load_config, parse_config, parse_duration
+from gateway.config import parse_duration
 from gateway.errors import ConfigError
+from gateway.loading import load_config, parse_config
 from tests.conftest import ROOT, TRIAD
 
 

@@ -12,10 +12,12 @@ import mcp_types as types
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from gateway import hooks
-from gateway.config import HookSpec, parse_config
+from gateway import hook_factory, hooks
+from gateway.config import HookSpec
 from gateway.errors import ConfigError, HookBlocked
-from gateway.hooks import Arguments, Block, CallContext, HookChain, HookEntry, Outcome, Session, build_chain
+from gateway.hook_factory import build_chain
+from gateway.hooks import Arguments, Block, CallContext, HookChain, HookEntry, Outcome, Session
+from gateway.loading import parse_config
 from tests.conftest import FIXTURE, PYTHON, TRIAD, Proc, marker, start_triad, stdio_upstream, write_config
 from tests.test_gateway_e2e import call, http_session
 from tests.test_upstream_failures import closed_port
@@ -160,7 +162,7 @@ def test_hook_config_errors_are_config_errors(hooks_yaml: str, problem: str) -> 
 
 
 def test_a_plugin_whose_factory_fails_is_reported_by_name() -> None:
-    with pytest.raises(hooks.HookConfigError, match=r"broken_factory.*cannot start"):
+    with pytest.raises(hook_factory.HookConfigError, match=r"broken_factory.*cannot start"):
         build_chain([HookSpec(name="tests.plugins.sample_hooks:broken_factory")])
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gateway._jsonc import loads_jsonc
-from gateway.config import parse_config
+from gateway.loading import parse_config
 from tests.conftest import TRIAD
 
 ENV = {"GITHUB_PERSONAL_ACCESS_TOKEN": "g", "REMOTE_AUTHORIZATION": "r", "HOME": "/home/me", "API_KEY": "k",

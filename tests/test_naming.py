@@ -8,8 +8,9 @@ import pytest
 
 from gateway import name_ledger
 from gateway.cli import main
-from gateway.config import NamingConfig, load_config, parse_config
+from gateway.config import NamingConfig
 from gateway.errors import ConfigError
+from gateway.loading import load_config, parse_config
 from gateway.name_ledger import NameLedger, ledger_path
 from gateway.naming import (
     assign_names,

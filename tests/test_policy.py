@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
-from gateway.config import PolicyConfig, ToolRule, parse_config
+from gateway.config import PolicyConfig, ToolRule
 from gateway.identity import infer_provider, run_list
+from gateway.loading import parse_config
 from policy import Identity, Pipeline, ToolFacts, compile_glob, compile_patterns
 from policy.lint import unknown_patterns
 

@@ -7,9 +7,9 @@ import pytest
 from consumers import Catalog
 from gateway.availability import AvailabilityContext
 from gateway.catalog import UpstreamSnapshot, build_upstream_sources
-from gateway.config import parse_config
 from gateway.errors import StaleCursor
 from gateway.identity import LOCAL
+from gateway.loading import parse_config
 from gateway.registry import ExecutorRef, OwnerRef, ToolDescriptor, ToolSource, build_registry
 from gateway.views import build_view, paginate
 from policy import Pipeline

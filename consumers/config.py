@@ -1,0 +1,168 @@
+"""The configuration of one upstream (`upstreams.<name>` in the YAML), and the value types it shares with the
+rest of the config: durations and wire strings.
+
+These models belong to the consumers (they say how to reach and treat an upstream); `gateway.config` assembles
+them into the whole file's model, validates it and names the line of every error. Frozen pydantic models, as every
+part of the config.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SecretStr, field_validator, model_validator
+
+DEFAULT_UPSTREAM_TIMEOUT = 60.0
+DEFAULT_CONNECT_TIMEOUT = 30.0
+"""Connecting, `initialize` and listing the catalog of an upstream, apart from the deadline of its calls."""
+DEFAULT_MAX_CLIENT_SESSIONS = 100
+"""Per upstream with `sessions: per_client`: a bound on upstream sessions (stdio: child processes) open at once."""
+DEFAULT_MAX_CALL_TIME = 600.0
+"""The hard cap on one call whose deadline keeps being pushed back by progress notifications."""
+DEFAULT_PING_INTERVAL = 15.0
+"""How often an idle upstream is pinged; a missed ping means the connection is gone and is re-opened."""
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def parse_duration(value: Any) -> float:
+    """`30s`, `500ms`, `2m`, `1h`, or a bare number of seconds -> seconds."""
+    if isinstance(value, bool):
+        raise ValueError("not a duration (use e.g. 30s, 500ms, 2m)")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str) and (match := _DURATION.match(value)):
+        seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    else:
+        raise ValueError("not a duration (use e.g. 30s, 500ms, 2m)")
+    if seconds <= 0:
+        raise ValueError("a duration must be greater than zero")
+    return seconds
+
+
+Duration = Annotated[float, BeforeValidator(parse_duration)]
+
+
+def _stringify(value: Any) -> Any:
+    """env and header values may be written as numbers or booleans in YAML/JSON; the wire wants strings."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    return value
+
+
+WireString = Annotated[SecretStr, BeforeValidator(_stringify)]
+
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ToolFilter(_Model):
+    """`*` globs on the upstream's raw tool names: include first (empty = all), then exclude."""
+
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+
+
+class CircuitBreakerConfig(_Model):
+    """After `failures` consecutive failed calls, calls fail fast for `cooldown`, then one trial call goes."""
+
+    failures: int = Field(default=5, ge=1)
+    cooldown: Duration = 30.0
+
+
+Transport = Literal["stdio", "streamable-http", "sse"]
+
+_TRANSPORT_SPELLINGS: dict[str, Transport] = {
+    "stdio": "stdio",
+    "sse": "sse",
+    "http": "streamable-http",
+    "streamable-http": "streamable-http",
+    "streamable_http": "streamable-http",
+    "streamablehttp": "streamable-http",
+}
+"""Spellings used by Claude Desktop, Claude Code, Cursor and VS Code for the same three transports."""
+
+
+class UpstreamConfig(_Model):
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    env: dict[str, WireString] = {}
+    cwd: str | None = None
+    url: str | None = None
+    headers: dict[str, WireString] = {}
+    transport: Transport | None = None
+    timeout: Duration = DEFAULT_UPSTREAM_TIMEOUT
+    connect_timeout: Duration = DEFAULT_CONNECT_TIMEOUT
+    max_call_time: Duration = DEFAULT_MAX_CALL_TIME
+    ping_interval: Duration = DEFAULT_PING_INTERVAL
+    circuit_breaker: CircuitBreakerConfig = CircuitBreakerConfig()
+    protocol: Literal["handshake", "auto"] = "handshake"
+    """`auto`: ask `server/discover` and speak 2026-07-28 where the upstream offers it, else `initialize`."""
+    enabled: bool = True
+    tools: ToolFilter = ToolFilter()
+    sessions: Literal["shared", "per_client"] | None = None
+    """`per_client`: each downstream session gets an upstream session of its own, declaring that client's
+    capabilities and roots; `shared`: one session, Triad's. Unset: `per_client` for streamable HTTP (one
+    `initialize` more per client), `shared` for stdio and SSE (a child process or stream per client)."""
+    max_sessions: int = Field(default=DEFAULT_MAX_CLIENT_SESSIONS, ge=1)
+    """With `per_client`: how many client sessions this upstream may have open at once."""
+    roots: tuple[str, ...] | None = None
+    """With `shared`: the roots Triad declares to the upstream (file:// URIs). Unset: Triad declares no roots
+    (it never hands one client's roots to another)."""
+
+    @property
+    def session_mode(self) -> Literal["shared", "per_client"]:
+        if self.sessions is not None:
+            return self.sessions
+        return "per_client" if self.kind == "streamable-http" else "shared"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _accept_client_spellings(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        if "type" in data and "transport" not in data:
+            data["transport"] = data.pop("type")
+        if isinstance(data.get("transport"), str):
+            spelled = data["transport"].strip().lower()
+            data["transport"] = _TRANSPORT_SPELLINGS.get(spelled, data["transport"])
+        if "disabled" in data and "enabled" not in data and isinstance(data["disabled"], bool):
+            data["enabled"] = not data.pop("disabled")
+        return data
+
+    @model_validator(mode="after")
+    def _check_target(self) -> UpstreamConfig:
+        if self.command is not None:
+            if not self.command.strip():
+                raise ValueError("command is empty")
+            return self
+        if self.url is None:
+            raise ValueError("needs either a command (stdio) or a url (streamable-http, sse)")
+        if self.transport == "stdio":
+            raise ValueError("transport stdio needs a command")
+        return self
+
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, url: str | None) -> str | None:
+        # The URL itself is not repeated in the message: it may carry a token.
+        if url is not None and not re.match(r"^https?://[^/\s]+", url):
+            raise ValueError("not an http(s) URL")
+        return url
+
+    @property
+    def kind(self) -> Transport:
+        """A command means stdio; else the explicit transport; else by URL suffix (`/sse` -> sse)."""
+        if self.command is not None:
+            return "stdio"
+        if self.transport is not None:
+            return self.transport
+        path = (self.url or "").split("?", 1)[0].rstrip("/")
+        return "sse" if path.endswith("/sse") else "streamable-http"
