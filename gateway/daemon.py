@@ -81,6 +81,7 @@ async def running_gateway(config: TriadConfig, host: str | None = None, *, watch
         "sessions": {("handshake", transport): notifier.open_sessions},
     })
     async with anyio.create_task_group() as tg:
+        tg.start_soon(dispatcher.run, name="registry")
         tg.start_soon(notifier.run, name="notifier")
         tg.start_soon(rounds.run, name="input-rounds")
         pool.start(tg)

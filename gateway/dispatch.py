@@ -13,12 +13,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import anyio
+import anyio.lowlevel
 import mcp_types as types
-from mcp.shared.uri_template import UriTemplate
 
 from consumers import ProgressFn, Upstream, UpstreamPool
 from gateway.catalog import UpstreamSnapshot, build_upstream_sources
@@ -31,7 +31,8 @@ from gateway.metrics import Metrics
 from gateway.name_ledger import NameLedger
 from gateway.naming import expose_uri, parse_exposed_uri
 from gateway.registry import EMPTY_REGISTRY, Registry, build_registry
-from gateway.views import ClientView, build_view, paginate, schema_profile
+from gateway.snapshot import Snapshot
+from gateway.views import ClientView, paginate, schema_profile
 from policy import Pipeline
 
 logger = logging.getLogger("triad.dispatch")
@@ -40,11 +41,6 @@ ERA_META_PREFIX = "io.modelcontextprotocol/"
 """The 2026-07-28 per-request envelope; never forwarded across the hop (an upstream of the other era rejects it)."""
 RUN_LIST_META_KEY = "triad/tools"
 """A request's own run-level allow list (layer 7); Triad's business, never forwarded."""
-MAX_CACHED_VIEWS = 1024
-"""Views of identities without run-level lists, which the config bounds; past this many, the cache starts over."""
-MAX_CACHED_RUN_LIST_VIEWS = 64
-"""Views narrowed by run-level lists, which clients choose freely: the least recently used goes first, and they
-never push a client's own view out of the cache above."""
 
 
 def forwardable_meta(meta: Any) -> dict[str, Any] | None:
@@ -122,14 +118,11 @@ class Dispatcher:
         self._remote = remote
         self.pipeline = _pipeline(config, remote)
         self.hooks: HookChain = build_chain(config.hooks)
-        self._registry: Registry = EMPTY_REGISTRY
+        self._snapshot = Snapshot(EMPTY_REGISTRY, self.pipeline)
+        """The registry of the moment and its caches: replaced whole, by one assignment."""
         self._stale = True
+        self._changed = anyio.Event()
         self.metrics = Metrics()
-        self._views: dict[Identity, ClientView] = {}
-        self._run_list_views: OrderedDict[Identity, ClientView] = OrderedDict()
-        self._schemas: dict[tuple[str, str], dict[str, Any]] = {}
-        """Normalised input schemas by (profile, tool), computed once per registry version."""
-        self._parsed_templates: tuple[int, list[tuple[str, UriTemplate]]] = (-1, [])
         self._listeners: list[Callable[[], None]] = []
         self._settled = False
 
@@ -149,45 +142,39 @@ class Dispatcher:
 
     def invalidate(self) -> None:
         """Many upstreams change at once (at start, on reload): the registry is marked stale here and rebuilt once
-        by its next reader, instead of once per change."""
+        per burst by `run()`, off the call path (a reader that comes first builds it itself)."""
         self._stale = True
+        self._changed.set()
         for listener in self._listeners:
             listener()
 
-    @property
-    def registry(self) -> Registry:
+    async def run(self) -> None:
+        """Rebuild the registry eagerly after each burst of changes; one task in the daemon's task group."""
+        while True:
+            await self._changed.wait()
+            self._changed = anyio.Event()
+            await anyio.lowlevel.checkpoint()  # changes made in the same moment (a reload, a start) build once
+            self._current()
+
+    def _current(self) -> Snapshot:
         if self._stale:
             self._stale = False
             snapshots = {name: UpstreamSnapshot(up.catalog, up.state.value, up.reason)
                          for name, up in self.pool.upstreams.items()}
             built = build_upstream_sources(self.config, snapshots, names=self.names)
-            self._registry = build_registry(self._registry.version + 1, built.sources, built.context,
-                                            built.uri_owners)
-            self._views, self._schemas = {}, {}
-            self._run_list_views.clear()
-        return self._registry
+            registry = build_registry(self._snapshot.registry.version + 1, built.sources, built.context,
+                                      built.uri_owners)
+            self._snapshot = Snapshot(registry, self.pipeline)
+        return self._snapshot
+
+    @property
+    def registry(self) -> Registry:
+        return self._current().registry
 
     def view(self, identity: Identity) -> ClientView:
-        registry = self.registry
-        narrowed = bool(identity.run_lists)
-        cache = self._run_list_views if narrowed else self._views
-        view = cache.get(identity)
-        if view is not None and view.version == registry.version:
-            if narrowed:
-                self._run_list_views.move_to_end(identity)
-            return view
-        if not narrowed and len(self._views) >= MAX_CACHED_VIEWS:
-            self._views = {}
         client = self.config.clients.get(identity.client_id)
-        profile = schema_profile(client.schema_profile if client else None, identity.provider)
-        view = build_view(registry, identity, self.pipeline, profile, self._schemas)
-        if narrowed:
-            self._run_list_views[identity] = view
-            if len(self._run_list_views) > MAX_CACHED_RUN_LIST_VIEWS:
-                self._run_list_views.popitem(last=False)
-        else:
-            self._views[identity] = view
-        return view
+        return self._current().view(identity, schema_profile(client.schema_profile if client else None,
+                                                             identity.provider))
 
     def _request_view(self, identity: Identity, params: Mapping[str, Any]) -> ClientView:
         """The view for one request: the caller's, narrowed by the request's own run-level list if it has one."""
@@ -413,7 +400,7 @@ class Dispatcher:
         entry = registry.resources.get(uri)
         if entry is not None and entry.upstream in visible:
             return entry.upstream, entry.raw
-        for owner, template in self._templates():
+        for owner, template in self._current().templates():
             if owner in visible and template.match(uri) is not None:
                 return owner, uri
         candidates = [name for name, up in self.pool.upstreams.items()
@@ -421,19 +408,6 @@ class Dispatcher:
         if len(candidates) == 1:  # one upstream has resources: URIs it did not list are its own too
             return candidates[0], uri
         raise UnknownName(f"Unknown resource: {uri}")
-
-    def _templates(self) -> list[tuple[str, UriTemplate]]:
-        """The registry's resource templates, parsed once per registry version (unprefixed routing)."""
-        registry = self.registry
-        if self._parsed_templates[0] != registry.version:
-            parsed = []
-            for entry in registry.templates:
-                try:
-                    parsed.append((entry.upstream, UriTemplate.parse(entry.raw)))
-                except ValueError:
-                    logger.warning("upstream %s offers an invalid URI template; it cannot route reads", entry.upstream)
-            self._parsed_templates = (registry.version, parsed)
-        return self._parsed_templates[1]
 
     async def _forward(self, upstream: Upstream, kind: str, request: Any, **options: Any) -> dict[str, Any]:
         """The one place a request leaves for an upstream: timed and counted by outcome."""

@@ -138,7 +138,7 @@ def test_distinct_run_lists_neither_grow_nor_flush_the_view_cache() -> None:
     assert dispatcher.view(caller) is own  # a flood of lists did not push the client's own view out
     narrowed = dispatcher._request_view(caller, {"_meta": {"triad/tools": ["t2999"]}})
     assert dispatcher._request_view(caller, {"_meta": {"triad/tools": ["t2999"]}}) is narrowed
-    assert len(dispatcher._views) + len(dispatcher._run_list_views) <= 65
+    assert dispatcher._current().cached_views <= 65
 
 
 @pytest.mark.anyio

@@ -1,0 +1,78 @@
+"""One registry version and every cache computed from it: the per-client views, the normalised input schemas, the
+parsed URI templates.
+
+A `Snapshot` is built whole for each registry version and swapped in by one assignment (`Dispatcher`), so no cache
+can outlive its version or be invalidated on its own; an old snapshot still in use by a request in flight stays
+consistent until that request ends. Caches are bounded: views of identities the config names (`MAX_CACHED_VIEWS`)
+and views narrowed by run-level lists, which clients choose freely (`MAX_CACHED_RUN_LIST_VIEWS`, least recently
+used first, never pushing a client's own view out).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from typing import Any
+
+from mcp.shared.uri_template import UriTemplate
+
+from gateway.identity import Identity
+from gateway.registry import Registry
+from gateway.views import ClientView, build_view
+from policy import Pipeline
+
+logger = logging.getLogger("triad.dispatch")
+
+MAX_CACHED_VIEWS = 1024
+"""Views of identities without run-level lists, which the config bounds; past this many, the cache starts over."""
+MAX_CACHED_RUN_LIST_VIEWS = 64
+"""Views narrowed by run-level lists, which clients choose freely: the least recently used goes first, and they
+never push a client's own view out of the cache above."""
+
+
+class Snapshot:
+    def __init__(self, registry: Registry, pipeline: Pipeline) -> None:
+        self.registry = registry
+        self.pipeline = pipeline
+        """The policy the views of this snapshot were computed with (a reload makes a new snapshot)."""
+        self._views: dict[Identity, ClientView] = {}
+        self._run_list_views: OrderedDict[Identity, ClientView] = OrderedDict()
+        self._schemas: dict[tuple[str, str], dict[str, Any]] = {}
+        """Normalised input schemas by (profile, tool)."""
+        self._templates: list[tuple[str, UriTemplate]] | None = None
+
+    @property
+    def cached_views(self) -> int:
+        return len(self._views) + len(self._run_list_views)
+
+    def view(self, identity: Identity, profile: str | None) -> ClientView:
+        """What `identity` may see of this version, computed once (per identity) and cached."""
+        narrowed = bool(identity.run_lists)
+        cache = self._run_list_views if narrowed else self._views
+        view = cache.get(identity)
+        if view is not None:
+            if narrowed:
+                self._run_list_views.move_to_end(identity)
+            return view
+        if not narrowed and len(self._views) >= MAX_CACHED_VIEWS:
+            self._views = {}
+        view = build_view(self.registry, identity, self.pipeline, profile, self._schemas)
+        if narrowed:
+            self._run_list_views[identity] = view
+            if len(self._run_list_views) > MAX_CACHED_RUN_LIST_VIEWS:
+                self._run_list_views.popitem(last=False)
+        else:
+            self._views[identity] = view
+        return view
+
+    def templates(self) -> list[tuple[str, UriTemplate]]:
+        """The registry's resource templates, parsed once (for routing reads when URIs are not namespaced)."""
+        if self._templates is None:
+            parsed = []
+            for entry in self.registry.templates:
+                try:
+                    parsed.append((entry.upstream, UriTemplate.parse(entry.raw)))
+                except ValueError:
+                    logger.warning("upstream %s offers an invalid URI template; it cannot route reads", entry.upstream)
+            self._templates = parsed
+        return self._templates
