@@ -22,6 +22,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+import anyio
 import mcp_types as types
 from mcp.server import NotificationOptions, Server, ServerRequestContext
 from mcp.server.caching import CACHEABLE_METHODS, CacheHint
@@ -30,6 +31,8 @@ from mcp.server.context import CallNext, HandlerResult
 from mcp.shared.exceptions import MCPError
 from mcp_types import SERVER_INFO_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from starlette.requests import Request
+from starlette.types import Receive
 
 from exposers._sdk import connection_of, drop_idle_tracing
 from exposers.input_rounds import InputRounds
@@ -123,7 +126,14 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
         """`tools/call`, `resources/read`, `prompts/get`: served by the one runner, with this request's stream as
         the relay back to its client."""
         request = ClientRequest(ctx.method, raw(ctx), identity_of(ctx), RequestRelay(ctx), session_of(ctx))
-        result = await serve(dispatcher, rounds, request)
+        connection = connection_of(ctx)
+        post = ctx.request if isinstance(ctx.request, Request) else None
+        if post is not None and connection is not None and connection.session_id is not None:
+            # A streamable HTTP session's POST: Triad keeps no event store, so a reply whose connection is gone
+            # could never be resumed; the call is cancelled with it, as on the direct path.
+            result = await unless_gone(post.receive, lambda: serve(dispatcher, rounds, request))
+        else:
+            result = await serve(dispatcher, rounds, request)
         assert result is not None  # without `answer_first`, serve always has the result
         return complete(result)
 
@@ -195,6 +205,24 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
         drop_idle_tracing(server)
     server.middleware.append(track_and_render)
     return server
+
+
+async def unless_gone(receive: Receive, run: Callable[[], Awaitable[dict[str, Any] | None]]) -> dict[str, Any] | None:
+    """`run()`, cancelled if the client's HTTP connection closes first (then an error nobody will read)."""
+    outcome: list[dict[str, Any] | None] = []
+    async with anyio.create_task_group() as tg:
+
+        async def watch() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(watch)
+        outcome.append(await run())
+        tg.cancel_scope.cancel()
+    if not outcome:
+        raise MCPError(types.INTERNAL_ERROR, "the client closed the connection; the call was cancelled")
+    return outcome[0]
 
 
 def session_of(ctx: ServerRequestContext[Any]) -> Session:

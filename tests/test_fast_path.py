@@ -137,11 +137,13 @@ async def test_a_client_answers_and_cancels_calls_served_on_the_lean_path(procs:
         assert seen == [{"status": 200, "events": []}]  # the reply ends with no response for the cancelled call
 
 
-async def test_a_handshake_client_that_closes_its_connection_cancels_its_call(procs: list[Proc],
-                                                                              tmp_path: Path) -> None:
+@pytest.mark.parametrize("lean_path", [True, False], ids=["lean", "sdk"])
+async def test_a_handshake_client_that_closes_its_connection_cancels_its_call(procs: list[Proc], tmp_path: Path,
+                                                                              lean_path: bool) -> None:
     """Triad keeps no event store, so a reply whose connection is gone can never be resumed: the call is
-    cancelled at its upstream (here a stdio child, whose stderr is in Triad's log) instead of running on."""
-    config = {"upstreams": {"fx": stdio_upstream("fast-disconnect")}}
+    cancelled at its upstream (here a stdio child, whose stderr is in Triad's log) instead of running on, on the
+    direct path and on the SDK's."""
+    config = {"upstreams": {"fx": stdio_upstream("fast-disconnect")}, "listen": {"lean_path": lean_path}}
     url = start_triad(procs, write_config(tmp_path, config), wait_ready=1)
     triad = procs[-1]
     async with httpx2.AsyncClient(timeout=30) as http:
@@ -152,8 +154,9 @@ async def test_a_handshake_client_that_closes_its_connection_cancels_its_call(pr
                 await triad.until(r"slow call \S+ started")
                 tg.cancel_scope.cancel()  # the client goes away: its connection closes
             await triad.until(r"slow call \S+ cancelled")
-        assert (await session.post(call(2, "echo", {"text": "after"}))).json()["result"]["content"][0]["text"] \
-            == "after"
+        after = await session.post(call(2, "echo", {"text": "after"}))
+        reply = after.json() if after.headers["content-type"] == "application/json" else events(after.text)[-1]
+        assert reply["result"]["content"][0]["text"] == "after"
 
 
 async def test_requests_served_on_the_lean_path_keep_their_session_alive(procs: list[Proc], tmp_path: Path) -> None:
