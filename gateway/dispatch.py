@@ -29,8 +29,10 @@ from gateway.identity import Identity, bounded_run_list, run_list
 from gateway.metrics import Metrics
 from gateway.name_ledger import NameLedger
 from gateway.naming import expose_uri, parse_exposed_uri
-from gateway.registry import EMPTY_REGISTRY, Registry, build_registry
-from gateway.views import ClientView, build_view, paginate, schema_profile
+from gateway.registry import EMPTY_REGISTRY, Registry, ToolDescriptor, build_registry
+from gateway.search import SearchIndexes, load_ranker
+from gateway.search_tools import TRIAD_TOOLS, call_triad_tool, settings_for
+from gateway.views import ClientView, build_view, paginate, schema_profile, tool_wire
 from policy import Pipeline
 
 logger = logging.getLogger("triad.dispatch")
@@ -121,6 +123,7 @@ class Dispatcher:
         self._remote = remote
         self.pipeline = _pipeline(config, remote)
         self.hooks: HookChain = build_chain(config.hooks)
+        self.search = SearchIndexes(load_ranker(config.search.ranker))
         self._registry: Registry = EMPTY_REGISTRY
         self._stale = True
         self.metrics = Metrics()
@@ -143,6 +146,8 @@ class Dispatcher:
 
     def apply_config(self, config: TriadConfig, hooks: HookChain) -> None:
         """A reload: policy, naming, clients, hooks and page size apply to the next request."""
+        if config.search.ranker != self.config.search.ranker:
+            self.search = SearchIndexes(load_ranker(config.search.ranker))
         self.config, self.pipeline, self.hooks = config, _pipeline(config, self._remote), hooks
         self.invalidate()
 
@@ -179,7 +184,9 @@ class Dispatcher:
             self._views = {}
         client = self.config.clients.get(identity.client_id)
         profile = schema_profile(client.schema_profile if client else None, identity.provider)
-        view = build_view(registry, identity, self.pipeline, profile, self._schemas)
+        mode, always_list = settings_for(self.config, identity.client_id)
+        view = build_view(registry, identity, self.pipeline, profile, self._schemas, mode, always_list,
+                          self.config.policy.tool_groups)
         if narrowed:
             self._run_list_views[identity] = view
             if len(self._run_list_views) > MAX_CACHED_RUN_LIST_VIEWS:
@@ -265,8 +272,19 @@ class Dispatcher:
                         session: Session | None = None) -> dict[str, Any]:
         if not self._settled:  # right after start, a name is unknown only once its upstream has had its chance
             await self.settled()
-        name = params.get("name")
         view = self._request_view(identity, params)
+        if view.mode == "search" and params.get("name") in TRIAD_TOOLS:  # tool search: gateway.search_tools
+            return await call_triad_tool(self, view, params, progress, session)
+        return await self.call_visible_tool(view, params, progress, session)
+
+    def tool_wire(self, view: ClientView, descriptor: ToolDescriptor) -> dict[str, Any]:
+        """A tool as `view`'s caller sees it (its schema after the caller's profile, cached per version)."""
+        return tool_wire(descriptor, view.profile, self._schemas)
+
+    async def call_visible_tool(self, view: ClientView, params: Mapping[str, Any], progress: ProgressFn | None = None,
+                                session: Session | None = None) -> dict[str, Any]:
+        """A call of a tool by its exposed name, in `view`: what `tools/call` does, and `call_tool` after it."""
+        identity, name = view.identity, params.get("name")
         entry = view.tools.get(name) if isinstance(name, str) else None
         if entry is None:
             raise await self._refuse_tool(view, name, params, session)
