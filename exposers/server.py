@@ -208,8 +208,10 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
 
 
 async def unless_gone(receive: Receive, run: Callable[[], Awaitable[dict[str, Any] | None]]) -> dict[str, Any] | None:
-    """`run()`, cancelled if the client's HTTP connection closes first (then an error nobody will read)."""
+    """`run()`, cancelled if the client's HTTP connection closes first (then an error nobody will read). What
+`run()` raises is raised as it is, not inside an exception group."""
     outcome: list[dict[str, Any] | None] = []
+    failure: list[Exception] = []
     async with anyio.create_task_group() as tg:
 
         async def watch() -> None:
@@ -218,8 +220,13 @@ async def unless_gone(receive: Receive, run: Callable[[], Awaitable[dict[str, An
             tg.cancel_scope.cancel()
 
         tg.start_soon(watch)
-        outcome.append(await run())
+        try:
+            outcome.append(await run())
+        except Exception as exc:
+            failure.append(exc)
         tg.cancel_scope.cancel()
+    if failure:
+        raise failure[0]
     if not outcome:
         raise MCPError(types.INTERNAL_ERROR, "the client closed the connection; the call was cancelled")
     return outcome[0]

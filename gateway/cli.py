@@ -1,4 +1,5 @@
-"""The `triad` command line: serve, stdio, check, plan, explain, approve, import. Bad input: a clear error, exit 1."""
+"""The `triad` command line: serve, stdio, check, plan, explain, search, approve, import. Bad input: a clear
+error, exit 1."""
 
 from __future__ import annotations
 
@@ -53,6 +54,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     explain.add_argument("--json", action="store_true", help="print JSON instead of text")
     _host_arg(explain)
     _log_args(explain, "ERROR", formats=False)
+
+    search = verbs.add_parser("search", help="connect, then print the tools a client's search would find, with scores")
+    _config_arg(search)
+    search.add_argument("--client", help="search among this client's tools (default: local)")
+    search.add_argument("--limit", type=int, default=10, help="how many tools to print (default: 10, at most 50)")
+    search.add_argument("--json", action="store_true", help="print JSON instead of text")
+    search.add_argument("query", nargs="+", help="what the client wants to do, in words")
+    _host_arg(search)
 
     approve = verbs.add_parser("approve", help="approve the current definitions of tools pinned by pin_definitions")
     _config_arg(approve)
@@ -122,6 +131,10 @@ def _run_verb(args: argparse.Namespace, config: TriadConfig, daemon: Any) -> int
     daemon.configure_logging(getattr(args, "log_level", "ERROR"))
     if args.verb == "approve":
         return anyio.run(reports.approve, config, args.tools)
+    if args.verb == "search":
+        from gateway.search_tools import print_search
+
+        return anyio.run(print_search, config, identity, " ".join(args.query), args.limit, args.json, args.host)
     tool = args.tool if args.verb == "explain" else None
     try:
         report = anyio.run(reports.collect, config, identity, tool, args.host)

@@ -89,6 +89,21 @@ class HookSpec(_Model):
         return data
 
 
+ToolsMode = Literal["all", "search"]
+
+
+class SearchConfig(_Model):
+    """Tool search (`gateway.search`): what a client in `search` mode lists, and how tools are ranked."""
+
+    tools_mode: ToolsMode = "all"
+    """The default for every client (a client's own `tools_mode` wins). `search`: `tools/list` holds the
+    always-listed tools plus `search_tools` and `call_tool`; every other visible tool is found by search."""
+    always_list: tuple[str, ...] = ()
+    """Tools a search-mode client still lists (globs and groups, as in policy); policy still decides."""
+    ranker: str = Field(default="bm25", pattern=r"^(bm25|[A-Za-z_][\w.]*:[A-Za-z_]\w*)$")
+    """`bm25` (Triad's) or a plugin `module:attr`: a class or factory of a `gateway.search.Ranker`."""
+
+
 class ClientConfig(_Model):
     token: SecretStr | None = None
     agent: str | None = None
@@ -99,6 +114,10 @@ class ClientConfig(_Model):
     tools: ToolRule | None = None
     schema_profile: Literal["anthropic", "openai", "google", "xai"] | None = None
     """How the input schemas this client sees are normalised; by default, from its provider."""
+    tools_mode: ToolsMode | None = None
+    """`all` or `search` (see `SearchConfig`); unset: `search.tools_mode`."""
+    always_list: tuple[str, ...] = ()
+    """Tools this client lists in search mode, besides `search.always_list`."""
 
 
 class TriadConfig(_Model):
@@ -109,6 +128,7 @@ class TriadConfig(_Model):
     anonymous: str | None = None
     """The client that HTTP requests without a token act as, when tokens are configured (default: refused)."""
     policy: PolicyConfig = PolicyConfig()
+    search: SearchConfig = SearchConfig()
     hooks: tuple[HookSpec, ...] = ()
     min_ready: int = Field(default=1, ge=0)
     """`/readyz` answers 200 once this many upstreams are ready (or all of them, if there are fewer)."""

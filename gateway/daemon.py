@@ -36,6 +36,9 @@ from gateway.reload import Reloader
 
 logger = logging.getLogger("triad")
 
+LISTEN_BACKLOG = 2048
+"""Pending connections the kernel keeps before uvicorn accepts them (uvicorn's own default backlog)."""
+
 SHUTDOWN_REASON = "stopped because Triad is shutting down"
 ANSWER_TIME = 10.0
 """After the shutdown grace, how long the calls still running may take to be cancelled upstream and answered with
@@ -115,6 +118,9 @@ async def serve_http(config: TriadConfig, host: str, port: int) -> None:
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     try:
         sock.bind((host, port))
+        # Listening from here on: a client that connects once "listening on" is logged waits in the backlog until
+        # uvicorn accepts, instead of being refused.
+        sock.listen(LISTEN_BACKLOG)
     except OSError as exc:
         sock.close()
         raise SystemExit(f"triad: cannot listen on {host}:{port}: {exc.strerror}") from None

@@ -30,9 +30,11 @@ from gateway.identity import Identity, bounded_run_list, run_list
 from gateway.metrics import Metrics
 from gateway.name_ledger import NameLedger
 from gateway.naming import expose_uri, parse_exposed_uri
-from gateway.registry import EMPTY_REGISTRY, Registry, build_registry
+from gateway.registry import EMPTY_REGISTRY, Registry, ToolDescriptor, build_registry
+from gateway.search import SearchIndexes, load_ranker
+from gateway.search_tools import TRIAD_TOOLS, call_triad_tool, settings_for
 from gateway.snapshot import Snapshot
-from gateway.views import ClientView, paginate, schema_profile
+from gateway.views import ClientView, paginate, schema_profile, tool_wire
 from policy import Pipeline
 
 logger = logging.getLogger("triad.dispatch")
@@ -120,6 +122,7 @@ class Dispatcher:
         self.hooks: HookChain = build_chain(config.hooks)
         self._snapshot = Snapshot(EMPTY_REGISTRY, self.pipeline)
         """The registry of the moment and its caches: replaced whole, by one assignment."""
+        self.search = SearchIndexes(load_ranker(config.search.ranker))
         self._stale = True
         self._changed = anyio.Event()
         self.metrics = Metrics()
@@ -137,6 +140,8 @@ class Dispatcher:
 
     def apply_config(self, config: TriadConfig, hooks: HookChain) -> None:
         """A reload: policy, naming, clients, hooks and page size apply to the next request."""
+        if config.search.ranker != self.config.search.ranker:
+            self.search = SearchIndexes(load_ranker(config.search.ranker))
         self.config, self.pipeline, self.hooks = config, _pipeline(config, self._remote), hooks
         self.invalidate()
 
@@ -173,8 +178,9 @@ class Dispatcher:
 
     def view(self, identity: Identity) -> ClientView:
         client = self.config.clients.get(identity.client_id)
-        return self._current().view(identity, schema_profile(client.schema_profile if client else None,
-                                                             identity.provider))
+        profile = schema_profile(client.schema_profile if client else None, identity.provider)
+        mode, always_list = settings_for(self.config, identity.client_id)
+        return self._current().view(identity, profile, mode, always_list, self.config.policy.tool_groups)
 
     def _request_view(self, identity: Identity, params: Mapping[str, Any]) -> ClientView:
         """The view for one request: the caller's, narrowed by the request's own run-level list if it has one."""
@@ -263,8 +269,19 @@ class Dispatcher:
                         session: Session | None = None) -> dict[str, Any]:
         if not self._settled:  # right after start, a name is unknown only once its upstream has had its chance
             await self.settled()
-        name = params.get("name")
         view = self._request_view(identity, params)
+        if view.mode == "search" and params.get("name") in TRIAD_TOOLS:  # tool search: gateway.search_tools
+            return await call_triad_tool(self, view, params, progress, session)
+        return await self.call_visible_tool(view, params, progress, session)
+
+    def tool_wire(self, view: ClientView, descriptor: ToolDescriptor) -> dict[str, Any]:
+        """A tool as `view`'s caller sees it (its schema after the caller's profile, cached per version)."""
+        return tool_wire(descriptor, view.profile, self._current().schemas)
+
+    async def call_visible_tool(self, view: ClientView, params: Mapping[str, Any], progress: ProgressFn | None = None,
+                                session: Session | None = None) -> dict[str, Any]:
+        """A call of a tool by its exposed name, in `view`: what `tools/call` does, and `call_tool` after it."""
+        identity, name = view.identity, params.get("name")
         entry = view.tools.get(name) if isinstance(name, str) else None
         if entry is None:
             raise await self._refuse_tool(view, name, params, session)

@@ -97,6 +97,14 @@ def _semantic_problems(config: TriadConfig, lines: LineMap) -> list[str]:
             )
         raw_seen.setdefault(key, name)
     problems += _prefix_problems(config, lines)
+    if config.search.ranker != "bm25":
+        from gateway.search import load_ranker  # numpy and bm25s: only when a plugin must be checked
+
+        try:
+            load_ranker(config.search.ranker)
+        except Exception as exc:
+            problems.append(format_problem(("search", "ranker"), f"cannot load ranker {config.search.ranker!r}: "
+                                           f"{type(exc).__name__}: {exc}", lines.get(("search", "ranker"))))
     for name, upstream in config.enabled_upstreams().items():
         cwd = config.resolve_cwd(upstream)
         if cwd is not None and not Path(cwd).is_dir():  # spawning would name it as a missing command

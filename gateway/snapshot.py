@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from mcp.shared.uri_template import UriTemplate
 
+from gateway.config import ToolsMode
 from gateway.identity import Identity
 from gateway.registry import Registry
 from gateway.views import ClientView, build_view
@@ -37,7 +39,7 @@ class Snapshot:
         """The policy the views of this snapshot were computed with (a reload makes a new snapshot)."""
         self._views: dict[Identity, ClientView] = {}
         self._run_list_views: OrderedDict[Identity, ClientView] = OrderedDict()
-        self._schemas: dict[tuple[str, str], dict[str, Any]] = {}
+        self.schemas: dict[tuple[str, str], dict[str, Any]] = {}
         """Normalised input schemas by (profile, tool)."""
         self._templates: list[tuple[str, UriTemplate]] | None = None
 
@@ -45,8 +47,10 @@ class Snapshot:
     def cached_views(self) -> int:
         return len(self._views) + len(self._run_list_views)
 
-    def view(self, identity: Identity, profile: str | None) -> ClientView:
-        """What `identity` may see of this version, computed once (per identity) and cached."""
+    def view(self, identity: Identity, profile: str | None, mode: ToolsMode = "all", always_list: Sequence[str] = (),
+             tool_groups: Mapping[str, Sequence[str]] | None = None) -> ClientView:
+        """What `identity` may see of this version, computed once (per identity) and cached; `mode`,
+        `always_list` and `tool_groups` come from the config of this snapshot's version."""
         narrowed = bool(identity.run_lists)
         cache = self._run_list_views if narrowed else self._views
         view = cache.get(identity)
@@ -56,7 +60,8 @@ class Snapshot:
             return view
         if not narrowed and len(self._views) >= MAX_CACHED_VIEWS:
             self._views = {}
-        view = build_view(self.registry, identity, self.pipeline, profile, self._schemas)
+        view = build_view(self.registry, identity, self.pipeline, profile, self.schemas, mode, always_list,
+                          tool_groups)
         if narrowed:
             self._run_list_views[identity] = view
             if len(self._run_list_views) > MAX_CACHED_RUN_LIST_VIEWS:

@@ -9,17 +9,19 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from gateway.catalog import SERVING, upstream_of_key
+from gateway.config import ToolsMode
 from gateway.errors import StaleCursor
 from gateway.planner import PlanEntry, ToolPlan, build_plan
 from gateway.registry import PromptEntry, Registry, ToolDescriptor
 from gateway.schemas import PROFILES, normalize
-from policy import Decision, Identity, Pipeline, ToolFacts
+from policy import Decision, Identity, Pipeline, ToolFacts, compile_patterns
 
 
 @dataclass(frozen=True)
@@ -30,7 +32,10 @@ class ClientView:
     denied: tuple[tuple[ToolDescriptor, Decision], ...]
     """Available tools the policy hides from this caller, with the decision that says why."""
     tools: Mapping[str, PlanEntry]
+    """Every tool this caller may call, by exposed name (in search mode too, where most are not listed)."""
     tools_wire: tuple[dict[str, Any], ...]
+    """What `tools/list` gives this caller: every tool it may call, or in search mode the always-listed ones and
+    Triad's `search_tools` and `call_tool` (`gateway.search_tools`)."""
     resources_wire: tuple[dict[str, Any], ...]
     templates_wire: tuple[dict[str, Any], ...]
     prompts: Mapping[str, PromptEntry]
@@ -39,6 +44,14 @@ class ClientView:
     fingerprint: tuple[int, int, int]
     """What a client would notice changing (tools, resources, prompts), computed once per view: sessions keep
     only these three numbers, and get `list_changed` only for the lists whose number changed."""
+    mode: ToolsMode = "all"
+    profile: str | None = None
+    """The provider schema profile of the input schemas this caller sees."""
+
+    @functools.cached_property
+    def tool_names(self) -> frozenset[str]:
+        """The names of `tools`, hashed once per view: search indexes are cached by it."""
+        return frozenset(self.tools)
 
 
 def tool_facts(descriptor: ToolDescriptor) -> ToolFacts:
@@ -48,8 +61,11 @@ def tool_facts(descriptor: ToolDescriptor) -> ToolFacts:
 
 
 def build_view(registry: Registry, identity: Identity, pipeline: Pipeline, profile: str | None = None,
-               schemas: dict[tuple[str, str], dict[str, Any]] | None = None) -> ClientView:
-    """`schemas` caches normalised input schemas by (profile, tool) for this registry version."""
+               schemas: dict[tuple[str, str], dict[str, Any]] | None = None, mode: ToolsMode = "all",
+               always_list: Sequence[str] = (), tool_groups: Mapping[str, Sequence[str]] | None = None
+               ) -> ClientView:
+    """`schemas` caches normalised input schemas by (profile, tool) for this registry version; in `search` mode,
+    `always_list` (globs and groups, `tool_groups` expanding) picks the tools still listed."""
     plan = build_plan(registry.tools.values(), registry.context)
     allowed: list[PlanEntry] = []
     denied: list[tuple[ToolDescriptor, Decision]] = []
@@ -69,7 +85,16 @@ def build_view(registry: Registry, identity: Identity, pipeline: Pipeline, profi
     resources = tuple(dict(r.wire) for r in registry.resources.values() if r.upstream in ready)
     templates = tuple(dict(t.wire) for t in registry.templates if t.upstream in ready)
     prompts = {name: p for name, p in registry.prompts.items() if p.upstream in ready}
-    tools_wire = tuple(_wire(entry.descriptor, profile, schemas if schemas is not None else {}) for entry in allowed)
+    if mode == "search":
+        from gateway.search_tools import listed_tools  # it imports this module
+
+        matchers = compile_patterns(always_list, tool_groups or {})
+        kept = [entry for entry in allowed if any(m.matches(tool_facts(entry.descriptor)) for m in matchers)]
+        tools_wire = listed_tools(
+            [tool_wire(entry.descriptor, profile, schemas if schemas is not None else {}) for entry in kept], profile)
+    else:
+        tools_wire = tuple(tool_wire(entry.descriptor, profile, schemas if schemas is not None else {})
+                           for entry in allowed)
     prompts_wire = tuple(dict(p.wire) for p in sorted(prompts.values(), key=lambda p: p.exposed))
     return ClientView(
         version=registry.version,
@@ -84,11 +109,14 @@ def build_view(registry: Registry, identity: Identity, pipeline: Pipeline, profi
         prompts_wire=prompts_wire,
         visible_upstreams=frozenset(ready),
         fingerprint=(_digest(tools_wire), _digest(resources + templates), _digest(prompts_wire)),
+        mode=mode,
+        profile=profile,
     )
 
 
-def _wire(descriptor: ToolDescriptor, profile: str | None, schemas: dict[tuple[str, str], dict[str, Any]]
-          ) -> dict[str, Any]:
+def tool_wire(descriptor: ToolDescriptor, profile: str | None, schemas: dict[tuple[str, str], dict[str, Any]]
+              ) -> dict[str, Any]:
+    """A tool as a caller sees it: its wire form, the input schema after the caller's profile."""
     wire = descriptor.to_wire()
     if profile is None or profile == "anthropic":
         return wire

@@ -1,0 +1,152 @@
+"""The two tools Triad gives a client in `tools_mode: search`: `search_tools` and `call_tool`.
+
+A search-mode client lists only its always-listed tools and these two; every other tool it may see stays callable
+by its exposed name, and is found with `search_tools`, which ranks the caller's visible tools only (`gateway.search`:
+policy before ranking). `call_tool` unwraps its `name` and `arguments` and goes down the dispatcher's ordinary call
+path with the same view: the same lookup (a hidden or unknown name gets the same error as a direct call), policy,
+run-level lists, hooks and audit, under the inner tool's own name. `search_tools` itself runs through the hook chain
+as a call of `search_tools` (audited, rate-limited), with no upstream.
+
+The dispatcher calls `call_triad_tool` and `settings_for`; views call `listed_tools`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from gateway.config import ToolsMode, TriadConfig
+from gateway.hooks import CallContext, Session
+from gateway.schemas import normalize
+from gateway.search import SearchIndexes
+from policy import Identity
+
+if TYPE_CHECKING:
+    from consumers import ProgressFn
+    from gateway.dispatch import Dispatcher
+    from gateway.views import ClientView
+
+SEARCH_TOOLS = "search_tools"
+CALL_TOOL = "call_tool"
+TRIAD_TOOLS = frozenset({SEARCH_TOOLS, CALL_TOOL})
+DEFAULT_LIMIT = 5
+MAX_LIMIT = 50
+MAX_QUERY_CHARS = 1024
+"""A query longer than this is refused: a task description, not a document."""
+
+_SEARCH_WIRE: dict[str, Any] = {
+    "name": SEARCH_TOOLS,
+    "title": "Search tools",
+    "description": "Find tools for a task among the many this gateway offers (only a few are listed). Describe "
+                   "what you want to do in plain words; returns the best matching tools with their descriptions and "
+                   "input schemas. Call a found tool directly by its name, or through call_tool.",
+    "inputSchema": {"type": "object", "properties": {
+        "query": {"type": "string", "description": "What you want to do, in natural language"},
+        "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT,
+                  "description": "How many tools to return"}}, "required": ["query"]},
+    "annotations": {"readOnlyHint": True, "openWorldHint": False},
+}
+_CALL_WIRE: dict[str, Any] = {
+    "name": CALL_TOOL,
+    "title": "Call a tool",
+    "description": "Call a tool found with search_tools, by its name, with its arguments.",
+    "inputSchema": {"type": "object", "properties": {
+        "name": {"type": "string", "description": "The tool's name, as search_tools gave it"},
+        "arguments": {"type": "object", "description": "The tool's arguments, as its input schema describes"}},
+        "required": ["name"]},
+}
+
+
+def settings_for(config: TriadConfig, client_id: str) -> tuple[ToolsMode, tuple[str, ...]]:
+    """A client's tools mode and always-listed patterns (the global ones, then its own)."""
+    client = config.clients.get(client_id)
+    mode = client.tools_mode if client is not None and client.tools_mode is not None else config.search.tools_mode
+    return mode, (*config.search.always_list, *(client.always_list if client is not None else ()))
+
+
+def listed_tools(kept: Sequence[dict[str, Any]], profile: str | None) -> tuple[dict[str, Any], ...]:
+    """What a search-mode client's `tools/list` holds: its always-listed tools, then the two Triad tools (their
+    schemas after the client's profile, like every other)."""
+    own = [{**wire, "inputSchema": normalize(wire["inputSchema"], profile)} if profile not in (None, "anthropic")
+           else dict(wire) for wire in (_SEARCH_WIRE, _CALL_WIRE)]
+    return (*kept, *own)
+
+
+async def call_triad_tool(dispatcher: Dispatcher, view: ClientView, params: Mapping[str, Any],
+                          progress: ProgressFn | None, session: Session | None) -> dict[str, Any]:
+    arguments = params.get("arguments")
+    arguments = dict(arguments) if isinstance(arguments, Mapping) else {}
+    if params.get("name") == CALL_TOOL:
+        name, inner = arguments.get("name"), arguments.get("arguments")
+        if not isinstance(name, str) or not (inner is None or isinstance(inner, Mapping)):
+            return _tool_error("call_tool needs `name` (a string) and `arguments` (an object)")
+        forwarded = {key: value for key, value in params.items() if key not in ("name", "arguments")}
+        return await dispatcher.call_visible_tool(view, {**forwarded, "name": name, "arguments": inner or {}},
+                                                  progress, session)
+
+    async def run(ctx: CallContext | None) -> dict[str, Any]:
+        return await search(dispatcher, view, ctx.arguments if ctx is not None else arguments)
+
+    if not dispatcher.hooks:
+        return await run(None)
+    ctx = CallContext("tool", view.identity.client_id, session or Session(), SEARCH_TOOLS, "", SEARCH_TOOLS,
+                      arguments, _SEARCH_WIRE["annotations"], _SEARCH_WIRE["inputSchema"])
+    return await dispatcher.hooks.run(ctx, run)
+
+
+async def search(dispatcher: Dispatcher, view: ClientView, arguments: Mapping[str, Any]) -> dict[str, Any]:
+    query, limit = arguments.get("query"), arguments.get("limit", DEFAULT_LIMIT)
+    if not isinstance(query, str) or not query.strip():
+        return _tool_error("search_tools needs `query`: what you want to do, in words")
+    if len(query) > MAX_QUERY_CHARS:
+        return _tool_error(f"the query has {len(query)} characters; the limit is {MAX_QUERY_CHARS}")
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
+        return _tool_error(f"`limit` must be an integer from 1 to {MAX_LIMIT}")
+    found = await find(dispatcher.search, view, query, limit)
+    tools = [dispatcher.tool_wire(view, view.tools[name].descriptor) for name, _ in found]
+    structured = {"tools": [{key: wire[key] for key in ("name", "title", "description", "inputSchema")
+                             if key in wire} for wire in tools]}
+    return {"content": [{"type": "text", "text": json.dumps(structured, ensure_ascii=False)}],
+            "structuredContent": structured}
+
+
+async def find(indexes: SearchIndexes, view: ClientView, query: str, limit: int) -> list[tuple[str, float]]:
+    """(exposed name, score) of the best `limit` tools for `query` among those `view` may see."""
+    found = await indexes.get(view.version, view.tool_names,
+                              lambda: {name: entry.descriptor for name, entry in view.tools.items()})
+    return [(found.documents[position].name, score) for position, score in found.index.rank(query, limit)]
+
+
+def _tool_error(message: str) -> dict[str, Any]:
+    """Bad arguments are told to the model as a tool error it can correct (the spec's advice for input errors)."""
+    return {"content": [{"type": "text", "text": message}], "isError": True}
+
+
+async def print_search(config: TriadConfig, identity: Identity, query: str, limit: int, as_json: bool,
+                       host: str | None) -> int:
+    """`triad search`: connect, then print what `identity`'s search for `query` finds (whatever its tools mode),
+    with scores. Exit 0 with matches, 1 with none or bad input."""
+    from gateway.daemon import running_gateway  # it assembles the exposers: only for this verb
+    from gateway.report import PLAN_MARGIN
+
+    if not 1 <= limit <= MAX_LIMIT or len(query) > MAX_QUERY_CHARS or not query.strip():
+        print(f"triad: search needs a query of at most {MAX_QUERY_CHARS} characters and --limit from 1 to "
+              f"{MAX_LIMIT}", file=sys.stderr)
+        return 1
+    async with running_gateway(config, host) as gw:
+        await gw.pool.wait_settled(PLAN_MARGIN)
+        view = gw.dispatcher.view(identity)
+        found = await find(gw.dispatcher.search, view, query, limit)
+        rows = [{"name": name, "score": round(score, 4), "description": view.tools[name].descriptor.description}
+                for name, score in found]
+    if as_json:
+        print(json.dumps({"client": identity.client_id, "registry_version": view.version, "query": query,
+                          "visible": len(view.tools), "results": rows}, indent=2))
+    else:
+        print(f"client {identity.client_id}: {len(rows)} of {len(view.tools)} visible tools match {query!r}")
+        for name, score in found:
+            summary = " ".join(view.tools[name].descriptor.description.split())
+            print(f"  {score:8.3f}  {name}  {summary[:80] + '...' if len(summary) > 80 else summary}")
+    return 0 if rows else 1
