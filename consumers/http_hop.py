@@ -172,7 +172,7 @@ class HttpHop:
                 if "id" in message:
                     await self._answer(message["id"], method, params, downstream)
                 elif method == "notifications/progress" and params.get("progressToken") == request_id:
-                    await on_progress(params.get("progress", 0), params.get("total"), params.get("message"))
+                    await on_progress({key: value for key, value in params.items() if key != "progressToken"})
                 elif method == "notifications/message" and downstream is not None:
                     try:
                         log = types.LoggingMessageNotificationParams.model_validate(params, by_name=False)

@@ -139,10 +139,9 @@ class _CallRelay:
             dumped = params.model_dump(by_alias=True, mode="json", exclude_none=True)
         await self.reply.event({"jsonrpc": "2.0", "method": "notifications/message", "params": dumped})
 
-    async def progress(self, value: float, total: float | None, message: str | None) -> None:
-        params = {"progressToken": self.progress_token, "progress": value, "total": total, "message": message}
+    async def progress(self, params: dict[str, Any]) -> None:
         await self.reply.event({"jsonrpc": "2.0", "method": "notifications/progress",
-                                "params": {key: v for key, v in params.items() if v is not None}})
+                                "params": {**params, "progressToken": self.progress_token}})
 
 
 class SessionCallRelay(_CallRelay):

@@ -222,14 +222,15 @@ class HookChain:
         if progress is None or not self._message:
             return progress
 
-        async def relay(value: float, total: float | None, message: str | None) -> None:
-            if message is not None:
-                changed = await self.message(ctx, Message("progress", {"progress": value, "total": total,
-                                                                       "message": message}))
+        async def relay(params: dict[str, Any]) -> None:
+            if params.get("message") is not None:
+                changed = await self.message(ctx, Message("progress", params))
                 if changed is None:
                     return
                 message = changed.get("message")
-            await progress(value, total, message if isinstance(message, str) else None)
+                params = {**params, "message": message} if isinstance(message, str) else \
+                    {key: value for key, value in params.items() if key != "message"}
+            await progress(params)
 
         return relay
 

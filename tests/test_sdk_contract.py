@@ -137,3 +137,19 @@ def test_the_dispatcher_reads_the_senders_context_from_its_read_stream() -> None
     source = inspect.getsource(mcp.shared.jsonrpc_dispatcher)
     expect_consumer(f'"{consumer_sdk.CONTEXT_ATTRIBUTE}"' in source,
                     "the JSON-RPC dispatcher reads `last_context` from its read stream")
+
+
+def test_a_server_session_keeps_its_requests_channel_as_request_outbound() -> None:
+    from mcp.shared.dispatcher import DispatchContext
+
+    connection = Connection.for_loop(outbound=None, session_id="abc")  # type: ignore[arg-type]
+    channel = object()
+    session = ServerSession(channel, connection)  # type: ignore[arg-type]
+
+    class Ctx:
+        pass
+
+    ctx: Any = Ctx()
+    ctx.session = session
+    expect(_sdk.request_channel(ctx) is channel, "ServerSession._request_outbound is the request's DispatchContext")
+    expect(callable(getattr(DispatchContext, "notify", None)), "a DispatchContext sends raw params with notify()")
