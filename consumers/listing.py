@@ -8,6 +8,7 @@ from typing import Any
 
 import mcp_types as types
 from mcp import ClientSession
+from mcp.shared.exceptions import MCPError
 
 from consumers._sdk import send_raw
 from gateway.errors import UpstreamError
@@ -56,7 +57,11 @@ async def list_catalog(name: str, session: ClientSession, init: types.Initialize
     prompts: Tools = ()
     if "resources" in caps:
         resources = await list_all(name, session, types.ListResourcesRequest, "resources", meta)
-        templates = await list_all(name, session, types.ListResourceTemplatesRequest, "resourceTemplates", meta)
+        try:
+            templates = await list_all(name, session, types.ListResourceTemplatesRequest, "resourceTemplates", meta)
+        except MCPError as exc:  # templates are optional within `resources`: "no such method" means none
+            if exc.error.code != types.METHOD_NOT_FOUND:
+                raise
     if "prompts" in caps:
         prompts = await list_all(name, session, types.ListPromptsRequest, "prompts", meta)
     return Catalog(tools, resources, templates, prompts, caps, info, version, meta)

@@ -129,3 +129,17 @@ async def test_every_value_of_a_raw_upstream_arrives_unchanged(procs: list[Proc]
                 async with sse_peer(url.removesuffix("/mcp") + "/sse") as through_sse:
                     found = await compare(through_sse, direct)
     assert not found, "\n".join(found)
+
+
+async def test_an_upstream_without_templates_is_an_upstream_with_zero_templates(procs: list[Proc],
+                                                                               tmp_path: Path) -> None:
+    """It offers resources, and answers `resources/templates/list` with -32601 (Method not found)."""
+    config = write_config(tmp_path, {"upstreams": {"o": {"command": PYTHON,
+                                                         "args": stdio_command("--no-templates")[1:]}}})
+    async with http_peer(start_triad(procs, config, wait_ready=1)) as peer:
+        [listed] = await peer.exchange(request("tools/list"))
+        assert [tool["name"] for tool in listed["result"]["tools"]] == ["numbers_o"]
+        [templates] = await peer.exchange(request("resources/templates/list"))
+        assert templates["result"]["resourceTemplates"] == []
+        [read] = await peer.exchange(request("resources/read", {"uri": "raw://o/item"}))
+        assert read["result"]["contents"][0]["text"] == "item"
