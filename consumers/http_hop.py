@@ -111,9 +111,10 @@ class HttpHop:
                 else:
                     reply = json.loads(await response.read())
         except anyio.get_cancelled_exc_class():
+            reason = (downstream.cancel_reason if downstream is not None else None) or "cancelled by Triad's caller"
             with anyio.move_on_after(CANCEL_TIMEOUT, shield=True):
                 await self._send({"jsonrpc": "2.0", "method": "notifications/cancelled",
-                                  "params": {"requestId": request_id, "reason": "cancelled by Triad's caller"}})
+                                  "params": {"requestId": request_id, "reason": reason}})
             raise
         return _result_of(reply)
 

@@ -30,6 +30,7 @@ from mcp import ClientSession
 from mcp.client.session import MessageHandlerFnT
 
 from consumers._errors import describe_failure
+from consumers._progress import CallWrites
 from consumers._streams import EOFWatch
 from consumers.relay import CURRENT_DOWNSTREAM, ClientOrigin, InFlight
 from consumers.transports import open_transport
@@ -141,7 +142,7 @@ class ClientSessions:
                 opening.deadline = anyio.current_time() + config.connect_timeout
                 async with (
                     open_transport(self._upstream, config, self._cwd) as (read, write, http),
-                    ClientSession(watch := EOFWatch(read, relays.progress.deliver), write,
+                    ClientSession(watch := EOFWatch(read, relays.progress.deliver), CallWrites(write, relays.progress),
                                   client_info=self._client_info,
                                   message_handler=self._on_message, logging_callback=relays.on_log,
                                   sampling_callback=relays.on_sampling if "sampling" in capabilities else None,

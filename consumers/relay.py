@@ -62,6 +62,12 @@ class Downstream(Protocol):
         """What the client declared it can do (sampling, elicitation, roots), when known."""
         ...
 
+    @property
+    def cancel_reason(self) -> str | None:
+        """The reason the client gave when it cancelled the request (`notifications/cancelled`), known before the
+        cancellation takes effect, so the upstream is told the same; None while it has not, or gave none."""
+        ...
+
     async def log(self, params: types.LoggingMessageNotificationParams) -> None: ...
 
     async def ask(self, request: Any, result_type: Any) -> Any:

@@ -37,6 +37,7 @@ from consumers._errors import (
     session_gone,
 )
 from consumers._health import probe
+from consumers._progress import CallWrites
 from consumers._sdk import send_raw
 from consumers._streams import EOFWatch
 from consumers.listing import Catalog, list_catalog
@@ -207,7 +208,8 @@ class Upstream:
             connect_scope.deadline = anyio.current_time() + self.config.connect_timeout
             async with open_transport(self.name, self.config, self.cwd) as (read, write, link):
                 watch = EOFWatch(read, self._relays.progress.deliver)
-                async with ClientSession(watch, write, client_info=CLIENT_INFO, message_handler=self._on_message,
+                async with ClientSession(watch, CallWrites(write, self._relays.progress), client_info=CLIENT_INFO,
+                                         message_handler=self._on_message,
                                          logging_callback=self._relays.on_log,
                                          sampling_callback=self._relays.on_sampling,
                                          elicitation_callback=self._relays.on_elicitation,
@@ -387,8 +389,9 @@ class Upstream:
         (`consumers._progress`), so it keeps every field and number type the upstream sent."""
         if hop is not None:
             return await hop.request(request, on_progress, downstream)
-        return await relays.progress.routed(on_progress, lambda token: self._rounds(session, request, token,
-                                                                                     downstream))
+        return await relays.progress.routed(
+            on_progress, lambda token: self._rounds(session, request, token, downstream),
+            lambda: downstream.cancel_reason if downstream is not None else None)
 
     async def _rounds(self, session: ClientSession, request: Any, token: str, downstream: Downstream | None
                       ) -> dict[str, Any]:

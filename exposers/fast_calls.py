@@ -128,6 +128,8 @@ class _CallRelay:
     def __init__(self, reply: Reply, params: Mapping[str, Any]) -> None:
         self.reply = reply
         self.params = params
+        self.cancel_reason: str | None = None
+        """Set by `fast_path` from the client's `notifications/cancelled`, before it cancels the call."""
         meta = params.get("_meta")
         self.progress_token = meta.get("progressToken") if isinstance(meta, dict) else None
 

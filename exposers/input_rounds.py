@@ -73,6 +73,10 @@ class _RoundRelay:
     def log_level(self) -> str | None:
         return self.current.log_level
 
+    @property
+    def cancel_reason(self) -> str | None:
+        return self.current.cancel_reason
+
     async def log(self, params: types.LoggingMessageNotificationParams) -> None:
         await self.current.log(params)
 

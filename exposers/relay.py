@@ -38,6 +38,10 @@ LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "e
 
 
 class RequestRelay:
+    cancel_reason: str | None = None
+    """The SDK's server applies a client's `notifications/cancelled` itself and keeps no reason: the upstream is
+    told the SDK's own ("caller cancelled")."""
+
     def __init__(self, ctx: ServerRequestContext[Any]) -> None:
         self.ctx = ctx
         self.modern = self.era_2026
@@ -90,6 +94,7 @@ class SessionRelay:
     `ASK_TIMEOUT` (an HTTP client without a GET stream never sees it) gets an error, never a hang."""
 
     modern = False
+    cancel_reason = None  # a session is never cancelled; its requests are
 
     def __init__(self, connection: Connection) -> None:
         self._connection = connection

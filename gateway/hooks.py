@@ -308,6 +308,10 @@ class _HookedDownstream:
     def capabilities(self) -> dict[str, Any] | None:
         return self._inner.capabilities
 
+    @property
+    def cancel_reason(self) -> str | None:
+        return self._inner.cancel_reason
+
     async def log(self, params: types.LoggingMessageNotificationParams) -> None:
         with warnings.catch_warnings():  # the model is deprecated in 2026-07-28, still relayed where asked for
             warnings.simplefilter("ignore", MCPDeprecationWarning)

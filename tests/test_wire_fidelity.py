@@ -17,6 +17,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from tests.conftest import PYTHON, ROOT, TRIAD, Proc, marker, start_triad, write_config
@@ -138,8 +139,28 @@ async def test_an_upstream_without_templates_is_an_upstream_with_zero_templates(
                                                          "args": stdio_command("--no-templates")[1:]}}})
     async with http_peer(start_triad(procs, config, wait_ready=1)) as peer:
         [listed] = await peer.exchange(request("tools/list"))
-        assert [tool["name"] for tool in listed["result"]["tools"]] == ["numbers_o"]
+        assert [tool["name"] for tool in listed["result"]["tools"]] == ["numbers_o", "wait_o"]
         [templates] = await peer.exchange(request("resources/templates/list"))
         assert templates["result"]["resourceTemplates"] == []
         [read] = await peer.exchange(request("resources/read", {"uri": "raw://o/item"}))
         assert read["result"]["contents"][0]["text"] == "item"
+
+
+@pytest.mark.parametrize("upstream", ["stdio", "http"])
+async def test_a_clients_cancellation_reason_reaches_the_upstream(procs: list[Proc], tmp_path: Path,
+                                                                  upstream: str) -> None:
+    """Over the SDK's session (stdio) and Triad's direct HTTP hop (http); the client on streamable HTTP."""
+    tag = TAGS[upstream]
+    settings = {"command": PYTHON, "args": stdio_command()[1:]} if upstream == "stdio" else \
+        {"url": start_raw(procs, "http")}
+    url = start_triad(procs, write_config(tmp_path, {"upstreams": {tag: settings}}), wait_ready=1)
+    watched = procs[-1] if upstream == "stdio" else procs[-2]  # a stdio child's stderr goes to Triad's log
+    async with http_peer(url) as peer, anyio.create_task_group() as tg:
+        call = request("tools/call", {"name": f"wait_{tag}", "arguments": {}})
+        tg.start_soon(peer.post, call)
+        await watched.until("WAITING")
+        response = await peer.post({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                                    "params": {"requestId": call["id"], "reason": "the user pressed stop"}})
+        assert response.status_code == 202
+        await watched.until("CANCELLED the user pressed stop")
+        tg.cancel_scope.cancel()

@@ -8,6 +8,8 @@ floats, `-0.0`, integers beyond 64 bits, `null`s, unknown fields and `_meta` at 
 for progress gets progress notifications with integer and float values and a `_meta` of their own. Names and URIs
 carry the tag (`numbers_<tag>`, `raw://<tag>/item`), so several instances can sit behind one Triad unprefixed.
 With `--no-templates`, `resources/templates/list` is answered -32601 (an upstream without templates).
+`wait_<tag>` is a call that is never answered (`WAITING` on stderr when it comes); each `notifications/cancelled`
+it receives is printed on stderr as `CANCELLED <reason>`.
 Over HTTP and SSE it binds 127.0.0.1 on a free port and prints `READY <port>` on stderr.
 """
 
@@ -39,7 +41,7 @@ def tools(tag: str) -> dict[str, Any]:
             "annotations": {"readOnlyHint": True, "x-weight": 1, "x-ratio": 1.0},
             "icons": [{"src": "https://example.com/i.png", "sizes": ["1x1"], "x-scale": -0.0}],
             "_meta": META, "x-future": {"numbers": NUMBERS}, "futureFlag": 2**64,
-        }],
+        }, {"name": f"wait_{tag}", "description": "Never answers.", "inputSchema": {"type": "object"}}],
         "_meta": {f"example.com/page-{tag}": NUMBERS},
     }
 
@@ -103,9 +105,15 @@ class Upstream:
         self.name, self.tag, self.no_templates = name, tag, no_templates
 
     def answer(self, message: Any) -> list[dict[str, Any]]:
-        """The messages one incoming message is answered with: notifications first, then the response."""
+        """The messages one incoming message is answered with: notifications first, then the response (none for
+        a call of `wait_<tag>`)."""
+        if isinstance(message, dict) and message.get("method") == "notifications/cancelled":
+            print(f"CANCELLED {(message.get('params') or {}).get('reason')}", file=sys.stderr, flush=True)
         if not isinstance(message, dict) or "method" not in message or "id" not in message:
             return []  # notifications and responses need no answer
+        if message["method"] == "tools/call" and (message.get("params") or {}).get("name") == f"wait_{self.tag}":
+            print("WAITING", file=sys.stderr, flush=True)
+            return []
         ident, method, params = message["id"], message["method"], message.get("params") or {}
         out: list[dict[str, Any]] = []
         try:
@@ -172,7 +180,10 @@ def http_app(upstream: Upstream) -> Any:
             return Response(status_code=200)
         if request.method == "GET":
             return Response(status_code=405)
-        answers = upstream.answer(json.loads(await request.body()))
+        message = json.loads(await request.body())
+        answers = upstream.answer(message)
+        if not answers and "id" in message:  # a call never answered: the client gives up on it
+            await asyncio.Event().wait()
         if not answers:
             return Response(status_code=202)
         headers = {"mcp-session-id": uuid.uuid4().hex} if answers[-1].get("result", {}).get("serverInfo") else {}
