@@ -2,7 +2,8 @@
 
 The SDK's `ClientSession` gives no signal when its transport closes (a stdio child exiting, an SSE stream ending):
 pending requests fail, but the owner task waiting on its wake event would never learn it. `EOFWatch` passes every
-item through unchanged and flips `closed` (and calls `on_eof`) when the stream ends.
+item through unchanged (except those `intercept` takes: progress
+notifications Triad routes itself, `consumers._progress`) and flips `closed` (and calls `on_eof`) when the stream ends.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ from consumers._sdk import sender_context
 
 
 class EOFWatch:
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: Any, intercept: Callable[[Any], bool] | None = None) -> None:
         self._inner = inner
+        self._intercept = intercept
+        """Sees each item first; an item it returns True for is its own, and the SDK never sees it."""
         self.closed = False
         self.on_eof: Callable[[], None] | None = None
 
@@ -33,7 +36,10 @@ class EOFWatch:
 
     async def receive(self) -> Any:
         try:
-            return await self._inner.receive()
+            while True:
+                item = await self._inner.receive()
+                if self._intercept is None or not self._intercept(item):
+                    return item
         except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
             self._eof()
             raise

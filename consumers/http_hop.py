@@ -114,9 +114,10 @@ class HttpHop:
                 else:
                     reply = json.loads(await response.read())
         except anyio.get_cancelled_exc_class():
+            reason = (downstream.cancel_reason if downstream is not None else None) or "cancelled by Triad's caller"
             with anyio.move_on_after(CANCEL_TIMEOUT, shield=True):
                 await self._send({"jsonrpc": "2.0", "method": "notifications/cancelled",
-                                  "params": {"requestId": request_id, "reason": "cancelled by Triad's caller"}})
+                                  "params": {"requestId": request_id, "reason": reason}})
             raise
         return _result_of(reply)
 
@@ -175,7 +176,7 @@ class HttpHop:
                 if "id" in message:
                     await self._answer(message["id"], method, params, downstream)
                 elif method == "notifications/progress" and params.get("progressToken") == request_id:
-                    await on_progress(params.get("progress", 0), params.get("total"), params.get("message"))
+                    await on_progress({key: value for key, value in params.items() if key != "progressToken"})
                 elif method == "notifications/message" and downstream is not None:
                     try:
                         log = types.LoggingMessageNotificationParams.model_validate(params, by_name=False)

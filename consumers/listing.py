@@ -8,10 +8,13 @@ from typing import Any
 
 import mcp_types as types
 from mcp import ClientSession
+from mcp.shared.exceptions import MCPError
 
 from consumers._sdk import send_raw
 from consumers.errors import UpstreamError
 
+ERA_META_PREFIX = "io.modelcontextprotocol/"
+"""A 2026-07-28 upstream's stamp on its results (`serverInfo`): its own, never passed on as Triad's."""
 MAX_LIST_PAGES = 1000
 """A bound on pages per list, in case an upstream invents a new cursor forever."""
 
@@ -29,6 +32,9 @@ class Catalog:
     capabilities: dict[str, Any] = field(default_factory=dict)
     server_info: dict[str, Any] = field(default_factory=dict)
     protocol_version: str = ""
+    page_meta: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Each list's result-level `_meta` (by list key: `tools`, `resources`...), the keys of all its pages merged
+    (the first page that has a key gives its value), without the 2026-07-28 era keys."""
 
 
 async def list_catalog(name: str, session: ClientSession, init: types.InitializeResult | types.DiscoverResult | None,
@@ -43,21 +49,28 @@ async def list_catalog(name: str, session: ClientSession, init: types.Initialize
         server_info = session.server_info if isinstance(init, types.DiscoverResult) else init.server_info
         info = server_info.model_dump(by_alias=True, mode="json", exclude_none=True) if server_info else {}
         version = session.protocol_version or ""
-    tools = check_tools(await list_all(name, session, types.ListToolsRequest, "tools"), version) \
+    meta: dict[str, dict[str, Any]] = {}
+    tools = check_tools(await list_all(name, session, types.ListToolsRequest, "tools", meta), version) \
         if "tools" in caps else ()
     resources: Tools = ()
     templates: Tools = ()
     prompts: Tools = ()
     if "resources" in caps:
-        resources = await list_all(name, session, types.ListResourcesRequest, "resources")
-        templates = await list_all(name, session, types.ListResourceTemplatesRequest, "resourceTemplates")
+        resources = await list_all(name, session, types.ListResourcesRequest, "resources", meta)
+        try:
+            templates = await list_all(name, session, types.ListResourceTemplatesRequest, "resourceTemplates", meta)
+        except MCPError as exc:  # templates are optional within `resources`: "no such method" means none
+            if exc.error.code != types.METHOD_NOT_FOUND:
+                raise
     if "prompts" in caps:
-        prompts = await list_all(name, session, types.ListPromptsRequest, "prompts")
-    return Catalog(tools, resources, templates, prompts, caps, info, version)
+        prompts = await list_all(name, session, types.ListPromptsRequest, "prompts", meta)
+    return Catalog(tools, resources, templates, prompts, caps, info, version, meta)
 
 
-async def list_all(name: str, session: ClientSession, request_type: Any, key: str) -> tuple[dict[str, Any], ...]:
-    """Follow `nextCursor` to the end; a cursor seen before is an error, never an endless loop."""
+async def list_all(name: str, session: ClientSession, request_type: Any, key: str,
+                   meta: dict[str, dict[str, Any]] | None = None) -> tuple[dict[str, Any], ...]:
+    """Follow `nextCursor` to the end; a cursor seen before is an error, never an endless loop. The pages'
+    result-level `_meta` goes to `meta[key]` (`Catalog.page_meta`)."""
     items: list[dict[str, Any]] = []
     seen: set[str] = set()
     cursor: str | None = None
@@ -65,6 +78,12 @@ async def list_all(name: str, session: ClientSession, request_type: Any, key: st
         params = types.PaginatedRequestParams(cursor=cursor) if cursor is not None else None
         page = await send_raw(session, request_type(params=params))
         items.extend(page.get(key) or ())
+        page_meta = page.get("_meta")
+        if meta is not None and isinstance(page_meta, dict):
+            kept = meta.setdefault(key, {})
+            for meta_key, value in page_meta.items():
+                if not meta_key.startswith(ERA_META_PREFIX):
+                    kept.setdefault(meta_key, value)
         cursor = page.get("nextCursor")
         if cursor is None:
             return tuple(items)

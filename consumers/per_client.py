@@ -30,6 +30,7 @@ from mcp import ClientSession
 from mcp.client.session import MessageHandlerFnT
 
 from consumers._errors import describe_failure
+from consumers._progress import CallWrites
 from consumers._streams import EOFWatch
 from consumers.relay import CURRENT_DOWNSTREAM, ClientOrigin, InFlight
 from consumers.transports import open_transport
@@ -143,7 +144,8 @@ class ClientSessions:
                 opening.deadline = anyio.current_time() + config.connect_timeout
                 async with (
                     open_transport(self._upstream, config, self._cwd) as (read, write, http),
-                    ClientSession(watch := EOFWatch(read), write, client_info=self._client_info,
+                    ClientSession(watch := EOFWatch(read, relays.progress.deliver), CallWrites(write, relays.progress),
+                                  client_info=self._client_info,
                                   message_handler=self._on_message, logging_callback=relays.on_log,
                                   sampling_callback=relays.on_sampling if "sampling" in capabilities else None,
                                   elicitation_callback=relays.on_elicitation if "elicitation" in capabilities

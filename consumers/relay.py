@@ -22,6 +22,7 @@ import mcp_types as types
 from mcp.client.session import ClientRequestContext
 from pydantic import ValidationError
 
+from consumers._progress import ProgressRoutes
 from consumers.errors import UpstreamError
 
 logger = logging.getLogger("triad.upstream")
@@ -33,8 +34,9 @@ LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "notice": logging.IN
 MAX_LOGGED = 500
 """An upstream's log message in Triad's own log is cut to this many characters."""
 
-ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
-"""Told (progress, total, message) of an upstream call's progress notifications."""
+ProgressFn = Callable[[dict[str, Any]], Awaitable[None]]
+"""Told each progress notification of an upstream call: its params as the upstream sent them (`progress`, `total`,
+`message`, `_meta`, any other field, each value of its own JSON type) without the upstream hop's `progressToken`."""
 
 ASKS: dict[str, tuple[Any, Any]] = {
     "sampling/createMessage": (types.CreateMessageRequest, types.CreateMessageResult),
@@ -58,6 +60,12 @@ class Downstream(Protocol):
     @property
     def capabilities(self) -> dict[str, Any] | None:
         """What the client declared it can do (sampling, elicitation, roots), when known."""
+        ...
+
+    @property
+    def cancel_reason(self) -> str | None:
+        """The reason the client gave when it cancelled the request (`notifications/cancelled`), known before the
+        cancellation takes effect, so the upstream is told the same; None while it has not, or gave none."""
         ...
 
     async def log(self, params: types.LoggingMessageNotificationParams) -> None: ...
@@ -121,6 +129,13 @@ def with_params(request: Any, update: dict[str, Any]) -> Any:
     return type(request).model_validate({"method": request.method, "params": {**params, **update}}, by_name=False)
 
 
+def with_progress_token(request: Any, token: str) -> Any:
+    """The request asking for progress under `token` (a copy: the caller's request is left as it is)."""
+    params = request.params if request.params is not None else types.RequestParams()
+    meta = {**(params.meta or {}), "progress_token": token}
+    return request.model_copy(update={"params": params.model_copy(update={"meta": meta})})
+
+
 class InFlight:
     """One upstream session's calls in flight and their downstreams, for the SDK session's callbacks: what the
     upstream sends during a call (logs; sampling, elicitation and roots requests) goes to the downstream that made
@@ -134,6 +149,8 @@ class InFlight:
         self._back = back
         self.calls: dict[int, Downstream] = {}
         """The downstream of each call in flight (the upstream's owner adds and removes them)."""
+        self.progress = ProgressRoutes()
+        """The progress tokens of the calls in flight on this session, as the session's read stream routes them."""
 
     def _downstream(self) -> Downstream | None:
         found = CURRENT_DOWNSTREAM.get()

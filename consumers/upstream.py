@@ -37,6 +37,7 @@ from consumers._errors import (
     session_gone,
 )
 from consumers._health import probe
+from consumers._progress import CallWrites
 from consumers._sdk import send_raw
 from consumers._streams import EOFWatch
 from consumers.child_process import ChildOutput
@@ -53,6 +54,7 @@ from consumers.relay import (
     ProgressFn,
     answer_input_requests,
     with_params,
+    with_progress_token,
 )
 from consumers.subscriptions import Subscriptions
 from consumers.transports import open_transport
@@ -208,8 +210,9 @@ class Upstream:
         with anyio.CancelScope() as connect_scope:
             connect_scope.deadline = anyio.current_time() + self.config.connect_timeout
             async with open_transport(self.name, self.config, self.cwd, self.child) as (read, write, link):
-                watch = EOFWatch(read)
-                async with ClientSession(watch, write, client_info=CLIENT_INFO, message_handler=self._on_message,
+                watch = EOFWatch(read, self._relays.progress.deliver)
+                async with ClientSession(watch, CallWrites(write, self._relays.progress), client_info=CLIENT_INFO,
+                                         message_handler=self._on_message,
                                          logging_callback=self._relays.on_log,
                                          sampling_callback=self._relays.on_sampling,
                                          elicitation_callback=self._relays.on_elicitation,
@@ -381,20 +384,28 @@ class Upstream:
             return self._session, self._relays, self._hop
         return await self._clients.session_for(client)
 
-    async def _exchange(self, session: ClientSession, hop: HttpHop | None, request: Any, on_progress: ProgressFn,
-                        downstream: Downstream | None) -> dict[str, Any]:
+    async def _exchange(self, session: ClientSession, relays: InFlight, hop: HttpHop | None, request: Any,
+                        on_progress: ProgressFn, downstream: Downstream | None) -> dict[str, Any]:
         """One request and its answer. A 2026-07-28 upstream may answer `input_required`: for a client of the
         handshake era Triad asks it each input request and sends the retry; a 2026-07-28 client gets the
-        result and retries itself."""
+        result and retries itself. On the SDK's session, progress comes by a token of Triad's own
+        (`consumers._progress`), so it keeps every field and number type the upstream sent."""
         if hop is not None:
             return await hop.request(request, on_progress, downstream)
-        result = await send_raw(session, request, on_progress)
+        return await relays.progress.routed(
+            on_progress, lambda token: self._rounds(session, request, token, downstream),
+            lambda: downstream.cancel_reason if downstream is not None else None)
+
+    async def _rounds(self, session: ClientSession, request: Any, token: str, downstream: Downstream | None
+                      ) -> dict[str, Any]:
+        request = with_progress_token(request, token)
+        result = await send_raw(session, request)
         for _ in range(MAX_INPUT_ROUNDS):
             if result.get("resultType") != "input_required" or downstream is None or downstream.modern:
                 return result
             answers = await answer_input_requests(self.name, downstream, result.get("inputRequests"))
             request = with_params(request, {"inputResponses": answers, "requestState": result.get("requestState")})
-            result = await send_raw(session, request, on_progress)
+            result = await send_raw(session, request)
         raise UpstreamError(self.name, f"upstream {self.name!r} asked for input more than {MAX_INPUT_ROUNDS} times "
                             f"in one {request.method}")
 
@@ -431,10 +442,10 @@ class Upstream:
         cap = call_limits[1] or self.config.max_call_time
         start = anyio.current_time()
 
-        async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        async def on_progress(params: dict[str, Any]) -> None:
             scope.deadline = min(anyio.current_time() + timeout, start + max(cap, timeout))
             if progress is not None:
-                await progress(value, total, message)
+                await progress(params)
 
         self._in_flight += 1
         self._idle = anyio.Event() if self._in_flight == 1 else self._idle
@@ -447,7 +458,7 @@ class Upstream:
         self._calls.add(scope)
         try:
             with scope:
-                return await self._exchange(session, hop, request, on_progress, downstream)
+                return await self._exchange(session, relays, hop, request, on_progress, downstream)
             if self._grace_over:
                 raise UpstreamUnavailable(self.name, f"upstream {self.name!r} was {self._retired} and its grace "
                                           f"period ran out during {method}")

@@ -12,6 +12,9 @@ starts with `_`.
   `_idle_timeout`, `idle_scope`); the transport is found in `StreamableHTTPSessionManager._server_instances`.
 - `SESSION_LOGGERS`: the SDK's session managers log session ids in clear (a session id is a bearer secret);
   `hide_session_ids` filters those loggers' records.
+- `request_channel`: a request's own outbound channel (its `DispatchContext`: on streamable HTTP the request's
+  stream) is `ServerSession._request_outbound`; its `notify(method, params)` sends params as given, where the
+  session's typed helpers (`report_progress`) re-type numbers and know no `_meta`.
 - `drop_idle_tracing`: the SDK pre-installs `mcp.server._otel.OpenTelemetryMiddleware` on every server; with no
   tracer provider it only costs CPU per request.
 """
@@ -32,6 +35,7 @@ from mcp.server._otel import OpenTelemetryMiddleware
 from mcp.server.connection import Connection
 from mcp.server.streamable_http import StreamableHTTPServerTransport
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.shared.dispatcher import DispatchContext
 
 SUPPORTED_SDK = ((2, 3), (2, 4))
 """The `mcp` releases this module was written against: at least 2.3, below 2.4."""
@@ -58,6 +62,11 @@ def connection_of(ctx: ServerRequestContext[Any]) -> Connection | None:
     """The connection a request arrived on; None for a 2026-07-28 request's throwaway session."""
     connection = ctx.session._connection
     return connection if isinstance(connection, Connection) else None
+
+
+def request_channel(ctx: ServerRequestContext[Any]) -> DispatchContext[Any]:
+    """The channel of the request `ctx` serves: notifications sent on it belong to that request."""
+    return ctx.session._request_outbound
 
 
 def session_transport(manager: StreamableHTTPSessionManager, session_id: str) -> StreamableHTTPServerTransport | None:

@@ -128,6 +128,8 @@ class _CallRelay:
     def __init__(self, reply: Reply, params: Mapping[str, Any]) -> None:
         self.reply = reply
         self.params = params
+        self.cancel_reason: str | None = None
+        """Set by `fast_path` from the client's `notifications/cancelled`, before it cancels the call."""
         meta = params.get("_meta")
         self.progress_token = meta.get("progressToken") if isinstance(meta, dict) else None
 
@@ -139,10 +141,9 @@ class _CallRelay:
             dumped = params.model_dump(by_alias=True, mode="json", exclude_none=True)
         await self.reply.event({"jsonrpc": "2.0", "method": "notifications/message", "params": dumped})
 
-    async def progress(self, value: float, total: float | None, message: str | None) -> None:
-        params = {"progressToken": self.progress_token, "progress": value, "total": total, "message": message}
+    async def progress(self, params: dict[str, Any]) -> None:
         await self.reply.event({"jsonrpc": "2.0", "method": "notifications/progress",
-                                "params": {key: v for key, v in params.items() if v is not None}})
+                                "params": {**params, "progressToken": self.progress_token}})
 
 
 class SessionCallRelay(_CallRelay):

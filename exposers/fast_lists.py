@@ -2,9 +2,9 @@
 
 The SDK's server validates and re-serialises every result it sends, tool by tool; for a list of hundreds of tools
 that is most of the cost of a `tools/list`. A list page depends only on the caller's view, the protocol version
-and the cursor, all fixed for a registry version, so Triad serialises each page once (through the SDK's own
-per-version serialiser, so the bytes are what the SDK would send: for 2026-07-28 with the cache hint,
-`resultType` and `serverInfo` stamp the SDK adds) and answers later requests with those bytes.
+and the cursor, all fixed for a registry version, so Triad serialises each page once and answers later requests
+with those bytes. The SDK's own per-version serialiser checks each page, and adds for 2026-07-28 the cache hint,
+`resultType` and `serverInfo` stamp, while the items stay as their upstreams sent them (`exposers.raw_results`).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from mcp_types.methods import serialize_server_result
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
+from exposers.raw_results import unsieved
 from exposers.server import CACHE_HINT, complete, stamp_server_info
 from gateway.dispatch import Dispatcher
 from gateway.errors import TriadError
@@ -68,7 +69,7 @@ class ListPages:
             if modern:  # as the SDK shapes a 2026-07-28 result: the hint, resultType, the sieve, the stamp
                 page = complete({"ttlMs": CACHE_HINT.ttl_ms, "cacheScope": CACHE_HINT.scope, **page})
             try:
-                shaped = serialize_server_result(method, version, page)
+                shaped = unsieved(page, serialize_server_result(method, version, page), version)
             except ValidationError:  # the SDK's path logs it and answers its error
                 return None
             if modern:

@@ -84,7 +84,7 @@ class FastPath:
         self._answers = Answers()
         self._serve_calls = not tracing_enabled()
         """With tracing on, calls take the SDK's path, whose server span continues the client's trace."""
-        self._calls: dict[tuple[str, str], anyio.CancelScope] = {}
+        self._calls: dict[tuple[str, str], tuple[anyio.CancelScope, SessionCallRelay]] = {}
         """(session id, JSON of the request id) -> the cancel scope of a call served here."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -192,9 +192,12 @@ class FastPath:
         if "id" not in message:
             if method != "notifications/cancelled" or not isinstance(params := message.get("params"), dict):
                 return False
-            cancel = self._calls.get((session_id, json.dumps(params.get("requestId"))))
-            if cancel is None:
+            found = self._calls.get((session_id, json.dumps(params.get("requestId"))))
+            if found is None:
                 return False
+            cancel, relay = found
+            reason = params.get("reason")
+            relay.cancel_reason = reason if isinstance(reason, str) else None  # for the upstream's cancellation
             cancel.cancel()
             await _accepted(send, response_headers)
             return True
@@ -211,7 +214,8 @@ class FastPath:
             return False  # a duplicate id: the SDK's error
         relay = SessionCallRelay(Reply(send, response_headers), message["params"], connection, self._answers)
         request = ClientRequest("tools/call", message["params"], identity, relay, hook_session(connection))
-        self._calls[key] = cancel = anyio.CancelScope()
+        cancel = anyio.CancelScope()
+        self._calls[key] = (cancel, relay)
         try:
             await serve_call(self._dispatcher, request, message["id"], relay.reply, cancel, receive)
         finally:

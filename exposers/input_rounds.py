@@ -73,11 +73,15 @@ class _RoundRelay:
     def log_level(self) -> str | None:
         return self.current.log_level
 
+    @property
+    def cancel_reason(self) -> str | None:
+        return self.current.cancel_reason
+
     async def log(self, params: types.LoggingMessageNotificationParams) -> None:
         await self.current.log(params)
 
-    async def progress(self, value: float, total: float | None, message: str | None) -> None:
-        await self.current.progress(value, total, message)
+    async def progress(self, params: dict[str, Any]) -> None:
+        await self.current.progress(params)
 
     async def ask(self, request: Any, result_type: Any) -> Any:
         needed = CAPABILITY_OF.get(request.method)

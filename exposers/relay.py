@@ -21,13 +21,16 @@ from mcp_types import CLIENT_CAPABILITIES_META_KEY, LOG_LEVEL_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from consumers import Downstream
+from exposers._sdk import request_channel
 
 
 class Relay(Downstream, Protocol):
     """The way back to the client of one request: what an upstream sends about the request (logs, progress, its
     own questions) goes there. One per request, whatever transport carried it."""
 
-    async def progress(self, value: float, total: float | None, message: str | None) -> None: ...
+    async def progress(self, params: dict[str, Any]) -> None:
+        """An upstream's progress notification params (`consumers.ProgressFn`), sent with the client's own token."""
+        ...
 
 
 LOG_LEVEL_STATE_KEY = "triad.log_level"
@@ -35,6 +38,10 @@ LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "e
 
 
 class RequestRelay:
+    cancel_reason: str | None = None
+    """The SDK's server applies a client's `notifications/cancelled` itself and keeps no reason: the upstream is
+    told the SDK's own ("caller cancelled")."""
+
     def __init__(self, ctx: ServerRequestContext[Any]) -> None:
         self.ctx = ctx
         self.modern = self.era_2026
@@ -65,8 +72,10 @@ class RequestRelay:
             await self.ctx.session.send_log_message(params.level, params.data, logger=params.logger,
                                                     related_request_id=self.ctx.request_id)
 
-    async def progress(self, value: float, total: float | None, message: str | None) -> None:
-        await self.ctx.session.report_progress(value, total, message)
+    async def progress(self, params: dict[str, Any]) -> None:
+        token = progress_token(self.ctx.params)
+        if token is not None:  # as the upstream sent them: the SDK's `report_progress` knows no `_meta`
+            await request_channel(self.ctx).notify("notifications/progress", {**params, "progressToken": token})
 
     async def ask(self, request: Any, result_type: Any) -> Any:
         if self.era_2026:
@@ -85,6 +94,7 @@ class SessionRelay:
     `ASK_TIMEOUT` (an HTTP client without a GET stream never sees it) gets an error, never a hang."""
 
     modern = False
+    cancel_reason = None  # a session is never cancelled; its requests are
 
     def __init__(self, connection: Connection) -> None:
         self._connection = connection
@@ -104,7 +114,7 @@ class SessionRelay:
             warnings.simplefilter("ignore", MCPDeprecationWarning)
             await self._connection.log(params.level, params.data, params.logger)
 
-    async def progress(self, value: float, total: float | None, message: str | None) -> None:
+    async def progress(self, params: dict[str, Any]) -> None:
         """Progress belongs to a request; a session has none of its own."""
 
     async def ask(self, request: Any, result_type: Any) -> Any:
@@ -133,6 +143,13 @@ def cannot_ask(method: str, version: str) -> types.ErrorData:
     return types.ErrorData(code=types.INVALID_REQUEST, message=(
         f"the client speaks {version}, which has no server-to-client requests, and this request was not "
         f"forwarded in input_required rounds; Triad cannot relay {method}"))
+
+
+def progress_token(params: Any) -> str | int | None:
+    """The progress token a request carries (`_meta.progressToken`); None when it wants no progress."""
+    meta = (params or {}).get("_meta")
+    token = meta.get("progressToken") if isinstance(meta, dict) else None
+    return token if isinstance(token, str | int) and not isinstance(token, bool) else None
 
 
 def envelope_capabilities(params: Any) -> dict[str, Any]:

@@ -37,6 +37,7 @@ from starlette.types import Receive
 from exposers._sdk import connection_of, drop_idle_tracing
 from exposers.input_rounds import InputRounds
 from exposers.notify import Notifier
+from exposers.raw_results import RawResults
 from exposers.relay import LOG_LEVEL_STATE_KEY, RequestRelay, SessionRelay
 from exposers.request import ClientRequest, acting_identity, serve
 from gateway.dispatch import SUBSCRIBE, Dispatcher
@@ -109,6 +110,8 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
                 session = connection.state[SESSION_IDENTITY_KEY] = caller
         return acting_identity(dispatcher.config, caller, session, client_name(ctx))
 
+    results = RawResults()
+
     def raw(ctx: ServerRequestContext[Any]) -> dict[str, Any]:
         return dict(ctx.params or {})
 
@@ -119,7 +122,7 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
     def lister(method: Callable[[Identity, str | None, Mapping[str, Any] | None], dict[str, Any]]) -> Handler:
         async def handle(ctx: ServerRequestContext[Any], _params: Any) -> dict[str, Any]:
             await dispatcher.settled()
-            return complete(method(identity_of(ctx), cursor_of(ctx), ctx.params))
+            return results.keep(ctx, complete(method(identity_of(ctx), cursor_of(ctx), ctx.params)))
         return handle
 
     async def forwarded(ctx: ServerRequestContext[Any], _params: Any) -> dict[str, Any]:
@@ -135,7 +138,7 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
         else:
             result = await serve(dispatcher, rounds, request)
         assert result is not None  # without `answer_first`, serve always has the result
-        return complete(result)
+        return results.keep(ctx, complete(result))
 
     async def set_logging_level(ctx: ServerRequestContext[Any], params: types.SetLevelRequestParams) -> dict[str, Any]:
         connection = connection_of(ctx)
@@ -159,7 +162,7 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
         return {}
 
     async def completion(ctx: ServerRequestContext[Any], _params: Any) -> dict[str, Any]:
-        return complete(await dispatcher.complete(identity_of(ctx), raw(ctx), session_of(ctx)))
+        return results.keep(ctx, complete(await dispatcher.complete(identity_of(ctx), raw(ctx), session_of(ctx))))
 
     async def roots_changed(ctx: ServerRequestContext[Any], _params: Any) -> None:
         """The client's roots changed: its own upstream sessions are told (`sessions: per_client`)."""
@@ -194,10 +197,12 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
         if connection is not None and not notifier.is_tracked(connection):
             notifier.track(connection, identity_of(ctx))
         try:
-            result = await call_next(ctx)
+            # checked and shaped by the SDK, then sent as Triad has it (`exposers.raw_results`)
+            return results.restore(ctx, await call_next(ctx))
         except TriadError as exc:
             raise MCPError.from_error_data(error_data(ctx.method, exc)) from None
-        return result
+        finally:
+            results.drop(ctx)
 
     if not tracing_enabled():
         # The SDK pre-installs a span per request; with no tracer provider it only costs CPU on the hot path.

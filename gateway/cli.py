@@ -132,7 +132,7 @@ def _run_verb(args: argparse.Namespace, config: TriadConfig, daemon: Any) -> int
     if args.verb == "approve":
         return anyio.run(reports.approve, config, args.tools)
     if args.verb == "search":
-        from gateway.search_tools import print_search
+        from gateway.report import print_search
 
         return anyio.run(print_search, config, identity, " ".join(args.query), args.limit, args.json, args.host)
     tool = args.tool if args.verb == "explain" else None

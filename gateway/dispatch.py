@@ -30,6 +30,7 @@ from gateway.identity import Identity, bounded_run_list, run_list
 from gateway.metrics import Metrics
 from gateway.name_ledger import NameLedger
 from gateway.naming import expose_uri, parse_exposed_uri
+from gateway.page_meta import with_page_meta
 from gateway.registry import EMPTY_REGISTRY, Registry, ToolDescriptor, build_registry
 from gateway.search import SearchIndexes, load_ranker
 from gateway.search_tools import TRIAD_TOOLS, call_triad_tool, settings_for
@@ -246,22 +247,27 @@ class Dispatcher:
     def list_tools(self, identity: Identity, cursor: str | None, params: Mapping[str, Any] | None = None
                    ) -> dict[str, Any]:
         view = self._request_view(identity, params) if params else self.view(identity)
-        return paginate(view.tools_wire, "tools", cursor, view.version, self.config.page_size)
+        return self._page(view, view.tools_wire, "tools", cursor)
 
     def list_resources(self, identity: Identity, cursor: str | None, params: Mapping[str, Any] | None = None
                        ) -> dict[str, Any]:
         view = self._request_view(identity, params) if params else self.view(identity)
-        return paginate(view.resources_wire, "resources", cursor, view.version, self.config.page_size)
+        return self._page(view, view.resources_wire, "resources", cursor)
 
     def list_resource_templates(self, identity: Identity, cursor: str | None, params: Mapping[str, Any] | None = None
                                 ) -> dict[str, Any]:
         view = self._request_view(identity, params) if params else self.view(identity)
-        return paginate(view.templates_wire, "resourceTemplates", cursor, view.version, self.config.page_size)
+        return self._page(view, view.templates_wire, "resourceTemplates", cursor)
 
     def list_prompts(self, identity: Identity, cursor: str | None, params: Mapping[str, Any] | None = None
                      ) -> dict[str, Any]:
         view = self._request_view(identity, params) if params else self.view(identity)
-        return paginate(view.prompts_wire, "prompts", cursor, view.version, self.config.page_size)
+        return self._page(view, view.prompts_wire, "prompts", cursor)
+
+    def _page(self, view: ClientView, items: tuple[dict[str, Any], ...], key: str, cursor: str | None
+              ) -> dict[str, Any]:
+        page = paginate(items, key, cursor, view.version, self.config.page_size)
+        return with_page_meta(page, key, (self.pool.get(name) for name in sorted(view.visible_upstreams)))
 
     # -- call path -----------------------------------------------------------------------------------------------
 

@@ -221,14 +221,15 @@ class HookChain:
         if progress is None or not self._message:
             return progress
 
-        async def relay(value: float, total: float | None, message: str | None) -> None:
-            if message is not None:
-                changed = await self.message(ctx, Message("progress", {"progress": value, "total": total,
-                                                                       "message": message}))
+        async def relay(params: dict[str, Any]) -> None:
+            if params.get("message") is not None:
+                changed = await self.message(ctx, Message("progress", params))
                 if changed is None:
                     return
                 message = changed.get("message")
-            await progress(value, total, message if isinstance(message, str) else None)
+                params = {**params, "message": message} if isinstance(message, str) else \
+                    {key: value for key, value in params.items() if key != "message"}
+            await progress(params)
 
         return relay
 
@@ -305,6 +306,10 @@ class _HookedDownstream:
     @property
     def capabilities(self) -> dict[str, Any] | None:
         return self._inner.capabilities
+
+    @property
+    def cancel_reason(self) -> str | None:
+        return self._inner.cancel_reason
 
     async def log(self, params: types.LoggingMessageNotificationParams) -> None:
         with warnings.catch_warnings():  # the model is deprecated in 2026-07-28, still relayed where asked for

@@ -6,6 +6,7 @@ Both connect to every upstream (bounded by their timeouts), build the registry, 
 from __future__ import annotations
 
 import difflib
+import json
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -15,6 +16,7 @@ from gateway.availability import Diagnostic
 from gateway.catalog import upstream_of_key
 from gateway.config import TriadConfig
 from gateway.daemon import running_gateway
+from gateway.search_tools import MAX_LIMIT, MAX_QUERY_CHARS, find
 from gateway.views import ClientView, tool_facts
 from policy import LAYER_NAMES, Decision, Identity
 
@@ -177,3 +179,28 @@ def format_explain(report: dict[str, Any]) -> str:
         lines.append(f"  {mark}  layer {layer['layer']} {layer['name']}{source}: {layer['detail']}")
     lines.append(f"decision: {'visible' if report['visible'] else 'hidden'}")
     return "\n".join(lines)
+
+
+async def print_search(config: TriadConfig, identity: Identity, query: str, limit: int, as_json: bool,
+                       host: str | None) -> int:
+    """`triad search`: connect, then print what `identity`'s search for `query` finds (whatever its tools mode),
+    with scores. Exit 0 with matches, 1 with none or bad input."""
+    if not 1 <= limit <= MAX_LIMIT or len(query) > MAX_QUERY_CHARS or not query.strip():
+        print(f"triad: search needs a query of at most {MAX_QUERY_CHARS} characters and --limit from 1 to "
+              f"{MAX_LIMIT}", file=sys.stderr)
+        return 1
+    async with running_gateway(config, host) as gw:
+        await gw.pool.wait_settled(PLAN_MARGIN)
+        view = gw.dispatcher.view(identity)
+        found = await find(gw.dispatcher.search, view, query, limit)
+        rows = [{"name": name, "score": round(score, 4), "description": view.tools[name].descriptor.description}
+                for name, score in found]
+    if as_json:
+        print(json.dumps({"client": identity.client_id, "registry_version": view.version, "query": query,
+                          "visible": len(view.tools), "results": rows}, indent=2))
+    else:
+        print(f"client {identity.client_id}: {len(rows)} of {len(view.tools)} visible tools match {query!r}")
+        for name, score in found:
+            summary = " ".join(view.tools[name].descriptor.description.split())
+            print(f"  {score:8.3f}  {name}  {summary[:80] + '...' if len(summary) > 80 else summary}")
+    return 0 if rows else 1

@@ -13,7 +13,6 @@ The dispatcher calls `call_triad_tool` and `settings_for`; views call `listed_to
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +20,6 @@ from gateway.config import ToolsMode, TriadConfig
 from gateway.hooks import CallContext, Session
 from gateway.schemas import normalize
 from gateway.search import SearchIndexes
-from policy import Identity
 
 if TYPE_CHECKING:
     from consumers import ProgressFn
@@ -122,31 +120,3 @@ async def find(indexes: SearchIndexes, view: ClientView, query: str, limit: int)
 def _tool_error(message: str) -> dict[str, Any]:
     """Bad arguments are told to the model as a tool error it can correct (the spec's advice for input errors)."""
     return {"content": [{"type": "text", "text": message}], "isError": True}
-
-
-async def print_search(config: TriadConfig, identity: Identity, query: str, limit: int, as_json: bool,
-                       host: str | None) -> int:
-    """`triad search`: connect, then print what `identity`'s search for `query` finds (whatever its tools mode),
-    with scores. Exit 0 with matches, 1 with none or bad input."""
-    from gateway.daemon import running_gateway  # it assembles the exposers: only for this verb
-    from gateway.report import PLAN_MARGIN
-
-    if not 1 <= limit <= MAX_LIMIT or len(query) > MAX_QUERY_CHARS or not query.strip():
-        print(f"triad: search needs a query of at most {MAX_QUERY_CHARS} characters and --limit from 1 to "
-              f"{MAX_LIMIT}", file=sys.stderr)
-        return 1
-    async with running_gateway(config, host) as gw:
-        await gw.pool.wait_settled(PLAN_MARGIN)
-        view = gw.dispatcher.view(identity)
-        found = await find(gw.dispatcher.search, view, query, limit)
-        rows = [{"name": name, "score": round(score, 4), "description": view.tools[name].descriptor.description}
-                for name, score in found]
-    if as_json:
-        print(json.dumps({"client": identity.client_id, "registry_version": view.version, "query": query,
-                          "visible": len(view.tools), "results": rows}, indent=2))
-    else:
-        print(f"client {identity.client_id}: {len(rows)} of {len(view.tools)} visible tools match {query!r}")
-        for name, score in found:
-            summary = " ".join(view.tools[name].descriptor.description.split())
-            print(f"  {score:8.3f}  {name}  {summary[:80] + '...' if len(summary) > 80 else summary}")
-    return 0 if rows else 1

@@ -112,8 +112,8 @@ async def test_relayed_logs_and_progress_pass_on_message(hook: type[Redact], exp
     chain, downstream, ctx = redact_chain(hook()), Downstream(), context()
     progress: list[str | None] = []
 
-    async def on_progress(value: float, total: float | None, message: str | None) -> None:
-        progress.append(message)
+    async def on_progress(params: dict[str, Any]) -> None:
+        progress.append(params.get("message"))
 
     relay = chain.progress(ctx, on_progress)
     assert relay is not None
@@ -122,8 +122,8 @@ async def test_relayed_logs_and_progress_pass_on_message(hook: type[Redact], exp
         relayed = CURRENT_DOWNSTREAM.get()
         assert relayed is not None
         await relayed.log(types.LoggingMessageNotificationParams(level="info", logger=SECRET, data={SECRET: SECRET}))
-        await relay(1, 2, f"step {SECRET}")
-        await relay(2, 2, None)
+        await relay({"progress": 1, "total": 2, "message": f"step {SECRET}"})
+        await relay({"progress": 2, "total": 2})
         return {"content": []}
 
     token = CURRENT_DOWNSTREAM.set(downstream)

@@ -137,3 +137,45 @@ def test_the_dispatcher_reads_the_senders_context_from_its_read_stream() -> None
     source = inspect.getsource(mcp.shared.jsonrpc_dispatcher)
     expect_consumer(f'"{consumer_sdk.CONTEXT_ATTRIBUTE}"' in source,
                     "the JSON-RPC dispatcher reads `last_context` from its read stream")
+
+
+def test_a_server_session_keeps_its_requests_channel_as_request_outbound() -> None:
+    from mcp.shared.dispatcher import DispatchContext
+
+    connection = Connection.for_loop(outbound=None, session_id="abc")  # type: ignore[arg-type]
+    channel = object()
+    session = ServerSession(channel, connection)  # type: ignore[arg-type]
+
+    class Ctx:
+        pass
+
+    ctx: Any = Ctx()
+    ctx.session = session
+    expect(_sdk.request_channel(ctx) is channel, "ServerSession._request_outbound is the request's DispatchContext")
+    expect(callable(getattr(DispatchContext, "notify", None)), "a DispatchContext sends raw params with notify()")
+
+
+@pytest.mark.anyio
+async def test_a_client_session_passes_a_callers_progress_token_through() -> None:
+    """`consumers._progress`: a call carries Triad's own token when it gives the SDK no progress callback, and
+    what the session writes is a `SessionMessage` dataclass (its reason rewritten with `dataclasses.replace`)."""
+    import dataclasses
+
+    import mcp_types as types
+    from mcp import ClientSession
+
+    from consumers._sdk import send_raw
+
+    to_session, session_reads = anyio.create_memory_object_stream[Any](8)
+    session_writes, from_session = anyio.create_memory_object_stream[Any](8)
+    async with ClientSession(session_reads, session_writes) as session, anyio.create_task_group() as tg:
+        request = types.PingRequest(params=types.RequestParams.model_validate({"_meta": {"progressToken": "mine"}},
+                                                                              by_name=False))
+        tg.start_soon(send_raw, session, request)
+        with anyio.fail_after(5):
+            written = await from_session.receive()
+        expect_consumer(dataclasses.is_dataclass(written), "the session writes SessionMessage dataclasses")
+        expect_consumer(written.message.params["_meta"]["progressToken"] == "mine",
+                        "a caller's progressToken passes through when no progress callback is given")
+        tg.cancel_scope.cancel()
+    to_session.close()
