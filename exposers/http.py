@@ -31,6 +31,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from exposers._sdk import hide_session_ids
 from exposers._wire import StrictJson, refuse
+from exposers.console import build_console
 from exposers.fast_path import FastPath
 from exposers.input_rounds import InputRounds
 from exposers.notify import Notifier
@@ -210,6 +211,7 @@ def build_app(server: GatewayServer, dispatcher: Dispatcher, notifier: Notifier,
             Route("/readyz", endpoint=readyz),
             Route("/metrics", endpoint=metrics),
             Route("/admin/reload", endpoint=BearerAuth(_endpoint(admin_reload), dispatcher), methods=["POST"]),
+            *([Mount("/console", build_console(dispatcher, reloader))] if dispatcher.config.console.enabled else []),
         ],
         lifespan=lifespan,
     )

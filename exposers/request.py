@@ -68,6 +68,7 @@ async def serve(dispatcher: Dispatcher, rounds: InputRounds | None, request: Cli
     question is answered through it and None is returned (the result goes to the client's retry)."""
     if request.method not in FORWARDED:
         raise ValueError(f"{request.method} is not a forwarded method")
+    dispatcher.metrics.call_log.attribute(request.session, request.identity.client_id)
 
     async def forward(relay: Relay) -> dict[str, Any]:
         params, identity, session = request.params, request.identity, request.session

@@ -66,6 +66,14 @@ class ListenConfig(_Model):
     every request goes through the SDK's server. Semantics are the same either way."""
 
 
+class ConsoleConfig(_Model):
+    """The web console at `/console` on the HTTP listener, for owner clients (sign-in with an owner's token)."""
+
+    enabled: bool = False
+    session_lifetime: Duration = 8 * 3600.0
+    """How long a console sign-in lasts; a reload that changes or removes the owner's token ends it sooner."""
+
+
 class NamingConfig(_Model):
     separator: str = Field(default="__", min_length=1, pattern=r"^[A-Za-z0-9_-]+$")
     prefix: Literal["always", "conditional", "never"] = "conditional"
@@ -133,6 +141,7 @@ class TriadConfig(_Model):
     min_ready: int = Field(default=1, ge=0)
     """`/readyz` answers 200 once this many upstreams are ready (or all of them, if there are fewer)."""
     page_size: int = Field(default=DEFAULT_PAGE_SIZE, ge=1, le=10_000)
+    console: ConsoleConfig = ConsoleConfig()
     state_dir: str | None = None
     """Where Triad keeps state across restarts (the exposed-name ledger); relative to the config file, whose
     directory is the default."""

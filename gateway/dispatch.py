@@ -436,7 +436,7 @@ class Dispatcher:
         """The one place a request leaves for an upstream: timed and counted by outcome."""
         start, outcome = time.perf_counter(), "error"
         try:
-            result = clean_result(await upstream.request(request, **options))
+            result = clean_result(await self.metrics.call_log.watch(upstream, kind, request, options))
             outcome = "tool_error" if result.get("isError") is True else "ok"
             return result
         except UpstreamTimeout:

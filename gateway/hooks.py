@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 import warnings
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
 import anyio
@@ -122,6 +122,8 @@ class Arguments:
 @dataclass(frozen=True)
 class Block:
     reason: str
+    hook: str = ""
+    """The name of the hook that blocked (the chain fills it in)."""
 
 
 @dataclass(frozen=True)
@@ -163,6 +165,8 @@ class HookChain:
         self._after = {kind: self._bound(names[1]) for kind, names in HOOK_METHODS.items()}
         self._denied = self._bound("on_denied")
         self._message = self._bound("on_message")
+        self.on_block: Callable[[CallContext, str], None] | None = None
+        """Told (the call, the blocking hook's name) when a before-hook blocks a call (the console's call log)."""
 
     def _bound(self, method: str) -> tuple[tuple[str, Callable[..., Awaitable[Any]]], ...]:
         return tuple((e.name, getattr(e.hook, method)) for e in self.entries if callable(getattr(e.hook, method, None)))
@@ -178,9 +182,9 @@ class HookChain:
                     outcome = await method(ctx)
             except Exception:
                 logger.exception("before-hook %s failed on %s %s; blocking (fail closed)", name, ctx.kind, ctx.name)
-                return Block(BLOCKED_BY_FAILURE)
+                return Block(BLOCKED_BY_FAILURE, name)
             if isinstance(outcome, Block):
-                return outcome
+                return outcome if outcome.hook else replace(outcome, hook=name)
             if isinstance(outcome, Arguments):
                 ctx.arguments = dict(outcome.values) if outcome.replace else {**ctx.arguments, **outcome.values}
         return None
@@ -251,6 +255,8 @@ class HookChain:
         `HookBlocked` error. Failures still reach the after-hooks (the audit sees them), then the caller."""
         async with ctx.session.lock:
             block = await self.before(ctx)
+        if block is not None and self.on_block is not None:
+            self.on_block(ctx, block.hook)
         start = anyio.current_time()
         result: dict[str, Any] | None = None
         failure: TriadError | None = None

@@ -27,6 +27,7 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from gateway.call_log import CallLog
 from policy import LAYER_NAMES
 
 OUTCOMES = ("ok", "tool_error", "timeout", "error", "blocked")
@@ -49,6 +50,8 @@ class Metrics:
                                   ["upstream", "kind"], buckets=BUCKETS, registry=self.registry)
         self.denied = Counter("triad_denied_calls", "Calls refused by the policy, by layer name", ["layer"],
                               registry=self.registry)
+        self.call_log = CallLog()
+        """The calls in flight and the recent ones, by name (the console's; never exported to Prometheus)."""
 
     def deny(self, layer: int) -> None:
         self.denied.labels(LAYER_NAMES.get(layer, str(layer)).replace(" ", "_")).inc()

@@ -2,7 +2,9 @@
 
 The hash covers what a model reads and what shapes a call: description, title, input and output schemas,
 annotations. The store re-reads the file when it changes on disk, so `triad approve` takes effect without a
-restart. Writes go to a temporary file renamed over the old one (no torn state file).
+restart. Writes go to a temporary file renamed over the old one (no torn state file). Beside each hash the file
+keeps the hashed fields of the approved definition, so that an operator can see what changed (`pending`); a file
+written before definitions were kept has hashes only.
 """
 
 from __future__ import annotations
@@ -12,15 +14,30 @@ import json
 import os
 import threading
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 HASHED_FIELDS = ("description", "title", "inputSchema", "outputSchema", "annotations")
 
 
+def pinned_fields(definition: Mapping[str, Any]) -> dict[str, Any]:
+    """What the hash covers (and the state file keeps) of a definition."""
+    return {key: definition.get(key) for key in HASHED_FIELDS}
+
+
 def definition_hash(definition: Mapping[str, Any]) -> str:
-    subset = {key: definition.get(key) for key in HASHED_FIELDS}
-    return hashlib.sha256(json.dumps(subset, sort_keys=True, default=str).encode()).hexdigest()
+    return hashlib.sha256(json.dumps(pinned_fields(definition), sort_keys=True, default=str).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class PinStatus:
+    """Where a tool's current definition stands: `approved`, `changed` (since approval), or `new` (never pinned)."""
+
+    state: Literal["approved", "changed", "new"]
+    approved: dict[str, Any] | None
+    """The approved definition's hashed fields, when the state file kept them."""
+    current: dict[str, Any]
 
 
 class PinStore:
@@ -28,21 +45,24 @@ class PinStore:
         self.path = path
         self._lock = threading.Lock()
         self._pins: dict[str, str] = {}
+        self._definitions: dict[str, dict[str, Any]] = {}
         self._mtime: float | None = None
 
     def _load(self) -> None:
         try:
             mtime = self.path.stat().st_mtime
         except FileNotFoundError:
-            self._pins, self._mtime = {}, None
+            self._pins, self._definitions, self._mtime = {}, {}, None
             return
         if mtime != self._mtime:
-            self._pins = json.loads(self.path.read_text() or "{}").get("pins", {})
+            state = json.loads(self.path.read_text() or "{}")
+            self._pins, self._definitions = state.get("pins", {}), state.get("definitions", {})
             self._mtime = mtime
 
     def _save(self) -> None:
         temporary = self.path.with_name(self.path.name + ".tmp")
-        temporary.write_text(json.dumps({"pins": self._pins}, indent=2, sort_keys=True))
+        temporary.write_text(json.dumps({"pins": self._pins, "definitions": self._definitions}, indent=2,
+                                        sort_keys=True, default=str))
         os.replace(temporary, self.path)
         self._mtime = self.path.stat().st_mtime
 
@@ -55,8 +75,7 @@ class PinStore:
             if pinned is None:
                 if not trust_new:
                     return "its definition has not been approved yet"
-                self._pins[key] = digest
-                self._save()
+                self._pin(key, digest, definition)
                 return None
             if pinned != digest:
                 return f"its definition changed since it was approved (approved {pinned[:12]}, now {digest[:12]})"
@@ -69,6 +88,20 @@ class PinStore:
             self._load()
             if self._pins.get(key) == digest:
                 return False
-            self._pins[key] = digest
-            self._save()
+            self._pin(key, digest, definition)
             return True
+
+    def status(self, upstream: str, raw: str, definition: Mapping[str, Any]) -> PinStatus:
+        """Where `definition` stands against the approved one; changes nothing."""
+        key, current = f"{upstream}:{raw}", pinned_fields(definition)
+        with self._lock:
+            self._load()
+            pinned, approved = self._pins.get(key), self._definitions.get(key)
+        if pinned is None:
+            return PinStatus("new", None, current)
+        return PinStatus("approved" if pinned == definition_hash(definition) else "changed", approved, current)
+
+    def _pin(self, key: str, digest: str, definition: Mapping[str, Any]) -> None:
+        self._pins[key] = digest
+        self._definitions[key] = pinned_fields(definition)
+        self._save()

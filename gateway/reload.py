@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,6 +57,22 @@ def _written_empty(config: TriadConfig, key: str) -> bool:
     return key in config.model_fields_set and not getattr(config, key)
 
 
+MAX_HISTORY = 50
+"""Reloads remembered for operators (the web console); counters cover the rest."""
+
+
+@dataclass(frozen=True)
+class ReloadEvent:
+    """One reload attempt: when, what asked for it, and what changed or why it was refused (errors name a
+    `${VAR}`, never its value)."""
+
+    time: float
+    trigger: str
+    ok: bool
+    errors: tuple[str, ...] = ()
+    changes: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+
 @dataclass
 class ReloadStatus:
     reloads: int = 0
@@ -63,6 +80,12 @@ class ReloadStatus:
     last_error: list[str] = field(default_factory=list)
     last_attempt: float | None = None
     last_success: float | None = None
+    history: deque[ReloadEvent] = field(default_factory=lambda: deque(maxlen=MAX_HISTORY))
+    """The latest reloads, oldest first."""
+
+    def record(self, trigger: str, ok: bool, errors: list[str], changes: dict[str, list[str]]) -> None:
+        self.history.append(ReloadEvent(time.time(), trigger, ok, tuple(errors),
+                                        tuple((kind, tuple(names)) for kind, names in changes.items())))
 
     def as_dict(self) -> dict[str, object]:
         return {"reloads": self.reloads, "failures": self.failures, "last_error": self.last_error,
@@ -106,6 +129,7 @@ class Reloader:
             except ConfigError as exc:
                 self.status.failures += 1
                 self.status.last_error = exc.problems
+                self.status.record(trigger, False, exc.problems, {})
                 logger.error("reload (%s) refused, the running config stays in force:\n  %s", trigger,
                              "\n  ".join(exc.problems))
                 return ReloadResult(False, exc.problems)
@@ -114,6 +138,7 @@ class Reloader:
             except HookConfigError as exc:
                 self.status.failures += 1
                 self.status.last_error = [new.hide_values(f"hooks: {exc}")]
+                self.status.record(trigger, False, self.status.last_error, {})
                 logger.error("reload (%s) refused, the running config stays in force: %s", trigger,
                              self.status.last_error[0])
                 return ReloadResult(False, self.status.last_error)
@@ -127,6 +152,7 @@ class Reloader:
             self.status.reloads += 1
             self.status.last_success = time.time()
             self.status.last_error = []
+            self.status.record(trigger, True, [], changes)
             summary = ", ".join(f"{kind} {', '.join(names)}" for kind, names in changes.items()
                                 if names and kind != "kept") or "no upstream changes"
             logger.info("reloaded config (%s): %s; registry version %d", trigger, summary,

@@ -1,6 +1,8 @@
 """What `triad plan` and `triad explain` print: a client's view, and one tool's decision layer by layer.
 
 Both connect to every upstream (bounded by their timeouts), build the registry, and report; nothing is served.
+The web console shows the same reports of the running daemon (`plan_report`, `explain`, `upstream_states`); so
+that it can import them, the daemon is imported where a report starts one, not at the top.
 """
 
 from __future__ import annotations
@@ -8,17 +10,19 @@ from __future__ import annotations
 import difflib
 import json
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway.availability import Diagnostic
 from gateway.catalog import upstream_of_key
 from gateway.config import TriadConfig
-from gateway.daemon import running_gateway
 from gateway.search_tools import MAX_LIMIT, MAX_QUERY_CHARS, find
 from gateway.views import ClientView, tool_facts
 from policy import LAYER_NAMES, Decision, Identity
+
+if TYPE_CHECKING:
+    from consumers import Upstream
 
 PLAN_MARGIN = 5.0
 """Extra seconds to wait beyond the slowest upstream timeout before reporting what is there."""
@@ -27,13 +31,13 @@ PLAN_MARGIN = 5.0
 async def collect(config: TriadConfig, identity: Identity, tool: str | None = None,
                   host: str | None = None) -> dict[str, Any]:
     """`host`: where `serve` would listen (default: the config's), so the remote deny list applies the same."""
+    from gateway.daemon import running_gateway
+
+
     async with running_gateway(config, host) as gw:
         await gw.pool.wait_settled(PLAN_MARGIN)
         view = gw.dispatcher.view(identity)
-        upstreams = {name: {"state": up.state.value, "reason": up.reason, "transport": up.config.kind,
-                            **({"exit": up.child.exit, "stderr": up.child.lines}
-                               if up.config.kind == "stdio" and up.state.value == "down" else {})}
-                     for name, up in gw.pool.upstreams.items()}
+        upstreams = upstream_states(gw.pool.upstreams)
         if tool is not None:
             return explain(view, tool, gw.dispatcher.pipeline.decide, upstreams)
         return plan_report(view, upstreams, [d.message for d in gw.dispatcher.registry.diagnostics])
@@ -41,6 +45,7 @@ async def collect(config: TriadConfig, identity: Identity, tool: str | None = No
 
 async def approve(config: TriadConfig, names: list[str]) -> int:
     """Pin the current definitions of `names` (or of every tool) in each pin_definitions hook's state file."""
+    from gateway.daemon import running_gateway
     from gateway.pinning import PinStore
 
     stores = [PinStore(Path(spec.options.get("state", "triad-pins.json")))
@@ -63,6 +68,14 @@ async def approve(config: TriadConfig, names: list[str]) -> int:
                        for store in stores]
             print(f"{name}: {'approved' if any(changed) else 'already approved'}")
     return 0
+
+
+def upstream_states(upstreams: Mapping[str, Upstream]) -> dict[str, Any]:
+    """Each upstream's state, reason and transport; for a stdio child that is down, its exit and last stderr lines."""
+    return {name: {"state": up.state.value, "reason": up.reason, "transport": up.config.kind,
+                   **({"exit": up.child.exit, "stderr": up.child.lines}
+                      if up.config.kind == "stdio" and up.state.value == "down" else {})}
+            for name, up in upstreams.items()}
 
 
 def plan_report(view: ClientView, upstreams: dict[str, Any], registry_notes: list[str]) -> dict[str, Any]:
@@ -189,6 +202,8 @@ async def print_search(config: TriadConfig, identity: Identity, query: str, limi
         print(f"triad: search needs a query of at most {MAX_QUERY_CHARS} characters and --limit from 1 to "
               f"{MAX_LIMIT}", file=sys.stderr)
         return 1
+    from gateway.daemon import running_gateway  # the daemon imports this module (the console)
+
     async with running_gateway(config, host) as gw:
         await gw.pool.wait_settled(PLAN_MARGIN)
         view = gw.dispatcher.view(identity)

@@ -1,0 +1,221 @@
+"""The console's routes: sign-in, the read-only pages, and the actions (approve a pinned tool, sign out).
+
+Pages are rendered on the server (Jinja2, autoescaped); `static/console.js` only re-fetches the page every few
+seconds and swaps its `<main>` (no build step, no inline script: the Content-Security-Policy allows scripts and
+styles from this origin only). Every response carries that policy, `no-store`, and refuses to be framed.
+
+Ownership: `build_console` is called once by `exposers.http.build_app` when `console.enabled`; the app it returns
+holds the console's sign-ins and the upstream state clock, and reads everything else from the dispatcher and the
+reloader on each request.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs
+
+import jinja2
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from exposers.console import pages
+from exposers.console.auth import (
+    COOKIE,
+    COOKIE_PATH,
+    CSRF_FIELD,
+    ConsoleSession,
+    ConsoleSessions,
+    csrf_ok,
+    same_origin,
+)
+from gateway.dispatch import Dispatcher
+from gateway.reload import Reloader
+
+HERE = Path(__file__).parent
+CONTENT_SECURITY_POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+                           "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+SECURITY_HEADERS = [
+    (b"content-security-policy", CONTENT_SECURITY_POLICY.encode()),
+    (b"x-frame-options", b"DENY"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"same-origin"),
+    (b"cache-control", b"no-store"),
+]
+MAX_FORM_BYTES = 16 * 1024
+"""A console form is a token or a tool name and a CSRF token; anything larger is refused unread."""
+
+Handler = Callable[[Request, ConsoleSession], Awaitable[Response]]
+
+
+class _SecurityHeaders:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), *SECURITY_HEADERS]
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
+
+
+def _when(value: float | None) -> str:
+    if value is None:
+        return ""
+    return datetime.datetime.fromtimestamp(value).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _templates() -> Jinja2Templates:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True,
+                             undefined=jinja2.StrictUndefined)
+    env.filters["when"] = _when
+    return Jinja2Templates(env=env)
+
+
+def build_console(dispatcher: Dispatcher, reloader: Reloader | None) -> ASGIApp:
+    templates = _templates()
+    sessions = ConsoleSessions(dispatcher.config.console.session_lifetime)
+    clock = pages.StateClock(dispatcher)
+    _log_blocks(dispatcher)
+
+    def render(request: Request, name: str, session: ConsoleSession | None, *, status_code: int = 200,
+               **context: Any) -> Response:
+        return templates.TemplateResponse(request, name, {"session": session, "csrf_field": CSRF_FIELD,
+                                                          "page": name.removesuffix(".html"), **context},
+                                          status_code=status_code)
+
+    def signed_in(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            session = sessions.lookup(dispatcher.config, request)
+            if session is None:
+                if request.method != "GET":
+                    return refused(request, "sign in first")
+                return RedirectResponse("/console/login", status_code=303)
+            if request.method != "GET":
+                form = await _form(request)
+                if form is None:
+                    return refused(request, "the form is too large")
+                if not same_origin(request):
+                    return refused(request, "this action came from another site")
+                if not csrf_ok(session, form.get(CSRF_FIELD)):
+                    return refused(request, "the form's CSRF token is missing or wrong")
+                request.state.form = form
+            return await handler(request, session)
+
+        return endpoint
+
+    def refused(request: Request, why: str) -> Response:
+        return render(request, "refused.html", None, status_code=403, why=why)
+
+    async def login(request: Request) -> Response:
+        if request.method == "GET":
+            return render(request, "login.html", None, error=None)
+        form = await _form(request)
+        if form is None or not same_origin(request):
+            return refused(request, "sign-in must come from the console's own page")
+        token = form.get("token")
+        found = sessions.sign_in(dispatcher.config, token) if isinstance(token, str) else None
+        if found is None:
+            return render(request, "login.html", None, status_code=401,
+                          error="That is not the token of an owner client.")
+        session_id, _session = found
+        response = RedirectResponse("/console/upstreams", status_code=303)
+        response.set_cookie(COOKIE, session_id, max_age=int(sessions.lifetime), path=COOKIE_PATH, httponly=True,
+                            samesite="strict", secure=request.url.scheme == "https")
+        return response
+
+    async def logout(request: Request, _session: ConsoleSession) -> Response:
+        sessions.sign_out(request)
+        response = RedirectResponse("/console/login", status_code=303)
+        response.delete_cookie(COOKIE, path=COOKIE_PATH, httponly=True, samesite="strict")
+        return response
+
+    async def home(request: Request) -> Response:
+        return RedirectResponse("/console/upstreams", status_code=303)
+
+    async def upstreams(request: Request, session: ConsoleSession) -> Response:
+        return render(request, "upstreams.html", session, upstreams=pages.upstreams(dispatcher, clock))
+
+    async def registry(request: Request, session: ConsoleSession) -> Response:
+        client = request.query_params.get("client") or session.client_id
+        try:
+            plan = pages.plan(dispatcher, client)
+        except KeyError:
+            return render(request, "registry.html", session, status_code=404, clients=pages.client_ids(dispatcher),
+                          client=client, plan=None, tools=pages.tools(dispatcher))
+        return render(request, "registry.html", session, clients=pages.client_ids(dispatcher), client=client,
+                      plan=plan, tools=pages.tools(dispatcher))
+
+    async def explain(request: Request, session: ConsoleSession) -> Response:
+        client = request.query_params.get("client") or session.client_id
+        tool = request.query_params.get("tool", "")
+        try:
+            report = pages.explanation(dispatcher, client, tool)
+        except KeyError:
+            return refused(request, "no such client")
+        return render(request, "explain.html", session, report=report)
+
+    async def calls(request: Request, session: ConsoleSession) -> Response:
+        found = pages.calls(dispatcher)
+        return render(request, "calls.html", session, in_flight=found["in_flight"], recent=found["recent"])
+
+    async def reloads(request: Request, session: ConsoleSession) -> Response:
+        return render(request, "reloads.html", session, **pages.reloads(dispatcher, reloader))
+
+    async def pins(request: Request, session: ConsoleSession) -> Response:
+        configured, rows = await pages.pending_pins(dispatcher)
+        return render(request, "pins.html", session, configured=configured, rows=rows,
+                      approved=request.query_params.get("approved"))
+
+    async def approve(request: Request, session: ConsoleSession) -> Response:
+        tool = request.state.form.get("tool")
+        if not isinstance(tool, str) or not await pages.approve(dispatcher, tool):
+            return refused(request, "no such tool, or no pin_definitions hook")
+        return RedirectResponse(f"/console/pins?approved={tool}", status_code=303)
+
+    app = Starlette(routes=[
+        Route("/", home),
+        Route("/login", login, methods=["GET", "POST"]),
+        Route("/logout", signed_in(logout), methods=["POST"]),
+        Route("/upstreams", signed_in(upstreams)),
+        Route("/registry", signed_in(registry)),
+        Route("/explain", signed_in(explain)),
+        Route("/calls", signed_in(calls)),
+        Route("/reloads", signed_in(reloads)),
+        Route("/pins", signed_in(pins)),
+        Route("/pins/approve", signed_in(approve), methods=["POST"]),
+        Mount("/static", app=StaticFiles(directory=HERE / "static")),
+    ])
+    return _SecurityHeaders(app)
+
+
+def _log_blocks(dispatcher: Dispatcher) -> None:
+    """Have the hook chain tell the call log which hook blocked a call. A reload brings a new chain, and tells the
+    dispatcher's listeners (synchronously, right after the swap): the new chain is told too."""
+    def attach() -> None:
+        dispatcher.hooks.on_block = dispatcher.metrics.call_log.blocked
+
+    attach()
+    dispatcher.add_listener(attach)
+
+
+async def _form(request: Request) -> dict[str, Any] | None:
+    """The urlencoded form of a POST, or None when it is larger than `MAX_FORM_BYTES`."""
+    length = request.headers.get("content-length")
+    if length is not None and (not length.isdigit() or int(length) > MAX_FORM_BYTES):
+        return None
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_FORM_BYTES:
+            return None
+    return {key: values[0] for key, values in parse_qs(body.decode(errors="replace")).items()}

@@ -1,0 +1,220 @@
+"""What each console page shows, as plain data for the templates: read from the running daemon, never changed.
+
+The views of clients are `triad plan` and `triad explain`'s own reports (`gateway.report`), computed on the
+daemon's live registry; upstream states and a stdio child's last stderr lines are the pool's; call counts and
+latency are the Prometheus metrics; the calls in flight and the recent ones are the dispatcher's call log. Every
+text that could hold an interpolated `${VAR}` value (reasons, stderr lines, reload errors) passes through the
+config's `hide_values`. No argument or result value, no token and no session id is ever read here.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+
+from gateway.builtin_hooks import PinDefinitions
+from gateway.dispatch import Dispatcher
+from gateway.identity import LOCAL_CLIENT, identity_for
+from gateway.pinning import PinStatus
+from gateway.reload import Reloader
+from gateway.report import explain, plan_report, upstream_states
+
+RATE_WINDOW = 60.0
+"""Seconds over which the call rate is counted (from the call log, as far as it reaches)."""
+
+
+class StateClock:
+    """Since when each upstream is in its state, and how often it went down: the pool keeps the state, not its
+    history. Told of every change by the dispatcher's listener (synchronously, in the upstream's owner task);
+    states it saw before it was created date from its creation."""
+
+    def __init__(self, dispatcher: Dispatcher) -> None:
+        self._dispatcher = dispatcher
+        self._seen: dict[str, tuple[str, float]] = {}
+        self.downs: dict[str, int] = {}
+        self.changed()
+        dispatcher.add_listener(self.changed)
+
+    def changed(self) -> None:
+        now = time.time()
+        for name, upstream in self._dispatcher.pool.upstreams.items():
+            state = upstream.state.value
+            if self._seen.get(name, ("", 0.0))[0] != state:
+                self._seen[name] = (state, now)
+                if state == "down":
+                    self.downs[name] = self.downs.get(name, 0) + 1
+
+    def since(self, name: str) -> float | None:
+        seen = self._seen.get(name)
+        return seen[1] if seen is not None else None
+
+
+def client_ids(dispatcher: Dispatcher) -> list[str]:
+    """Every client a view can be shown for: `local` and each configured one."""
+    return [LOCAL_CLIENT, *(c for c in dispatcher.config.clients if c != LOCAL_CLIENT)]
+
+
+def upstreams(dispatcher: Dispatcher, clock: StateClock) -> list[dict[str, Any]]:
+    config, totals = dispatcher.config, _call_totals(dispatcher)
+    rows = []
+    for name, upstream in dispatcher.pool.upstreams.items():
+        catalog, child = upstream.catalog, upstream.child
+        calls, seconds = totals.get(name, (0.0, 0.0))
+        recent = dispatcher.metrics.call_log.since(name, RATE_WINDOW)
+        rows.append({
+            "name": name, "transport": upstream.config.kind, "state": upstream.state.value,
+            "since": clock.since(name), "reason": config.hide_values(upstream.reason),
+            "exit": child.exit, "stderr": [config.hide_values(line) for line in child.lines],
+            "breaker": "open" if upstream.state.value == "degraded" else "closed",
+            "downs": clock.downs.get(name, 0), "sessions": upstream.client_sessions,
+            "era": catalog.protocol_version if catalog is not None else "",
+            "tools": len(catalog.tools) if catalog else 0, "resources": len(catalog.resources) if catalog else 0,
+            "prompts": len(catalog.prompts) if catalog else 0,
+            "calls": int(calls), "mean_ms": 1000 * seconds / calls if calls else None,
+            "per_minute": len(recent) * 60.0 / RATE_WINDOW,
+        })
+    return rows
+
+
+def _call_totals(dispatcher: Dispatcher) -> dict[str, tuple[float, float]]:
+    """Per upstream: requests forwarded, and seconds spent on them, all kinds and outcomes (the metrics')."""
+    totals: dict[str, list[float]] = {}
+    for metric in dispatcher.metrics.duration.collect():
+        for sample in metric.samples:
+            entry = totals.setdefault(sample.labels["upstream"], [0.0, 0.0])
+            if sample.name.endswith("_count"):
+                entry[0] += sample.value
+            elif sample.name.endswith("_sum"):
+                entry[1] += sample.value
+    return {name: (count, seconds) for name, (count, seconds) in totals.items()}
+
+
+def tools(dispatcher: Dispatcher) -> list[dict[str, Any]]:
+    """Every tool in the registry, visible to anyone or not: exposed name, owner, upstream and raw name."""
+    out = []
+    for name, descriptor in sorted(dispatcher.registry.tools.items(), key=lambda item: item[0].casefold()):
+        executor = descriptor.executor
+        out.append({"name": name, "owner": str(descriptor.owner), "upstream": executor.id if executor else "",
+                    "raw": executor.tool if executor else ""})
+    return out
+
+
+def plan(dispatcher: Dispatcher, client_id: str) -> dict[str, Any]:
+    """What `triad plan --client <client_id>` prints, of the running daemon (KeyError: no such client)."""
+    view = dispatcher.view(identity_for(dispatcher.config, client_id))
+    states = upstream_states(dispatcher.pool.upstreams)
+    return _hidden_values(dispatcher, plan_report(view, states, [d.message for d in dispatcher.registry.diagnostics]))
+
+
+def explanation(dispatcher: Dispatcher, client_id: str, tool: str) -> dict[str, Any]:
+    """What `triad explain --client <client_id> <tool>` prints, of the running daemon."""
+    view = dispatcher.view(identity_for(dispatcher.config, client_id))
+    report = explain(view, tool, dispatcher.pipeline.decide, upstream_states(dispatcher.pool.upstreams))
+    return _hidden_values(dispatcher, report)
+
+
+def _hidden_values(dispatcher: Dispatcher, report: dict[str, Any]) -> dict[str, Any]:
+    """The report with every interpolated value replaced by its `${NAME}` (reasons may quote a URL or a line)."""
+    hide = dispatcher.config.hide_values
+
+    def walk(value: Any) -> Any:
+        if isinstance(value, str):
+            return hide(value)
+        if isinstance(value, list):
+            return [walk(item) for item in value]
+        if isinstance(value, dict):
+            return {key: walk(item) for key, item in value.items()}
+        return value
+
+    return walk(report)  # type: ignore[no-any-return]
+
+
+def calls(dispatcher: Dispatcher) -> dict[str, list[dict[str, Any]]]:
+    exposed = {(d.executor.id, d.executor.tool): name for name, d in dispatcher.registry.tools.items()
+               if d.executor is not None and d.executor.kind == "mcp"}
+    now = time.time()
+
+    def row(record: Any) -> dict[str, Any]:
+        name = record.exposed or (exposed.get((record.upstream, record.raw)) if record.kind == "tool" else None)
+        return {"number": record.number, "kind": record.kind, "tool": name or record.raw or "",
+                "client": record.client or "", "upstream": record.upstream, "started": record.started,
+                "ms": 1000 * (record.duration if record.duration is not None else now - record.started),
+                "outcome": record.outcome or "running", "blocked_by": record.blocked_by or ""}
+
+    log = dispatcher.metrics.call_log
+    return {"in_flight": [row(r) for r in log.in_flight()], "recent": [row(r) for r in log.recent()]}
+
+
+def reloads(dispatcher: Dispatcher, reloader: Reloader | None) -> dict[str, Any]:
+    if reloader is None:
+        return {"watched": None, "reloads": 0, "failures": 0, "history": []}
+    hide, status = dispatcher.config.hide_values, reloader.status
+    history = [{"time": e.time, "trigger": e.trigger, "ok": e.ok, "errors": [hide(err) for err in e.errors],
+                "changes": [(kind, names) for kind, names in e.changes if names and kind != "kept"]}
+               for e in reversed(status.history)]
+    return {"watched": str(reloader.path), "reloads": status.reloads, "failures": status.failures,
+            "history": history}
+
+
+@dataclass(frozen=True)
+class PinRow:
+    tool: str
+    upstream: str
+    raw: str
+    state: str
+    diff: list[str]
+    """Unified diff of the approved definition's fields against the current ones (empty: not recorded)."""
+
+
+def _pin_hooks(dispatcher: Dispatcher) -> list[PinDefinitions]:
+    return [entry.hook for entry in dispatcher.hooks.entries if isinstance(entry.hook, PinDefinitions)]
+
+
+async def pending_pins(dispatcher: Dispatcher) -> tuple[bool, list[PinRow]]:
+    """(whether any pin_definitions hook is configured, tools whose definition waits for approval)."""
+    hooks = _pin_hooks(dispatcher)
+    registry = dispatcher.registry
+
+    def scan() -> list[PinRow]:
+        rows = []
+        for name, descriptor in sorted(registry.tools.items()):
+            executor = descriptor.executor
+            if executor is None or executor.kind != "mcp":
+                continue
+            for hook in hooks:
+                status = hook.store.status(executor.id, executor.tool, descriptor.wire)
+                if status.state == "changed" or (status.state == "new" and not hook.options.trust_new):
+                    rows.append(PinRow(name, executor.id, executor.tool, status.state, _diff(status)))
+                    break
+        return rows
+
+    return bool(hooks), await anyio.to_thread.run_sync(scan)
+
+
+def _diff(status: PinStatus) -> list[str]:
+    if status.approved is None:
+        return []
+    old = json.dumps(status.approved, indent=2, sort_keys=True, default=str).splitlines()
+    new = json.dumps(status.current, indent=2, sort_keys=True, default=str).splitlines()
+    return list(difflib.unified_diff(old, new, "approved", "current", lineterm="", n=3))[2:]
+
+
+async def approve(dispatcher: Dispatcher, tool: str) -> bool:
+    """Approve the current definition of `tool` in every pin_definitions hook; False if no such tool or hook."""
+    hooks = _pin_hooks(dispatcher)
+    descriptor = dispatcher.registry.tools.get(tool)
+    executor = descriptor.executor if descriptor is not None else None
+    if not hooks or descriptor is None or executor is None or executor.kind != "mcp":
+        return False
+
+    def pin() -> None:
+        for hook in hooks:
+            hook.store.approve(executor.id, executor.tool, descriptor.wire)
+
+    await anyio.to_thread.run_sync(pin)
+    return True
