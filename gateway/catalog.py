@@ -81,7 +81,8 @@ def build_upstream_sources(config: TriadConfig, snapshots: Mapping[str, Upstream
         catalog = _catalog(snapshots, name)
         key = upstream_context_key(name)
         availability = {"anyOf": [{"kind": "context", "key": key, "equals": state} for state in SERVING]}
-        tools = [_descriptor(name, tool_names.exposed(name, t["name"]), t, availability)
+        tools = [_descriptor(name, tool_names.exposed(name, t["name"]), t,
+                             {"allOf": [availability, TASKS_RELAYED]} if _needs_tasks(t) else availability)
                  for t in tools_by_upstream[name]]
         part = server_parts[name]
         resources = [_resource(name, r, "uri", part if prefixed else None) for r in catalog.resources
@@ -98,6 +99,15 @@ def build_upstream_sources(config: TriadConfig, snapshots: Mapping[str, Upstream
 
 
 _EMPTY = Catalog()
+
+TASKS_RELAYED = {"kind": "context", "key": "triad relays the tasks extension", "equals": True}
+"""Triad does not relay the tasks extension yet (task-augmented calls, `tasks/*`): a tool that can only run as a
+task could not be called through it, so it is hidden, with this as the reason `triad plan` shows."""
+
+
+def _needs_tasks(tool: Mapping[str, Any]) -> bool:
+    execution = tool.get("execution")
+    return isinstance(execution, Mapping) and execution.get("taskSupport") == "required"
 
 
 def _catalog(snapshots: Mapping[str, UpstreamSnapshot], name: str) -> Catalog:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import anyio
 import pytest
+from mcp.shared.exceptions import MCPError
 
-from tests.conftest import Proc, start_triad, stdio_upstream, write_config
+from tests.conftest import ROOT, TRIAD, Proc, start_triad, stdio_upstream, write_config
 from tests.test_gateway_e2e import call, http_session
 
 pytestmark = pytest.mark.anyio
@@ -24,3 +27,19 @@ async def test_a_resource_link_a_tool_returns_can_be_read_back(procs: list[Proc]
         [embedded] = (await call(session, "gx__embedded"))["content"]
         assert embedded["resource"]["uri"] in listed
         assert (link["uri"], embedded["resource"]["uri"]) == ("fixture://fx/static", "fixture://gx/static")
+
+
+async def test_a_tool_that_runs_only_as_a_task_is_hidden_with_its_reason(procs: list[Proc], tmp_path: Path) -> None:
+    """Triad does not relay the tasks extension yet: a tool with `execution.taskSupport: required` could not be
+    called through it, so no client sees it, and `triad plan` says why."""
+    config = write_config(tmp_path, {"upstreams": {"fx": stdio_upstream("tasks-fx", "--task-tool")}})
+    url = start_triad(procs, config, wait_ready=1)
+    async with http_session(url) as session:
+        listed = {tool.name for tool in (await session.list_tools()).tools}
+        assert "echo" in listed and "only_as_task" not in listed
+        with pytest.raises(MCPError) as raised:
+            await call(session, "only_as_task")
+        assert raised.value.error.code == -32602
+    plan = await anyio.run_process([*TRIAD, "plan", "-c", str(config), "--json"], cwd=ROOT)
+    hidden = {entry["name"]: entry for entry in json.loads(plan.stdout)["hidden"]}
+    assert "triad relays the tasks extension" in json.dumps(hidden["only_as_task"])

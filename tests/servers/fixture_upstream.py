@@ -100,6 +100,8 @@ def page(items: list[dict[str, Any]], key: str, params: Any, size: int, loop: bo
 
 def build_server(args: argparse.Namespace) -> Server[Any]:
     tools = build_tools(args.prefix, args.extra_tools, args.echo_description)
+    if args.task_tool:  # a tool only callable as a task (the tasks extension)
+        tools.append(tool(f"{args.prefix}only_as_task", "Runs only as a task.", execution={"taskSupport": "required"}))
     resources = [
         {"uri": "fixture://static", "name": "static", "mimeType": "text/plain", "title": "Static text"},
         {"uri": "fixture://blob", "name": "blob", "mimeType": "application/octet-stream"},
@@ -336,6 +338,7 @@ def main() -> None:
     parser.add_argument("--prefix", default="", help="prepended to every tool and prompt name")
     parser.add_argument("--page-size", type=int, default=1000)
     parser.add_argument("--extra-tools", type=int, default=0)
+    parser.add_argument("--task-tool", action="store_true", help="add a tool whose execution requires tasks")
     parser.add_argument("--hang-initialize", action="store_true")
     parser.add_argument("--slow-first-ping", type=float, default=0.0, help="seconds the first ping takes")
     parser.add_argument("--loop-cursor", action="store_true", help="tools/list repeats its second cursor forever")
