@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import anyio
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
 
@@ -48,6 +49,35 @@ class HopBroken(Exception):
 def session_gone(exc: MCPError) -> bool:
     return exc.error.code == types.INVALID_REQUEST and exc.error.message in ("Session not found",
                                                                             "Session terminated")
+
+
+def call_failure(name: str, method: str, exc: Exception, *, http: bool, retired: str | None) -> UpstreamError | None:
+    """The one mapping of what a request to an upstream failed with to Triad's error (None: not a failure of the
+    upstream's, re-raise it as it is). A `UpstreamConnectionFailed` says the connection is in doubt; its subclass
+    `UpstreamSessionGone` that a new session is being opened (`unsent`: the upstream provably never saw it)."""
+    gone = f"upstream {name!r} lost its session (it restarted?) during {method}; reconnecting"
+    if isinstance(exc, MCPError):
+        if session_gone(exc) and http:  # a 404: it never saw the request
+            return UpstreamSessionGone(name, gone, unsent=True)
+        if exc.error.code == types.CONNECTION_CLOSED:
+            if retired is not None:
+                return UpstreamUnavailable(name, f"upstream {name!r} was {retired} and its grace period ran out "
+                                           f"during {method}")
+            return UpstreamSessionGone(name, f"upstream {name!r} closed the connection during {method}")
+        return map_mcp_error(name, exc)
+    if isinstance(exc, HopBroken):  # the direct HTTP path's connection broke, or the upstream restarted
+        return UpstreamSessionGone(name, f"upstream {name!r} connection failed during {method} ({exc})",
+                                   unsent=exc.connect)
+    if isinstance(exc, SessionGone):  # a 404 for the session on the direct HTTP path
+        return UpstreamSessionGone(name, gone, unsent=True)
+    if isinstance(exc, HopUnavailable):  # nothing took the request: a proxy or the upstream's server said so
+        return UpstreamConnectionFailed(name, f"upstream {name!r} answered {exc} to {method}")
+    if isinstance(exc, ValueError):  # pydantic's ValidationError, or JSON that is not a JSON-RPC response
+        return UpstreamError(name, f"upstream {name!r} sent a malformed {method} result")
+    if isinstance(exc, OSError | anyio.BrokenResourceError | anyio.ClosedResourceError | anyio.EndOfStream):
+        return UpstreamConnectionFailed(name, f"upstream {name!r} connection failed during {method}: "
+                                        f"{type(exc).__name__}")
+    return None
 
 
 def map_mcp_error(name: str, exc: MCPError) -> UpstreamError:

@@ -26,16 +26,7 @@ from mcp_types import LOG_LEVEL_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from consumers._breaker import CircuitBreaker
-from consumers._errors import (
-    HopBroken,
-    HopUnavailable,
-    SessionGone,
-    UpstreamConnectionFailed,
-    UpstreamSessionGone,
-    describe_failure,
-    map_mcp_error,
-    session_gone,
-)
+from consumers._errors import UpstreamConnectionFailed, UpstreamSessionGone, call_failure, describe_failure
 from consumers._health import probe
 from consumers._progress import CallWrites
 from consumers._sdk import send_raw
@@ -79,6 +70,20 @@ class UpstreamState(enum.StrEnum):
     READY = "ready"
     DEGRADED = "degraded"
     DOWN = "down"
+
+
+TRANSITIONS: dict[UpstreamState, frozenset[UpstreamState]] = {
+    UpstreamState.STARTING: frozenset({UpstreamState.READY, UpstreamState.DOWN}),
+    UpstreamState.READY: frozenset({UpstreamState.DEGRADED, UpstreamState.DOWN}),
+    UpstreamState.DEGRADED: frozenset({UpstreamState.READY, UpstreamState.DOWN}),
+    UpstreamState.DOWN: frozenset({UpstreamState.READY}),
+}
+"""The owner task's state machine: connected (`ready`), failing fast (`degraded`, circuit open), `down` (and
+reconnecting); a state may also stay the same with a new reason. Anything else is a bug, and raises."""
+
+
+class IllegalTransition(Exception):
+    """A state change the machine above does not have (a bug in the owner task, never an upstream's fault)."""
 
 
 class Upstream:
@@ -319,6 +324,8 @@ class Upstream:
             logger.warning("upstream %s transport error: %s", self.name, describe_failure(message))
 
     def _set_state(self, state: UpstreamState, reason: str) -> None:
+        if state is not self.state and state not in TRANSITIONS[self.state]:
+            raise IllegalTransition(f"upstream {self.name!r}: {self.state.value} -> {state.value}")
         changed = (state, reason) != (self.state, self.reason)
         self.state, self.reason = state, reason
         if changed:
@@ -428,11 +435,6 @@ class Upstream:
                     progress: ProgressFn | None,
                     call_limits: tuple[float | None, float | None] = (None, None)) -> dict[str, Any]:
         method = request.method
-
-        def suspect() -> None:  # a client's own session going wrong says nothing of the shared one
-            if session is self._session:
-                self._suspect_connection()
-
         if self._retired is not None:
             raise UpstreamUnavailable(self.name, f"upstream {self.name!r} was {self._retired}")
         if session is None or (session is self._session
@@ -465,35 +467,14 @@ class Upstream:
             raise UpstreamTimeout(self.name, f"upstream {self.name!r} did not answer {method} within "
                                   + (f"{timeout:g}s" if scope.deadline - start <= timeout else
                                      f"{timeout:g}s of its last progress (after {anyio.current_time() - start:.3g}s)"))
-        except MCPError as exc:
-            if session_gone(exc) and self.config.kind == "streamable-http":  # a 404: it never saw the request
-                suspect()
-                raise UpstreamSessionGone(self.name, f"upstream {self.name!r} lost its session (it restarted?) "
-                                          f"during {method}; reconnecting", unsent=True) from None
-            if exc.error.code == types.CONNECTION_CLOSED:
-                suspect()
-                if self._retired is not None:
-                    raise UpstreamUnavailable(self.name, f"upstream {self.name!r} was {self._retired} and its "
-                                              f"grace period ran out during {method}") from None
-                raise UpstreamSessionGone(self.name, f"upstream {self.name!r} closed the connection during "
-                                          f"{method}") from None
-            raise map_mcp_error(self.name, exc) from None
-        except HopBroken as exc:  # the lean path's connection broke, or the upstream restarted
-            suspect()
-            raise UpstreamSessionGone(self.name, f"upstream {self.name!r} connection failed during {method} "
-                                      f"({exc})", unsent=exc.connect) from None
-        except SessionGone:  # a 404 for the session: the upstream never saw the request
-            suspect()
-            raise UpstreamSessionGone(self.name, f"upstream {self.name!r} lost its session (it restarted?) "
-                                      f"during {method}; reconnecting", unsent=True) from None
-        except HopUnavailable as exc:  # nothing took the request: a proxy or the upstream's server said so
-            raise UpstreamConnectionFailed(self.name, f"upstream {self.name!r} answered {exc} to {method}") from None
-        except ValueError:  # pydantic's ValidationError, or JSON that is not a JSON-RPC response
-            raise UpstreamError(self.name, f"upstream {self.name!r} sent a malformed {method} result") from None
-        except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream) as exc:
-            suspect()
-            raise UpstreamConnectionFailed(self.name, f"upstream {self.name!r} connection failed during {method}: "
-                                           f"{type(exc).__name__}") from None
+        except Exception as exc:
+            failure = call_failure(self.name, method, exc, http=self.config.kind == "streamable-http",
+                                   retired=self._retired)
+            if failure is None:
+                raise
+            if isinstance(failure, UpstreamConnectionFailed) and session is self._session:
+                self._suspect_connection()  # a client's own session going wrong says nothing of the shared one
+            raise failure from None
         finally:
             self._calls.discard(scope)
             relays.calls.pop(call_key, None)

@@ -305,3 +305,17 @@ async def test_hung_calls_of_one_tool_do_not_open_the_breaker_for_another(procs:
         for i in range(20):
             assert (await call(via, "echo", {"text": str(i)}))["content"][0]["text"] == str(i)
     assert "circuit open" not in triad.stderr
+
+
+def test_the_upstream_state_machine_refuses_transitions_it_does_not_have() -> None:
+    from consumers.config import UpstreamConfig
+    from consumers.upstream import TRANSITIONS, IllegalTransition, Upstream, UpstreamState
+
+    upstream = Upstream("sm", UpstreamConfig(command="true"), None, lambda _up: None)
+    with pytest.raises(IllegalTransition, match=r"'sm': starting -> degraded"):
+        upstream._set_state(UpstreamState.DEGRADED, "circuit open")
+    upstream._set_state(UpstreamState.DOWN, "exited")
+    upstream._set_state(UpstreamState.DOWN, "exited again")  # the same state with a new reason
+    with pytest.raises(IllegalTransition):
+        upstream._set_state(UpstreamState.DEGRADED, "circuit open")
+    assert all(UpstreamState.STARTING not in targets for targets in TRANSITIONS.values())
