@@ -14,7 +14,8 @@ from consumers._sdk import send_raw
 from consumers.errors import UpstreamError
 
 ERA_META_PREFIX = "io.modelcontextprotocol/"
-"""A 2026-07-28 upstream's stamp on its results (`serverInfo`): its own, never passed on as Triad's."""
+"""The 2026-07-28 per-request envelope and result stamp (`serverInfo`): an upstream's own, never passed on as
+Triad's, and never forwarded across the hop (an upstream of the other era rejects it)."""
 MAX_LIST_PAGES = 1000
 """A bound on pages per list, in case an upstream invents a new cursor forever."""
 

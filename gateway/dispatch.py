@@ -29,32 +29,17 @@ from gateway.hooks import CallContext, HookChain, Session
 from gateway.identity import Identity, bounded_run_list, run_list
 from gateway.metrics import Metrics
 from gateway.name_ledger import NameLedger
-from gateway.naming import expose_uri, parse_exposed_uri
+from gateway.naming import parse_exposed_uri
 from gateway.page_meta import with_page_meta
 from gateway.registry import EMPTY_REGISTRY, Registry, ToolDescriptor, build_registry
 from gateway.search import SearchIndexes, load_ranker
 from gateway.search_tools import TRIAD_TOOLS, call_triad_tool, settings_for
 from gateway.snapshot import Snapshot
 from gateway.views import ClientView, paginate, schema_profile, tool_wire
+from gateway.wire import RUN_LIST_META_KEY, clean_result, expose_links, forwardable_meta, input_round
 from policy import Pipeline
 
 logger = logging.getLogger("triad.dispatch")
-
-ERA_META_PREFIX = "io.modelcontextprotocol/"
-"""The 2026-07-28 per-request envelope; never forwarded across the hop (an upstream of the other era rejects it)."""
-RUN_LIST_META_KEY = "triad/tools"
-"""A request's own run-level allow list (layer 7); Triad's business, never forwarded."""
-
-
-def forwardable_meta(meta: Any) -> dict[str, Any] | None:
-    """The client's `_meta` minus the era envelope, its progress token (the upstream hop has its own) and
-    Triad's run-level list."""
-    if not isinstance(meta, Mapping):
-        return None
-    out = {k: v for k, v in meta.items()
-           if not k.startswith(ERA_META_PREFIX) and k not in ("progressToken", RUN_LIST_META_KEY)}
-    return out or None
-
 
 SUBSCRIBE = "resources/subscribe"
 """In `Dispatcher.offered()`: some upstream lets clients subscribe to its resources."""
@@ -63,44 +48,6 @@ SUBSCRIBE = "resources/subscribe"
 def _subscribable(upstream: Upstream) -> bool:
     resources = upstream.catalog.capabilities.get("resources") if upstream.catalog is not None else None
     return isinstance(resources, dict) and resources.get("subscribe") is True
-
-
-def input_round(params: Mapping[str, Any]) -> dict[str, Any]:
-    """A 2026-07-28 retry's answers to an `input_required` result, passed on to the upstream that asked."""
-    return {key: params[key] for key in ("inputResponses", "requestState") if params.get(key) is not None}
-
-
-def clean_result(result: dict[str, Any]) -> dict[str, Any]:
-    """Strip the upstream's era stamp from a result's `_meta`; everything else passes through untouched."""
-    meta = result.get("_meta")
-    if isinstance(meta, dict) and any(k.startswith(ERA_META_PREFIX) for k in meta):
-        stripped = {k: v for k, v in meta.items() if not k.startswith(ERA_META_PREFIX)}
-        result = {**result, "_meta": stripped} if stripped else {k: v for k, v in result.items() if k != "_meta"}
-    return result
-
-
-def expose_links(result: dict[str, Any], server_part: str | None, key: str = "content") -> dict[str, Any]:
-    """A result's resource links and embedded resources named as the client can read them back: the upstream's
-    URI namespaced as `resources/list` shows it (`server_part` None: URIs are not namespaced)."""
-    if server_part is None:
-        return result
-
-    def exposed(item: Any) -> Any:
-        if not isinstance(item, dict):
-            return item
-        if item.get("type") == "resource_link" and isinstance(item.get("uri"), str):
-            return {**item, "uri": expose_uri(item["uri"], server_part)}
-        resource = item.get("resource")
-        if item.get("type") == "resource" and isinstance(resource, dict) and isinstance(resource.get("uri"), str):
-            return {**item, "resource": {**resource, "uri": expose_uri(resource["uri"], server_part)}}
-        return item
-
-    content = result.get(key)
-    if key == "messages" and isinstance(content, list):  # a prompt: each message holds one content item
-        result[key] = [{**m, "content": exposed(m.get("content"))} if isinstance(m, dict) else m for m in content]
-    elif isinstance(content, list):
-        result[key] = [exposed(item) for item in content]
-    return result
 
 
 def _arguments(params: Mapping[str, Any]) -> dict[str, Any]:

@@ -240,7 +240,11 @@ async def test_server_everything_through_triad_equals_direct(procs: list[Proc], 
                 http_session(url) as via):
         await direct.initialize()
         direct_tools = {t["name"]: t for t in await all_tools(direct)}
-        assert {t["name"]: t for t in await all_tools(via)} == direct_tools
+        # A tool that runs only as a task is hidden: Triad does not relay the tasks extension yet.
+        as_tasks = {name for name, t in direct_tools.items() if (t.get("execution") or {}).get("taskSupport")
+                    == "required"}
+        assert {t["name"]: t for t in await all_tools(via)} == {n: t for n, t in direct_tools.items()
+                                                                 if n not in as_tasks}
         for name, arguments in [("echo", {"message": "hi"}), ("get-sum", {"a": 1, "b": 2}), ("get-tiny-image", {}),
                                 ("get-structured-content", {"location": "New York"}),
                                 ("get-annotated-message", {"messageType": "error", "includeImage": True}),
