@@ -17,8 +17,10 @@ import dataclasses
 from collections.abc import AsyncIterator
 from typing import Any
 
+import anyio
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
+from mcp.server.connection import Connection
 from mcp.server.runner import serve_dual_era_loop
 from mcp.server.sse import SseServerTransport
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
@@ -29,7 +31,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from exposers._sdk import hide_session_ids
+from exposers._sdk import hide_session_ids, session_transport
 from exposers._wire import StrictJson, refuse
 from exposers.console import build_console
 from exposers.fast_path import FastPath
@@ -43,6 +45,8 @@ from gateway.identity import LOCAL, Identity, identity_for, identity_for_token, 
 from gateway.reload import Reloader
 
 MAX_SESSIONS = 10_000
+CLOSE_TIMEOUT = 5.0
+"""How long ending a session that stopped reading may take."""
 MAX_REQUEST_BODY = 4 * 2**20
 
 
@@ -143,6 +147,15 @@ def build_app(server: GatewayServer, dispatcher: Dispatcher, notifier: Notifier,
         max_request_body_size=MAX_REQUEST_BODY,
     )
     sse = SseServerTransport("/messages/", security_settings=security)
+
+    async def close_session(connection: Connection) -> None:
+        """A streamable HTTP session that stopped reading is ended (its client gets 404 and opens a new one)."""
+        transport = session_transport(manager, connection.session_id) if connection.session_id else None
+        if transport is not None:
+            with anyio.move_on_after(CLOSE_TIMEOUT, shield=True):
+                await transport.terminate()
+
+    notifier.close_session = close_session
 
     async def handle_sse(scope: Scope, receive: Receive, send: Send) -> None:
         """A legacy SSE stream: the identity of its GET (run-level list included) is the session's."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Hashable, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Hashable, Iterable
 from typing import Any
 
 import anyio
@@ -100,6 +100,10 @@ class _Outbox:
             self._draining.cancel()
 
 
+async def _keep(_connection: Any) -> None:
+    """Without a transport that can close a session (stdio), a stuck one is only dropped from notifications."""
+
+
 class Notifier:
     def __init__(self, dispatcher: Dispatcher) -> None:
         self.bus = InMemorySubscriptionBus()
@@ -119,6 +123,8 @@ class Notifier:
         self._outboxes: dict[Any, _Outbox] = {}
         self._tg: TaskGroup | None = None
         """`run()`'s task group: the outboxes' drain tasks."""
+        self.close_session: Callable[[Any], Coroutine[Any, Any, None]] = _keep
+        """Closes a session that stopped reading (the HTTP app sets it: the client then gets 404 and opens anew)."""
         dispatcher.add_listener(self._on_registry)
 
     @property
@@ -229,8 +235,10 @@ class Notifier:
             return
         outbox.close()
         tracked = self._connections.get(connection)
-        logger.warning("a session of client %s stopped reading its notifications (%s); it gets no more of them",
+        logger.warning("a session of client %s stopped reading its notifications (%s); it is closed",
                        tracked[0].client_id if tracked else "?", why)
+        if self._tg is not None:
+            self._tg.start_soon(self.close_session, connection)
 
     async def _push_updates(self) -> None:
         updated, self._updated = self._updated, set()

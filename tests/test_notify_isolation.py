@@ -66,7 +66,8 @@ async def test_a_session_that_does_not_read_does_not_delay_another_sessions_list
     path = write_config(tmp_path, config)
     url = start_triad(procs, path, wait_ready=1)
     triad = procs[-1]
-    stuck = open_get_stream(url, await open_session(url))
+    stuck_id = await open_session(url)
+    stuck = open_get_stream(url, stuck_id)
     try:
         changes = ListChanges()
         async with http_session(url, message_handler=changes) as good:
@@ -82,5 +83,11 @@ async def test_a_session_that_does_not_read_does_not_delay_another_sessions_list
             await triad.until(r"stopped reading its notifications")
             assert triad.stderr.count("stopped reading its notifications") == 1
             assert (await call(good, "fx__structured", {"n": 2}))["structuredContent"] == {"double": 4}
+            # and it is closed: its id is now unknown, so its client would open a new session
+            async with httpx2.AsyncClient(timeout=30) as http:
+                gone = await http.post(url, json={"jsonrpc": "2.0", "id": 9, "method": "tools/list"}, headers={
+                    "Mcp-Session-Id": stuck_id, "MCP-Protocol-Version": "2025-11-25",
+                    "Accept": "application/json, text/event-stream"})
+            assert gone.status_code == 404
     finally:
         stuck.close()
