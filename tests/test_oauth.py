@@ -22,9 +22,9 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from gateway.config import OAuthConfig, TriadConfig
 from gateway.oauth import identity_from_claims
-from gateway.oauth_keys import KeySet, UnknownKey
+from gateway.oauth_keys import KeySet, KeysUnavailable, UnknownKey, metadata_urls
 from tests.conftest import NODE_DIR, TRIAD, Proc, marker, node_bin, start_fixture, write_config
-from tests.test_fast_path import Raw, call
+from tests.test_fast_path import Raw, call, modern_post
 from tests.test_isolation import REFUSED_BODY, reply
 
 pytestmark = pytest.mark.anyio
@@ -138,6 +138,13 @@ async def test_a_valid_token_lists_and_calls_tools_and_never_reaches_the_upstrea
         # a static token keeps working beside OAuth
         static = await session_for(http, setup.url, STATIC)
         assert reply(await static.post(call(3, "echo", {"text": "ops"})))["result"]["content"][0]["text"] == "ops"
+    # the 2026-07-28 era (stateless, no session) is behind the same gate
+    async with httpx2.AsyncClient(timeout=30, headers={"Authorization": f"Bearer {token}"}) as modern:
+        answered = await modern_post(modern, setup.url, 4, "echo", {"text": "stateless"})
+        assert reply(answered)["result"]["content"][0]["text"] == "stateless"
+    async with httpx2.AsyncClient(timeout=30) as anonymous:
+        refused = await modern_post(anonymous, setup.url, 5, "echo", {"text": "nobody"})
+        assert refused.status_code == 401 and "resource_metadata" in challenge(refused)
     records = [json.loads(line) for line in (setup.tmp_path / "audit.jsonl").read_text().splitlines()]
     assert {record["client"] for record in records} == {"alice", "ops"}  # the token's client_id, mapped
     sent = setup.upstream.stderr
@@ -250,6 +257,20 @@ async def test_an_unknown_kid_refetches_at_most_once_per_interval(procs: list[Pr
     with pytest.raises(UnknownKey):
         await keys.key("made-up-too")
     assert keys.fetches == 2
+
+
+async def test_an_unreachable_issuer_is_unavailable_not_a_bad_token() -> None:
+    issuer = f"http://127.0.0.1:{free_port()}"
+    keys = KeySet(OAuthConfig(issuer=issuer, audience="http://127.0.0.1:9/mcp", jwks_refetch_interval=30),
+                  clock=lambda: 0.0)
+    for _ in range(2):
+        with pytest.raises(KeysUnavailable):
+            await keys.key("key-1")
+    assert keys.fetches == 1  # failing fetches are rate limited too
+    assert metadata_urls("https://as.example/tenant1") == [
+        "https://as.example/.well-known/oauth-authorization-server/tenant1",
+        "https://as.example/.well-known/openid-configuration/tenant1",
+        "https://as.example/tenant1/.well-known/openid-configuration"]
 
 
 def test_claims_map_to_identities_without_granting_ownership() -> None:
