@@ -59,7 +59,7 @@ from exposers.notify import Notifier
 from exposers.request import ClientRequest, acting_identity
 from exposers.server import IDENTITY_SCOPE_KEY, hook_session, session_identity, tool_input_schema
 from gateway.dispatch import Dispatcher
-from gateway.identity import Identity
+from gateway.identity import Identity, same_principal
 from gateway.tracing import tracing_enabled
 
 CALL_PARAMS = frozenset({"name", "arguments", "_meta"})
@@ -103,7 +103,7 @@ class FastPath:
         owner = session_identity(found[0]) if found is not None else None
         caller = scope.get(IDENTITY_SCOPE_KEY)
         if (found is None or transport is None or version != found[0].protocol_version or owner is None
-                or not isinstance(caller, Identity) or caller.client_id != owner.client_id):
+                or not isinstance(caller, Identity) or not same_principal(caller, owner)):
             await self.app(scope, receive, send)  # the SDK's answer, 404 for another client's session
             return
         if (read := await self._read(scope, receive, send)) is None:

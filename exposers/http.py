@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -37,12 +38,16 @@ from exposers.console import build_console
 from exposers.fast_path import FastPath
 from exposers.input_rounds import InputRounds
 from exposers.notify import Notifier
+from exposers.oauth_routes import challenge, metadata_routes
 from exposers.server import IDENTITY_SCOPE_KEY, GatewayServer, SessionOrigin, label_session_id
-from gateway.config import is_loopback
+from gateway.config import TriadConfig, is_loopback
 from gateway.dispatch import Dispatcher
 from gateway.errors import InvalidRequest
 from gateway.identity import LOCAL, Identity, identity_for, identity_for_token, requires_token, run_list
+from gateway.oauth import KeysUnavailable, TokenGate, TokenRejected
 from gateway.reload import Reloader
+
+logger = logging.getLogger(__name__)
 
 MAX_SESSIONS = 10_000
 CLOSE_TIMEOUT = 5.0
@@ -65,15 +70,18 @@ RUN_LIST_QUERY = "tools"
 
 
 class BearerAuth:
-    """Maps `Authorization: Bearer <token>` to a configured client; 401 with `WWW-Authenticate` otherwise.
+    """Maps `Authorization: Bearer <token>` to a configured client's static token or, with `auth.oauth`, to the
+    identity of an OAuth access token (`gateway.oauth`); 401 or 403 with `WWW-Authenticate` otherwise.
 
-    When no client has a token, every caller is the `local` client (loopback development use); with tokens, a
-    request without one acts as `anonymous:` if the config names such a client. The session's run-level allow
-    list (header `X-Triad-Tools` or query parameter `tools`) joins the identity here."""
+    When no client has a token and OAuth is off, every caller is the `local` client (loopback development use);
+    otherwise a request without a token acts as `anonymous:` if the config names such a client. The session's
+    run-level allow list (header `X-Triad-Tools` or query parameter `tools`) joins the identity here. The token
+    stops here: it is not left in the scope, and nothing Triad sends upstream carries it."""
 
-    def __init__(self, app: ASGIApp, dispatcher: Dispatcher) -> None:
+    def __init__(self, app: ASGIApp, dispatcher: Dispatcher, gate: TokenGate) -> None:
         self.app = app
         self.dispatcher = dispatcher
+        self.gate = gate
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -86,19 +94,21 @@ class BearerAuth:
         request = Request(scope)
         identity: Identity | None = LOCAL
         header = request.headers.get("authorization", "")
+        refused: TokenRejected | None = None
         if requires_token(config):
-            scheme, _, token = header.partition(" ")
-            identity = identity_for_token(config, token.strip()) if scheme.lower() == "bearer" and token else None
+            try:
+                identity = await caller_of(config, self.gate, header)
+            except TokenRejected as exc:
+                identity, refused = None, exc
+            except KeysUnavailable as exc:
+                logger.warning("OAuth: cannot check an access token: %s", exc.message)
+                await JSONResponse({"error": "temporarily_unavailable", "error_description": exc.message},
+                                   status_code=503)(scope, receive, send)
+                return
             if identity is None and not header and config.anonymous is not None:
                 identity = identity_for(config, config.anonymous)
         if identity is None:
-            error = "invalid_token" if header else "invalid_request"
-            response = JSONResponse(
-                {"error": error, "error_description": "a valid bearer token is required"},
-                status_code=401,
-                headers={"WWW-Authenticate": f'Bearer realm="triad", error="{error}"'},
-            )
-            await response(scope, receive, send)
+            await unauthorised(config, header, refused)(scope, receive, send)
             return
         sent = ((request.headers.get(RUN_LIST_HEADER), "X-Triad-Tools"), (request.query_params.get(RUN_LIST_QUERY),
                                                                          "?tools="))
@@ -112,10 +122,37 @@ class BearerAuth:
         await self.app(scope, receive, send)
 
 
+async def caller_of(config: TriadConfig, gate: TokenGate, header: str) -> Identity | None:
+    """The identity an `Authorization` header proves: a client's static token, else an OAuth access token (when
+    `auth.oauth` is set; `TokenRejected` says why one is refused); None without a bearer token."""
+    scheme, _, token = header.partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        return None
+    if (identity := identity_for_token(config, token)) is not None or config.auth.oauth is None:
+        return identity
+    return await gate.identify(config, token)
+
+
+def unauthorised(config: TriadConfig, header: str, refused: TokenRejected | None) -> Response:
+    """The challenge: MCP's (resource metadata, scopes, RFC 6750 error) with OAuth on, else the static one."""
+    if config.auth.oauth is not None:
+        if refused is None and header:
+            refused = TokenRejected("a valid bearer token is required")
+        return challenge(config.auth.oauth, refused)
+    error = "invalid_token" if header else "invalid_request"
+    return JSONResponse({"error": error, "error_description": "a valid bearer token is required"}, status_code=401,
+                        headers={"WWW-Authenticate": f'Bearer realm="triad", error="{error}"'})
+
+
 def principal_user(identity: Identity) -> AuthenticatedUser:
-    """The SDK's view of the caller, by which it binds sessions to their opener. The principal is the configured
-    client (its token is never copied here)."""
-    return AuthenticatedUser(AccessToken(token="", client_id=identity.client_id, scopes=[]))
+    """The SDK's view of the caller, by which it binds sessions to their opener: the configured client, and for
+    an OAuth caller also the token's issuer and subject (the token itself is never copied here)."""
+    if identity.principal is None:
+        return AuthenticatedUser(AccessToken(token="", client_id=identity.client_id, scopes=[]))
+    issuer, subject = identity.principal
+    return AuthenticatedUser(AccessToken(token="", client_id=identity.client_id, scopes=[], subject=subject,
+                                         claims={"iss": issuer}))
 
 
 class HostGuard:
@@ -147,6 +184,7 @@ def build_app(server: GatewayServer, dispatcher: Dispatcher, notifier: Notifier,
         max_request_body_size=MAX_REQUEST_BODY,
     )
     sse = SseServerTransport("/messages/", security_settings=security)
+    gate = TokenGate()
 
     async def close_session(connection: Connection) -> None:
         """A streamable HTTP session that stopped reading is ended (its client gets 404 and opens a new one)."""
@@ -167,13 +205,15 @@ def build_app(server: GatewayServer, dispatcher: Dispatcher, notifier: Notifier,
     async def healthz(_request: Request) -> Response:
         return JSONResponse({"status": "alive"})
 
-    def authorised(request: Request) -> bool:
-        """A configured client's token (or no tokens configured at all)."""
+    async def authorised(request: Request) -> bool:
+        """A configured client's token or a valid OAuth access token (or no tokens configured at all)."""
         config = dispatcher.config
         if not requires_token(config):
             return True
-        scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        return scheme.lower() == "bearer" and bool(token) and identity_for_token(config, token.strip()) is not None
+        try:
+            return await caller_of(config, gate, request.headers.get("authorization", "")) is not None
+        except (TokenRejected, KeysUnavailable):
+            return False
 
     async def readyz(request: Request) -> Response:
         upstreams = {name: {"state": up.state.value, **({"reason": up.reason} if up.reason else {})}
@@ -186,12 +226,12 @@ def build_app(server: GatewayServer, dispatcher: Dispatcher, notifier: Notifier,
         if reloader is not None:
             body["reload"] = reloader.status.as_dict()
         status = 200 if body["ready"] else 503
-        if not authorised(request):  # the verdict only: upstream names and errors are for clients
+        if not await authorised(request):  # the verdict only: upstream names and errors are for clients
             return JSONResponse({"ready": body["ready"]}, status_code=status)
         return JSONResponse(body, status_code=status)
 
     async def metrics(request: Request) -> Response:
-        if not authorised(request):
+        if not await authorised(request):
             return JSONResponse({"error": "invalid_token", "error_description": "a valid bearer token is required"},
                                 status_code=401, headers={"WWW-Authenticate": 'Bearer realm="triad"'})
         return Response(dispatcher.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
@@ -216,14 +256,15 @@ def build_app(server: GatewayServer, dispatcher: Dispatcher, notifier: Notifier,
             Route("/mcp", endpoint=BearerAuth(FastPath(StrictJson(StreamableHTTPASGIApp(manager), MAX_REQUEST_BODY),
                                                        dispatcher, notifier, manager, security, MAX_REQUEST_BODY,
                                                        rounds, server.server_info_stamp),
-                                              dispatcher)),
-            Route("/sse", endpoint=BearerAuth(handle_sse, dispatcher)),
+                                              dispatcher, gate)),
+            Route("/sse", endpoint=BearerAuth(handle_sse, dispatcher, gate)),
             Mount("/messages/", app=BearerAuth(StrictJson(sse.handle_post_message, MAX_REQUEST_BODY, "message"),
-                                               dispatcher)),
+                                               dispatcher, gate)),
             Route("/healthz", endpoint=healthz),
             Route("/readyz", endpoint=readyz),
             Route("/metrics", endpoint=metrics),
-            Route("/admin/reload", endpoint=BearerAuth(_endpoint(admin_reload), dispatcher), methods=["POST"]),
+            Route("/admin/reload", endpoint=BearerAuth(_endpoint(admin_reload), dispatcher, gate), methods=["POST"]),
+            *metadata_routes(dispatcher),
             *([Mount("/console", build_console(dispatcher, reloader))] if dispatcher.config.console.enabled else []),
         ],
         lifespan=lifespan,

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import ipaddress
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     PrivateAttr,
@@ -23,8 +24,8 @@ from consumers.config import Duration, UpstreamConfig, parse_duration
 from gateway._config_errors import hide_values
 from policy.config import PolicyConfig, ToolRule
 
-__all__ = ["ClientConfig", "Duration", "HookSpec", "ListenConfig", "NamingConfig", "PolicyConfig", "ToolRule",
-           "TriadConfig", "UpstreamConfig", "is_loopback", "parse_duration"]
+__all__ = ["AuthConfig", "ClientConfig", "Duration", "HookSpec", "ListenConfig", "NamingConfig", "OAuthConfig",
+           "PolicyConfig", "ToolRule", "TriadConfig", "UpstreamConfig", "is_loopback", "parse_duration"]
 """The whole file's model; the upstreams' and the policy's own models come from their packages, and reading a file
 is `gateway.loading`."""
 
@@ -128,6 +129,60 @@ class ClientConfig(_Model):
     """Tools this client lists in search mode, besides `search.always_list`."""
 
 
+DEFAULT_OAUTH_CLIENT = "oauth"
+"""The client an OAuth token acts as when its client claim names no client in `auth.oauth.clients`."""
+
+
+def _duration_or_zero(value: Any) -> float:
+    """A duration, or zero (`0`, `0s`): for settings where none at all is meaningful, such as a clock leeway."""
+    if not isinstance(value, bool) and isinstance(value, int | float | str) and str(value).strip() in ("0", "0s",
+                                                                                                         "0.0"):
+        return 0.0
+    return parse_duration(value)
+
+
+DurationOrZero = Annotated[float, BeforeValidator(_duration_or_zero)]
+
+
+class OAuthConfig(_Model):
+    """Triad as an OAuth 2.1 protected resource (`auth.oauth`): which access tokens it accepts, and who they make
+    the caller. Tokens are JWTs checked locally (`gateway.oauth`) against the issuer's published keys."""
+
+    issuer: str = Field(min_length=1)
+    """The authorization server; compared with `iss` exactly as written (no trailing-slash normalisation)."""
+    audience: str = Field(pattern=r"^https?://[^#]+$")
+    """Triad's canonical resource URI (RFC 8707), e.g. `https://triad.example/mcp`: a token's `aud` must hold it,
+    and it is the `resource` of the protected resource metadata."""
+    authorization_servers: tuple[str, ...] = ()
+    """What the metadata document names (default: `issuer`)."""
+    scopes: tuple[str, ...] = ()
+    """Scopes every request's token must carry; named in 401 and 403 challenges and in `scopes_supported`."""
+    jwks_uri: str | None = None
+    """Where the signing keys are; default: `jwks_uri` of the issuer's metadata (RFC 8414, then OIDC discovery)."""
+    algorithms: tuple[str, ...] = ("RS256", "PS256", "ES256", "EdDSA")
+    client_claim: str = "client_id"
+    """The claim naming the OAuth client; its value picks a configured client through `clients`."""
+    clients: dict[str, str] = {}
+    """Value of `client_claim` -> a client id of `clients:`, whose agent, provider, groups and owner flag apply."""
+    default_client: str = DEFAULT_OAUTH_CLIENT
+    """The client any other token acts as (configured in `clients:` or not; never an owner unless configured)."""
+    groups_claim: str | None = None
+    """A claim (a list, or a space-separated string) whose groups join the client's configured ones."""
+    agent_claim: str | None = None
+    provider_claim: str | None = None
+    """Claims giving agent and provider when the client's config fixes none."""
+    leeway: DurationOrZero = Field(default=30.0, ge=0)
+    """Clock skew allowed on `exp` and `nbf`."""
+    jwks_cache: Duration = Field(default=300.0, gt=0)
+    """How long fetched keys are used before they are fetched again."""
+    jwks_refetch_interval: DurationOrZero = Field(default=30.0, ge=0)
+    """A token signed with an unknown `kid` refetches the keys once, at most this often (key rotation)."""
+
+
+class AuthConfig(_Model):
+    oauth: OAuthConfig | None = None
+
+
 class TriadConfig(_Model):
     listen: ListenConfig = ListenConfig()
     upstreams: dict[str, UpstreamConfig] = {}
@@ -135,6 +190,8 @@ class TriadConfig(_Model):
     clients: dict[str, ClientConfig] = {}
     anonymous: str | None = None
     """The client that HTTP requests without a token act as, when tokens are configured (default: refused)."""
+    auth: AuthConfig = AuthConfig()
+    """How HTTP callers prove who they are besides the clients' static tokens (OAuth 2.1 access tokens)."""
     policy: PolicyConfig = PolicyConfig()
     search: SearchConfig = SearchConfig()
     hooks: tuple[HookSpec, ...] = ()
@@ -159,6 +216,15 @@ class TriadConfig(_Model):
                 raise ValueError("use either upstreams or mcpServers, not both")
             data["upstreams"] = servers
         return data
+
+    @model_validator(mode="after")
+    def _oauth_clients_exist(self) -> TriadConfig:
+        oauth = self.auth.oauth
+        if oauth is not None:
+            for value, client in oauth.clients.items():
+                if client not in self.clients:
+                    raise ValueError(f"auth.oauth.clients.{value} names {client!r}, which is not in clients:")
+        return self
 
     def hide_values(self, message: str) -> str:
         """`message` with every environment value this config was built from replaced by its `${NAME}`."""

@@ -40,6 +40,7 @@ __all__ = [
     "narrowed",
     "requires_token",
     "run_list",
+    "same_principal",
     "with_provider",
 ]
 
@@ -71,8 +72,14 @@ def identity_for_token(config: TriadConfig, token: str) -> Identity | None:
 
 
 def requires_token(config: TriadConfig) -> bool:
-    """HTTP requires a bearer token as soon as any client has one configured."""
-    return any(client.token is not None for client in config.clients.values())
+    """HTTP requires a bearer token as soon as any client has one configured, or OAuth is on."""
+    return config.auth.oauth is not None or any(client.token is not None for client in config.clients.values())
+
+
+def same_principal(a: Identity, b: Identity) -> bool:
+    """Whether two identities are the same caller as far as a session is concerned: the same client and, for OAuth
+    callers, the same issuer and subject (`principal` is not part of an identity's equality)."""
+    return a.client_id == b.client_id and a.principal == b.principal
 
 
 def infer_provider(config: TriadConfig, client_name: str | None) -> str | None:
@@ -124,7 +131,7 @@ def narrowed(session: Identity, request: Identity) -> Identity:
     """A session's identity acting for one of its requests: narrowed by the run-level lists the request brings,
     never widened. The request must come from the session's own principal (the HTTP edge makes sure of that
     before a request reaches a session); anything else is refused here too, as an unknown session."""
-    if request.client_id != session.client_id:
+    if not same_principal(request, session):
         raise UnknownSession
     extra = tuple(found for found in request.run_lists if found not in session.run_lists)
     return dataclasses.replace(session, run_lists=(*session.run_lists, *extra)) if extra else session

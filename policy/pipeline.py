@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from policy.config import PolicyConfig, ToolRule
 from policy.patterns import MatcherSet, ToolFacts, compile_patterns
@@ -78,6 +78,10 @@ class Identity:
     groups: tuple[str, ...] = ()
     owner: bool = False
     run_lists: tuple[tuple[str, ...], ...] = ()
+    principal: tuple[str, str] | None = field(default=None, compare=False)
+    """Who stands behind the client, when that is more than the client: an OAuth token's issuer and subject.
+    Sessions are bound to it (`gateway.identity.same_principal`); policy and views ignore it, so every subject
+    of one client shares that client's cached view."""
 
 
 class Pipeline:

@@ -299,7 +299,20 @@ def answer_unavailable(app: Any, count: int) -> Any:
     return wrapped
 
 
-async def serve_http(server: Server[Any], transport: str, port: int, unavailable_calls: int = 0) -> None:
+def log_auth(app: Any) -> Any:
+    """Print `AUTH <Authorization header or ->` on stderr for every HTTP request (what Triad sends upstream)."""
+
+    async def wrapped(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            found = dict(scope["headers"]).get(b"authorization", b"-").decode(errors="replace")
+            print(f"AUTH {found}", file=sys.stderr, flush=True)
+        await app(scope, receive, send)
+
+    return wrapped
+
+
+async def serve_http(server: Server[Any], transport: str, port: int, unavailable_calls: int = 0,
+                     auth_log: bool = False) -> None:
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -318,6 +331,8 @@ async def serve_http(server: Server[Any], transport: str, port: int, unavailable
         app = Starlette(routes=[Route("/sse", endpoint=handle_sse), Mount("/messages/", app=sse.handle_post_message)])
     if unavailable_calls:
         app = answer_unavailable(app, unavailable_calls)
+    if auth_log:
+        app = log_auth(app)
     # h11 strips whitespace around header values (RFC 9110) as the conformance suite expects; httptools keeps it
     userver = uvicorn.Server(uvicorn.Config(app, log_level="warning", http="h11"))
     print(f"READY {port}", file=sys.stderr, flush=True)
@@ -346,6 +361,7 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=0, help="HTTP/SSE port (default: a free one)")
     parser.add_argument("--start-when", help="wait until this file exists before serving (a slow start)")
     parser.add_argument("--unavailable-calls", type=int, default=0, help="HTTP 503 to the first K tools/call POSTs")
+    parser.add_argument("--log-auth", action="store_true", help="print each HTTP request's Authorization header")
     parser.add_argument("--subscribable", action="store_true", help="resource subscriptions and an `updates` tool")
     args = parser.parse_args()
     server = build_server(args)
@@ -354,7 +370,7 @@ def main() -> None:
     if args.transport == "stdio":
         anyio.run(serve_stdio, server)
     else:
-        anyio.run(serve_http, server, args.transport, args.port, args.unavailable_calls)
+        anyio.run(serve_http, server, args.transport, args.port, args.unavailable_calls, args.log_auth)
 
 
 if __name__ == "__main__":

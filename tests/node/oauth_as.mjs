@@ -1,0 +1,44 @@
+// A real OAuth 2.1 authorization server for the tests: oidc-provider on 127.0.0.1, issuing JWT access tokens
+// for resource indicators (RFC 8707) by the client_credentials grant, so tests get tokens without a browser.
+//
+// Environment: AS_PORT (the port, so the issuer is known before start), AS_RESOURCES (JSON list of the resource
+// indicators it serves; the first is the default), AS_KEYS (JSON list of private JWKs with `kid`; the first signs,
+// the rest are still published: restart with a new first key to rotate). Clients `alice-app` and `bob-app`
+// (secret: `<id>-secret`, client_secret_basic) may ask for `mcp:read` and `mcp:write`.
+// Prints `READY <port>` on stderr once it listens; stops on SIGTERM.
+import http from 'node:http';
+import Provider, { errors } from 'oidc-provider';
+
+const port = Number(process.env.AS_PORT);
+const issuer = `http://127.0.0.1:${port}`;
+const resources = JSON.parse(process.env.AS_RESOURCES);
+const keys = JSON.parse(process.env.AS_KEYS).map((k) => ({ ...k, alg: 'RS256', use: 'sig' }));
+const client = (id) => ({
+  client_id: id, client_secret: `${id}-secret`, grant_types: ['client_credentials'], response_types: [],
+  redirect_uris: [], token_endpoint_auth_method: 'client_secret_basic', scope: 'mcp:read mcp:write',
+});
+
+const provider = new Provider(issuer, {
+  jwks: { keys },
+  clients: [client('alice-app'), client('bob-app')],
+  scopes: ['mcp:read', 'mcp:write'],
+  features: {
+    devInteractions: { enabled: false },
+    clientCredentials: { enabled: true },
+    resourceIndicators: {
+      enabled: true,
+      defaultResource: async () => resources[0],
+      useGrantedResource: async () => true,
+      getResourceServerInfo: async (_ctx, indicator) => {
+        if (!resources.includes(indicator)) throw new errors.InvalidTarget();
+        return { scope: 'mcp:read mcp:write', audience: indicator, accessTokenTTL: 600,
+                 accessTokenFormat: 'jwt', jwt: { sign: { alg: 'RS256' } } };
+      },
+    },
+  },
+});
+provider.on('server_error', (_ctx, err) => console.error('server_error', err));
+
+const server = http.createServer(provider.callback());
+server.listen(port, '127.0.0.1', () => console.error(`READY ${server.address().port}`));
+process.on('SIGTERM', () => { server.close(); server.closeAllConnections(); process.exit(0); });
