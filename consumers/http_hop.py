@@ -27,6 +27,7 @@ from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
 from consumers._errors import HopBroken, HopUnavailable, SessionGone
+from consumers._http_rules import HTTP_RULES
 from consumers.relay import Downstream, ProgressFn, ask_wire
 
 logger = logging.getLogger("triad.upstream")
@@ -64,7 +65,7 @@ async def open_link(url: str, headers: dict[str, str], connect_timeout: float) -
     """The lean path's own keep-alive client for one upstream. Its requests are bounded by each call's deadline;
     only connecting has a timeout of its own."""
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout)
-    async with aiohttp.ClientSession(headers=headers, timeout=timeout) as client:
+    async with aiohttp.ClientSession(headers=headers, timeout=timeout, trust_env=HTTP_RULES.trust_env) as client:
         yield HttpLink(url, client)
 
 
@@ -127,7 +128,8 @@ class HttpHop:
         anything (an idle keep-alive connection the upstream closed at that moment)."""
         for attempt in (1, 2):
             try:
-                response = await self._link.client.post(self._link.url, data=body, headers=self._headers())
+                response = await self._link.client.post(self._link.url, data=body, headers=self._headers(),
+                                                        allow_redirects=HTTP_RULES.follow_redirects)
             except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
                 if attempt == 2:
                     raise
@@ -147,7 +149,8 @@ class HttpHop:
                 break
             await anyio.sleep(stream.retry_ms / 1000)
             headers = {**self._headers(), "accept": "text/event-stream", "last-event-id": stream.last_id}
-            async with self._link.client.get(self._link.url, headers=headers) as response:
+            async with self._link.client.get(self._link.url, headers=headers,
+                                             allow_redirects=HTTP_RULES.follow_redirects) as response:
                 if response.status != 200 or response.content_type != "text/event-stream":
                     break
                 reply = await self._read_stream(response, stream, request_id, on_progress, downstream)
@@ -202,6 +205,7 @@ class HttpHop:
         """A response or notification to the upstream (it answers 202, no body)."""
         try:
             async with self._link.client.post(self._link.url, data=json.dumps(message).encode(),
+                                              allow_redirects=HTTP_RULES.follow_redirects,
                                               headers=self._headers()) as response:
                 await response.read()
         except aiohttp.ClientError as exc:

@@ -19,6 +19,7 @@ import httpx2
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 
+from consumers._http_rules import HTTP_RULES
 from consumers.child_process import ChildOutput, open_child
 from consumers.config import UpstreamConfig
 
@@ -57,7 +58,8 @@ async def open_transport(name: str, config: UpstreamConfig, cwd: str | None,
     transport = _DrainingTransport(httpx2.AsyncHTTPTransport())
     async with (
         open_link(config.url, headers, HTTP_CONNECT_TIMEOUT) as link,
-        httpx2.AsyncClient(headers=headers, timeout=timeout, follow_redirects=False, transport=transport) as http,
+        httpx2.AsyncClient(headers=headers, timeout=timeout, follow_redirects=HTTP_RULES.follow_redirects,
+                           trust_env=HTTP_RULES.trust_env, transport=transport) as http,
         streamable_http_client(config.url, http_client=http) as (read, write),
     ):
         transport.link = link

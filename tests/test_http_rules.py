@@ -1,0 +1,62 @@
+"""The HTTP rules of every hop to an upstream (`consumers._http_rules`): both client libraries refuse to follow a
+redirect (it would resend the request, and its headers, to another address) and take proxies from the
+environment. A real listener answers 307 pointing at a second one, which must never be reached."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import httpx2
+import mcp_types as types
+import pytest
+from anyio.abc import SocketStream
+
+from consumers._http_rules import HTTP_RULES
+
+pytestmark = pytest.mark.anyio
+
+
+async def redirector(reached: list[str]) -> tuple[str, Any, Any]:
+    """(URL that answers 307, the listeners): the 307 points at a second listener that records any visit."""
+    target = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    source = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    target_port = target.extra(anyio.abc.SocketAttribute.local_port)
+
+    async def visited(stream: SocketStream) -> None:
+        reached.append("visited")
+        await stream.aclose()
+
+    async def redirect(stream: SocketStream) -> None:
+        await stream.receive()
+        await stream.send(b"HTTP/1.1 307 Temporary Redirect\r\nLocation: http://127.0.0.1:%d/mcp\r\n"
+                          b"Content-Length: 0\r\nConnection: close\r\n\r\n" % target_port)
+        await stream.aclose()
+
+    port = source.extra(anyio.abc.SocketAttribute.local_port)
+    return f"http://127.0.0.1:{port}/mcp", (source, redirect), (target, visited)
+
+
+async def test_neither_hop_follows_a_redirect() -> None:
+    from consumers.http_hop import open_link
+
+    reached: list[str] = []
+    url, (source, redirect), (target, visited) = await redirector(reached)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(source.serve, redirect)
+        tg.start_soon(target.serve, visited)
+        async with open_link(url, {}, 5) as link:  # the direct HTTP hop (aiohttp)
+            assert link.client.trust_env is HTTP_RULES.trust_env
+            hop = link.hop("2025-11-25", lambda _method, _params: None)
+            call = types.CallToolRequest(params=types.CallToolRequestParams(name="echo", arguments={}))
+
+            async def no_progress(_params: dict[str, Any]) -> None:
+                return None
+
+            with pytest.raises(ValueError):  # a 307 is no JSON-RPC answer: an error, never a second request
+                await hop.request(call, no_progress, None)
+        async with httpx2.AsyncClient(follow_redirects=HTTP_RULES.follow_redirects,
+                                      trust_env=HTTP_RULES.trust_env) as http:  # the SDK session's client
+            assert (await http.post(url, json={})).status_code == 307
+        tg.cancel_scope.cancel()
+    assert reached == []
