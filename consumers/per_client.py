@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import math
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -65,8 +66,10 @@ class ClientLink:
 class ClientSessions:
     def __init__(self, upstream: str, config: Callable[[], UpstreamConfig], cwd: str | None,
                  client_info: types.Implementation, on_message: MessageHandlerFnT,
-                 on_notification: Callable[[str, dict[str, Any]], None]) -> None:
+                 on_notification: Callable[[str, dict[str, Any]], None],
+                 tls: Callable[[], ssl.SSLContext] | None = None) -> None:
         self._upstream = upstream
+        self._tls = tls
         self._on_notification = on_notification
         self._on_message = on_message
         """What the upstream says on a client's session besides logs (list changes, resource updates) concerns
@@ -143,7 +146,7 @@ class ClientSessions:
             with anyio.CancelScope() as opening:
                 opening.deadline = anyio.current_time() + config.connect_timeout
                 async with (
-                    open_transport(self._upstream, config, self._cwd) as (read, write, http),
+                    open_transport(self._upstream, config, self._cwd, tls=self._tls) as (read, write, http),
                     ClientSession(watch := EOFWatch(read, relays.progress.deliver), CallWrites(write, relays.progress),
                                   client_info=self._client_info,
                                   message_handler=self._on_message, logging_callback=relays.on_log,

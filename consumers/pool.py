@@ -19,6 +19,7 @@ from anyio.abc import TaskGroup
 from pydantic import SecretStr
 
 from consumers.config import UpstreamConfig
+from consumers.transports import TlsContext
 from consumers.upstream import Upstream, UpstreamState
 
 logger = logging.getLogger("triad.pool")
@@ -53,10 +54,13 @@ class UpstreamPool:
         self._upstreams: dict[str, Upstream] = {}
         self._pending: dict[str, Upstream] = {}
         """Replacements started by a reload, swapped in when ready."""
+        self._tls = TlsContext()
+        """One TLS context for every upstream's HTTPS connections, made when the first needs it."""
         self.on_updated: Callable[[str, str], None] = lambda _upstream, _uri: None
         """Told (upstream, raw URI) when a resource some client subscribed to changed (the exposer sets it)."""
         for name, up in config.enabled_upstreams().items():
-            self._upstreams[name] = Upstream(name, up, config.resolve_cwd(up), self._changed, self._updated)
+            self._upstreams[name] = Upstream(name, up, config.resolve_cwd(up), self._changed, self._updated,
+                                             self._tls)
 
     @property
     def upstreams(self) -> Mapping[str, Upstream]:
@@ -97,7 +101,7 @@ class UpstreamPool:
                 diff["kept" if current.config == up else "updated"].append(name)
                 current.config = up
                 continue
-            fresh = Upstream(name, up, cwd, self._changed, self._updated)
+            fresh = Upstream(name, up, cwd, self._changed, self._updated, self._tls)
             if name in self._pending:
                 self._pending.pop(name).stop()
             if name in self._upstreams and self._upstreams[name].state is UpstreamState.READY:

@@ -10,7 +10,8 @@ into the upstream's `ChildOutput`.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+import ssl
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -34,9 +35,12 @@ SSE_READ_TIMEOUT = 300.0
 
 
 @asynccontextmanager
-async def open_transport(name: str, config: UpstreamConfig, cwd: str | None,
-                         output: ChildOutput | None = None) -> AsyncIterator[tuple[Any, Any, HttpLink | None]]:
-    """`output`: where a stdio child's last stderr lines and exit code are kept (the upstream's state)."""
+async def open_transport(name: str, config: UpstreamConfig, cwd: str | None, output: ChildOutput | None = None,
+                         tls: Callable[[], ssl.SSLContext] | None = None
+                         ) -> AsyncIterator[tuple[Any, Any, HttpLink | None]]:
+    """`output`: where a stdio child's last stderr lines and exit code are kept (the upstream's state). `tls`:
+    the TLS context to verify HTTPS upstreams with, made once and shared (making one loads the CA bundle: tens of
+    milliseconds of CPU, which a per-client session would otherwise pay at every opening)."""
     kind = config.kind
     if kind == "stdio":
         assert config.command is not None
@@ -55,7 +59,7 @@ async def open_transport(name: str, config: UpstreamConfig, cwd: str | None,
     from consumers.http_hop import open_link
 
     timeout = httpx2.Timeout(HTTP_CONNECT_TIMEOUT, read=max(config.timeout, SSE_READ_TIMEOUT))
-    transport = _DrainingTransport(httpx2.AsyncHTTPTransport())
+    transport = _DrainingTransport(httpx2.AsyncHTTPTransport(verify=tls() if tls is not None else True))
     async with (
         open_link(config.url, headers, HTTP_CONNECT_TIMEOUT) as link,
         httpx2.AsyncClient(headers=headers, timeout=timeout, follow_redirects=HTTP_RULES.follow_redirects,
@@ -64,6 +68,18 @@ async def open_transport(name: str, config: UpstreamConfig, cwd: str | None,
     ):
         transport.link = link
         yield read, write, link
+
+
+class TlsContext:
+    """One TLS context, made at its first use and shared after (an upstream's sessions, or all of a pool's)."""
+
+    def __init__(self) -> None:
+        self._context: ssl.SSLContext | None = None
+
+    def __call__(self) -> ssl.SSLContext:
+        if self._context is None:
+            self._context = httpx2.create_ssl_context()
+        return self._context
 
 
 DRAIN_LIMIT = 0.05

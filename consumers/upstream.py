@@ -13,6 +13,7 @@ import enum
 import logging
 import math
 import random
+import ssl
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -48,7 +49,7 @@ from consumers.relay import (
     with_progress_token,
 )
 from consumers.subscriptions import Subscriptions
-from consumers.transports import open_transport
+from consumers.transports import TlsContext, open_transport
 
 if TYPE_CHECKING:
     from consumers.http_hop import HttpHop
@@ -89,8 +90,11 @@ class IllegalTransition(Exception):
 class Upstream:
     def __init__(self, name: str, config: UpstreamConfig, cwd: str | None,
                  on_change: Callable[[Upstream], None],
-                 on_updated: Callable[[str, str], None] = lambda _upstream, _uri: None) -> None:
+                 on_updated: Callable[[str, str], None] = lambda _upstream, _uri: None,
+                 tls: Callable[[], ssl.SSLContext] | None = None) -> None:
         self.name = name
+        self.tls = tls or TlsContext()
+        """The TLS context for HTTPS (the pool shares one among its upstreams)."""
         self.config = config
         """Replaced in place by a reload that keeps the connection (timeouts, tool filters)."""
         self.cwd = cwd
@@ -125,7 +129,7 @@ class Upstream:
         self._on_updated = on_updated
         """Told (upstream name, raw URI) when a subscribed resource changed."""
         self._clients = ClientSessions(name, lambda: self.config, cwd, CLIENT_INFO, self._on_message,
-                                       self._on_notification)
+                                       self._on_notification, self.tls)
         """With `sessions: per_client`: each downstream session's own upstream session."""
         self._modern = ModernLink(name, self.request_relist, on_updated, lambda: self.subscriptions.uris())
         self.subscriptions = Subscriptions(name, self.request, lambda: self.modern, self._modern)
@@ -214,7 +218,7 @@ class Upstream:
     async def _connect_and_serve(self) -> None:
         with anyio.CancelScope() as connect_scope:
             connect_scope.deadline = anyio.current_time() + self.config.connect_timeout
-            async with open_transport(self.name, self.config, self.cwd, self.child) as (read, write, link):
+            async with open_transport(self.name, self.config, self.cwd, self.child, self.tls) as (read, write, link):
                 watch = EOFWatch(read, self._relays.progress.deliver)
                 async with ClientSession(watch, CallWrites(write, self._relays.progress), client_info=CLIENT_INFO,
                                          message_handler=self._on_message,
