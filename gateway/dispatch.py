@@ -245,6 +245,8 @@ class Dispatcher:
 
         async def send(ctx: CallContext | None) -> dict[str, Any]:
             arguments = ctx.arguments if ctx is not None else params.get("arguments")
+            if entry.descriptor.arguments is not None:  # hidden and fixed by an override, whatever the client sent
+                arguments = entry.descriptor.arguments.apply(arguments)
             request = types.CallToolRequest(params=types.CallToolRequestParams.model_validate(
                 {"name": entry.executor.tool, "arguments": arguments, "_meta": meta, **input_round(params)},
                 by_name=False))
