@@ -27,6 +27,7 @@ from gateway.errors import InvalidRequest, UnknownName, UpstreamTimeout, Upstrea
 from gateway.hook_factory import build_chain
 from gateway.hooks import CallContext, HookChain, Session
 from gateway.identity import Identity, bounded_run_list, run_list
+from gateway.logs import log_call, request_name
 from gateway.metrics import Metrics
 from gateway.name_ledger import NameLedger
 from gateway.naming import parse_exposed_uri
@@ -37,7 +38,7 @@ from gateway.search_tools import TRIAD_TOOLS, call_triad_tool, settings_for
 from gateway.snapshot import Snapshot
 from gateway.views import ClientView, paginate, schema_profile, tool_wire
 from gateway.wire import RUN_LIST_META_KEY, clean_result, expose_links, forwardable_meta, input_round
-from policy import Pipeline
+from policy import LAYER_NAMES, Pipeline
 
 logger = logging.getLogger("triad.dispatch")
 
@@ -149,7 +150,10 @@ class Dispatcher:
         for descriptor, decision in view.denied:
             if descriptor.name == name and (step := decision.denied_by) is not None:
                 self.metrics.deny(step.layer)
-                logger.info("denied call: client %s tool %s by %s", view.identity.client_id, name, step.describe())
+                logger.info("denied call: client %s tool %s by %s", view.identity.client_id, name, step.describe(),
+                            extra={"kind": "tool", "client": view.identity.client_id, "tool": name,
+                                   "session": session.id if session is not None else None, "outcome": "denied",
+                                   "layer": LAYER_NAMES.get(step.layer, str(step.layer)), "pattern": step.pattern})
                 if self.hooks:
                     executor = descriptor.executor
                     ctx = CallContext("tool", view.identity.client_id, session or Session(), name,
@@ -253,7 +257,7 @@ class Dispatcher:
             limits = (ctx.timeout, ctx.max_time) if ctx is not None else (None, None)
             relayed = self.hooks.progress(ctx, progress) if ctx is not None else progress
             result = await self._forward(upstream, "tool", request, progress=relayed, retry_safe=safe, client=session,
-                                         call_limits=limits)
+                                         call_limits=limits, caller=(identity.client_id, entry.descriptor.name))
             return expose_links(result, self.registry.uri_parts.get(upstream.name))
 
         if not self.hooks:
@@ -276,7 +280,7 @@ class Dispatcher:
 
         async def send(_ctx: CallContext | None) -> dict[str, Any]:
             result = await self._forward(self._upstream(owner), "resource", request, retry_safe=True,
-                                         client=session)
+                                         client=session, caller=(identity.client_id, uri))
             if raw != uri and isinstance(result.get("contents"), list):
                 # Contents name the URI the client asked for, so it can match them to its request.
                 result["contents"] = [{**c, "uri": uri} if isinstance(c, dict) and c.get("uri") == raw else c
@@ -304,7 +308,7 @@ class Dispatcher:
                 {"name": entry.raw, "arguments": arguments or None, "_meta": meta, **input_round(params)},
                 by_name=False))
             result = await self._forward(self._upstream(entry.upstream), "prompt", request, retry_safe=True,
-                                         client=session)
+                                         client=session, caller=(identity.client_id, entry.exposed))
             return expose_links(result, self.registry.uri_parts.get(entry.upstream), "messages")
 
         if not self.hooks:
@@ -381,8 +385,10 @@ class Dispatcher:
             return candidates[0], uri
         raise UnknownName(f"Unknown resource: {uri}")
 
-    async def _forward(self, upstream: Upstream, kind: str, request: Any, **options: Any) -> dict[str, Any]:
-        """The one place a request leaves for an upstream: timed and counted by outcome."""
+    async def _forward(self, upstream: Upstream, kind: str, request: Any, *, caller: tuple[str, str] = ("", ""),
+                       **options: Any) -> dict[str, Any]:
+        """The one place a request leaves for an upstream: timed, counted and logged by outcome. `caller`: the
+        client and the name it asked for (exposed tool or prompt name, URI), for the log line."""
         start, outcome = time.perf_counter(), "error"
         try:
             result = clean_result(await self.metrics.call_log.watch(upstream, kind, request, options))
@@ -392,10 +398,15 @@ class Dispatcher:
             outcome = "timeout"
             raise
         finally:
-            self.metrics.observe(upstream.name, kind, outcome, time.perf_counter() - start)
+            elapsed = time.perf_counter() - start
+            self.metrics.observe(upstream.name, kind, outcome, elapsed)
+            session = options.get("client")
+            log_call(kind, upstream.name, request_name(request), outcome, elapsed, client=caller[0], tool=caller[1],
+                     session=session.id if session is not None else None)
 
     def _upstream(self, name: str) -> Upstream:
         upstream = self.pool.get(name)
         if upstream is None:
             raise UpstreamUnavailable(name, f"upstream {name!r} is not configured any more")
         return upstream
+
