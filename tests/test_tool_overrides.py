@@ -9,11 +9,14 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
+import yaml
 from mcp.shared.exceptions import MCPError
 
 from tests.conftest import TRIAD, Proc, start_triad, stdio_upstream, write_config
-from tests.test_gateway_e2e import all_tools, call, http_session
+from tests.test_gateway_e2e import ListChanges, all_tools, call, http_session
+from tests.test_stable_names import rewrite
 
 pytestmark = pytest.mark.anyio
 
@@ -101,6 +104,28 @@ async def test_a_renamed_tools_name_is_kept_and_its_former_name_stays_reserved(p
     async with http_session(url) as via:
         names = {tool["name"] for tool in await all_tools(via)}
         assert "echo" in names and not {"say", "speak"} & names
+
+
+async def test_a_reload_applies_changed_overrides_without_restarting_the_upstream(procs: list[Proc],
+                                                                                   tmp_path: Path) -> None:
+    config = overridden(tmp_path)
+    url = start_triad(procs, config, wait_ready=1)
+    changes = ListChanges()
+    async with http_session(url, message_handler=changes) as via:
+        assert "say" in {tool["name"] for tool in await all_tools(via)}
+        content = yaml.safe_load(config.read_text())
+        content["upstreams"]["fx"]["tools"]["overrides"] = {"echo": {"name": "speak"},
+                                                            "rich": {"fixed_arguments": {"mode": "slow"}}}
+        changes.event = anyio.Event()
+        rewrite(config, content)
+        with anyio.fail_after(60):
+            while "speak" not in (names := {tool["name"] for tool in await all_tools(via)}):
+                await changes.event.wait()
+                changes.event = anyio.Event()
+        assert "say" not in names
+        received = json.loads((await call(via, "rich", {"nickname": "eve"}))["content"][0]["text"])
+        assert received == {"mode": "slow", "nickname": "eve"}  # no longer hidden; the new fixed value
+    assert "upstream fx: new connection settings" not in procs[-1].stderr  # the same child serves on
 
 
 def test_check_refuses_bad_overrides(tmp_path: Path) -> None:
