@@ -27,7 +27,7 @@ from gateway.errors import InvalidRequest, UnknownName, UpstreamTimeout, Upstrea
 from gateway.hook_factory import build_chain
 from gateway.hooks import CallContext, HookChain, Session
 from gateway.identity import Identity, bounded_run_list, run_list
-from gateway.logs import log_call, request_name
+from gateway.logs import log_call, log_denied
 from gateway.metrics import Metrics
 from gateway.name_ledger import NameLedger
 from gateway.naming import parse_exposed_uri
@@ -38,7 +38,7 @@ from gateway.search_tools import TRIAD_TOOLS, call_triad_tool, settings_for
 from gateway.snapshot import Snapshot
 from gateway.views import ClientView, paginate, schema_profile, tool_wire
 from gateway.wire import RUN_LIST_META_KEY, clean_result, expose_links, forwardable_meta, input_round
-from policy import LAYER_NAMES, Pipeline
+from policy import Pipeline
 
 logger = logging.getLogger("triad.dispatch")
 
@@ -150,10 +150,7 @@ class Dispatcher:
         for descriptor, decision in view.denied:
             if descriptor.name == name and (step := decision.denied_by) is not None:
                 self.metrics.deny(step.layer)
-                logger.info("denied call: client %s tool %s by %s", view.identity.client_id, name, step.describe(),
-                            extra={"kind": "tool", "client": view.identity.client_id, "tool": name,
-                                   "session": session.id if session is not None else None, "outcome": "denied",
-                                   "layer": LAYER_NAMES.get(step.layer, str(step.layer)), "pattern": step.pattern})
+                log_denied(view.identity.client_id, name, session, step)
                 if self.hooks:
                     executor = descriptor.executor
                     ctx = CallContext("tool", view.identity.client_id, session or Session(), name,
@@ -249,8 +246,8 @@ class Dispatcher:
 
         async def send(ctx: CallContext | None) -> dict[str, Any]:
             arguments = ctx.arguments if ctx is not None else params.get("arguments")
-            if entry.descriptor.arguments is not None:  # hidden and fixed by an override, whatever the client sent
-                arguments = entry.descriptor.arguments.apply(arguments)
+            if shape := entry.descriptor.arguments:  # hidden and fixed by a tool override, whatever was sent
+                arguments = shape.apply(arguments)
             request = types.CallToolRequest(params=types.CallToolRequestParams.model_validate(
                 {"name": entry.executor.tool, "arguments": arguments, "_meta": meta, **input_round(params)},
                 by_name=False))
@@ -387,8 +384,7 @@ class Dispatcher:
 
     async def _forward(self, upstream: Upstream, kind: str, request: Any, *, caller: tuple[str, str] = ("", ""),
                        **options: Any) -> dict[str, Any]:
-        """The one place a request leaves for an upstream: timed, counted and logged by outcome. `caller`: the
-        client and the name it asked for (exposed tool or prompt name, URI), for the log line."""
+        """The one place a request leaves for an upstream: timed, counted and logged (`caller`: client, name)."""
         start, outcome = time.perf_counter(), "error"
         try:
             result = clean_result(await self.metrics.call_log.watch(upstream, kind, request, options))
@@ -400,13 +396,10 @@ class Dispatcher:
         finally:
             elapsed = time.perf_counter() - start
             self.metrics.observe(upstream.name, kind, outcome, elapsed)
-            session = options.get("client")
-            log_call(kind, upstream.name, request_name(request), outcome, elapsed, client=caller[0], tool=caller[1],
-                     session=session.id if session is not None else None)
+            log_call(kind, upstream.name, request, outcome, elapsed, caller, options.get("client"))
 
     def _upstream(self, name: str) -> Upstream:
         upstream = self.pool.get(name)
         if upstream is None:
             raise UpstreamUnavailable(name, f"upstream {name!r} is not configured any more")
         return upstream
-

@@ -15,11 +15,15 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from policy import LAYER_NAMES, Step
+
 FIELDS = ("kind", "upstream", "client", "session", "tool", "raw", "outcome", "duration_ms", "layer", "pattern",
           "hook")
 """The structured fields a log call may pass with `extra=`, in the order a JSON line shows them."""
 
 calls_logger = logging.getLogger("triad.calls")
+denials_logger = logging.getLogger("triad.dispatch")
+"""Denials keep the logger they were always written to."""
 FAILED_OUTCOMES = frozenset({"error", "timeout"})
 """A request that failed is logged at INFO; one that was answered (a tool error included) at DEBUG."""
 
@@ -41,17 +45,27 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line, default=str)
 
 
-def log_call(kind: str, upstream: str, raw: str | None, outcome: str, seconds: float, *, client: str = "",
-             tool: str = "", session: str | None = None) -> None:
-    """The call path's line for one request to an upstream (a tool call, a read, a get), once it ended."""
+def log_call(kind: str, upstream: str, request: Any, outcome: str, seconds: float, caller: tuple[str, str],
+             session: Any) -> None:
+    """The call path's line for one request to an upstream (a tool call, a read, a get), once it ended. `caller`:
+    the client and the name it asked for; `session`: a `gateway.hooks.Session` (its id is already a hash) or None."""
     level = logging.INFO if outcome in FAILED_OUTCOMES else logging.DEBUG
     if not calls_logger.isEnabledFor(level):
         return
+    (client, tool), raw = caller, request_name(request)
     fields: Mapping[str, Any] = {"kind": kind, "upstream": upstream, "client": client, "tool": tool or raw,
-                                 "raw": raw, "session": session, "outcome": outcome,
+                                 "raw": raw, "session": getattr(session, "id", None), "outcome": outcome,
                                  "duration_ms": round(seconds * 1000, 3)}
     calls_logger.log(level, "%s %s on %s by %s: %s in %.1f ms", kind, tool or raw, upstream, client or "-",
                      outcome, seconds * 1000, extra=fields)
+
+
+def log_denied(client: str, tool: str, session: Any, step: Step) -> None:
+    """A call refused by policy (the caller gets `Unknown tool`): the layer by name and the pattern."""
+    denials_logger.info("denied call: client %s tool %s by %s", client, tool, step.describe(),
+                        extra={"kind": "tool", "client": client, "tool": tool, "session": getattr(session, "id", None),
+                               "outcome": "denied", "layer": LAYER_NAMES.get(step.layer, str(step.layer)),
+                               "pattern": step.pattern})
 
 
 def request_name(request: Any) -> str | None:
