@@ -20,7 +20,7 @@ $(NODE_DIR)/node_modules/.installed: $(NODE_DIR)/package.json
 setup: $(VENV)/.installed
 
 run: $(VENV)/.installed
-	# the venv first on PATH: the example's demo upstream is `python examples/demo_upstream.py` and needs `mcp`
+	# the venv first on PATH (the example's demo upstream runs on TRIAD_PYTHON, the venv's Python, anyway)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/triad serve -c config.example.yaml
 
 # The end-to-end tests run twice: with Triad's direct HTTP path on (the default) and off (the SDK's server only).

@@ -62,11 +62,50 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class ToolAnnotationsOverride(_Model):
+    """The spec's tool annotations; each one set here replaces the upstream's, the others stay as it sent them."""
+
+    title: str | None = None
+    readOnlyHint: bool | None = None  # the spec's spelling
+    destructiveHint: bool | None = None
+    idempotentHint: bool | None = None
+    openWorldHint: bool | None = None
+
+
+class ToolOverride(_Model):
+    """`tools.overrides.<raw tool name>`: how Triad presents one upstream tool (applied in the registry, so plans,
+    policy, pins, search and the console see the tool so changed).
+
+    `name` replaces the raw name in the exposed one (prefixing and clash rules apply as to any tool);
+    `hide_arguments` leaves arguments out of the input schema and drops them from calls; `fixed_arguments` are left
+    out of the schema too and sent on every call whatever the client sends."""
+
+    name: str | None = Field(default=None, min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_-]+$")
+    title: str | None = None
+    description: str | None = None
+    annotations: ToolAnnotationsOverride | None = None
+    hide_arguments: tuple[str, ...] = ()
+    fixed_arguments: dict[str, Any] = {}
+
+
 class ToolFilter(_Model):
-    """`*` globs on the upstream's raw tool names: include first (empty = all), then exclude."""
+    """`*` globs on the upstream's raw tool names: include first (empty = all), then exclude; and per raw tool
+    name, how it is presented (`overrides`)."""
 
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
+    overrides: dict[str, ToolOverride] = {}
+
+    @model_validator(mode="after")
+    def _renames_unique(self) -> ToolFilter:
+        seen: dict[str, str] = {}
+        for raw, override in self.overrides.items():
+            if override.name is None:
+                continue
+            other = seen.setdefault(override.name.lower(), raw)
+            if other != raw:
+                raise ValueError(f"overrides {other!r} and {raw!r} both rename to {override.name!r}")
+        return self
 
 
 class CircuitBreakerConfig(_Model):

@@ -4,7 +4,8 @@
 and the names given before, it returns the `ToolSource`s and availability context for `build_registry`, and
 records the names it gave. Upstream tools carry the availability expression
 `context upstream:<name> == "ready"`, so the tools of an upstream that went down move to the hidden list with a
-diagnostic instead of failing calls.
+diagnostic instead of failing calls. Tool overrides (`tools.overrides`) are applied here, to the descriptors, so
+everything downstream of the registry sees the overridden tool (`gateway.overrides`).
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from consumers import Catalog
+from consumers.config import ToolOverride
 from gateway.availability import AvailabilityContext
 from gateway.config import TriadConfig, UpstreamConfig
 from gateway.name_ledger import NameLedger
-from gateway.naming import assign_names, expose_uri, prefix_active, sanitize_server_names
+from gateway.naming import assign_names, expose_uri, prefix_active, renamed_key, sanitize_server_names
+from gateway.overrides import bound_arguments, override_wire
 from gateway.registry import ExecutorRef, OwnerRef, PromptEntry, ResourceEntry, ToolDescriptor, ToolSource
 from policy import compile_globs, first_match
 
@@ -66,7 +69,8 @@ def build_upstream_sources(config: TriadConfig, snapshots: Mapping[str, Upstream
         catalog = snapshot.catalog if snapshot is not None else None
         tools_by_upstream[name] = _filter_tools(catalog.tools if catalog else (), up)
     reserved = list(reserved)
-    tool_names = assign_names({n: [t["name"] for t in ts] for n, ts in tools_by_upstream.items()}, config.naming,
+    tool_keys = {n: [_naming_key(t["name"], upstreams[n]) for t in ts] for n, ts in tools_by_upstream.items()}
+    tool_names = assign_names(tool_keys, config.naming,
                               server_parts=server_parts, prefixed=prefixed, reserved=reserved,
                               pinned=names.pinned("tools") if names is not None else None)
     prompt_catalog = {n: [p["name"] for p in _catalog(snapshots, n).prompts if isinstance(p.get("name"), str)]
@@ -81,9 +85,11 @@ def build_upstream_sources(config: TriadConfig, snapshots: Mapping[str, Upstream
         catalog = _catalog(snapshots, name)
         key = upstream_context_key(name)
         availability = {"anyOf": [{"kind": "context", "key": key, "equals": state} for state in SERVING]}
-        tools = [_descriptor(name, tool_names.exposed(name, t["name"]), t,
-                             {"allOf": [availability, TASKS_RELAYED]} if _needs_tasks(t) else availability)
-                 for t in tools_by_upstream[name]]
+        overrides = upstreams[name].tools.overrides
+        tools = [_descriptor(name, tool_names.exposed(name, key), t,
+                             {"allOf": [availability, TASKS_RELAYED]} if _needs_tasks(t) else availability,
+                             overrides.get(t["name"]))
+                 for t, key in zip(tools_by_upstream[name], tool_keys[name], strict=True)]
         part = server_parts[name]
         resources = [_resource(name, r, "uri", part if prefixed else None) for r in catalog.resources
                      if isinstance(r.get("uri"), str)]
@@ -131,7 +137,16 @@ def _filter_tools(tools: Iterable[dict[str, Any]], config: UpstreamConfig) -> li
     return out
 
 
-def _descriptor(upstream: str, exposed: str, wire: dict[str, Any], availability: dict[str, Any]) -> ToolDescriptor:
+def _naming_key(raw: str, config: UpstreamConfig) -> str:
+    override = config.tools.overrides.get(raw)
+    return renamed_key(raw, override.name) if override is not None and override.name is not None else raw
+
+
+def _descriptor(upstream: str, exposed: str, wire: dict[str, Any], availability: dict[str, Any],
+                override: ToolOverride | None = None) -> ToolDescriptor:
+    raw = wire["name"]
+    if override is not None:
+        wire = override_wire(wire, override)
     schema = wire.get("inputSchema")
     return ToolDescriptor(
         name=exposed,
@@ -140,10 +155,11 @@ def _descriptor(upstream: str, exposed: str, wire: dict[str, Any], availability:
         owner=OwnerRef("mcp", upstream),
         title=wire.get("title"),
         output_schema=wire.get("outputSchema"),
-        executor=ExecutorRef("mcp", upstream, wire["name"]),
+        executor=ExecutorRef("mcp", upstream, raw),
         availability=availability,
         annotations=wire.get("annotations"),
         wire=wire,
+        arguments=bound_arguments(override),
     )
 
 

@@ -1,4 +1,4 @@
-"""The `triad` command line: serve, stdio, check, plan, explain, search, approve, import. Bad input: a clear
+"""The `triad` command line: serve, stdio, check, plan, explain, search, approve, import, init. Bad input: a clear
 error, exit 1."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -17,6 +18,7 @@ from gateway.errors import ConfigError, ToolPlanContractError
 from gateway.identity import LOCAL_CLIENT, identity_for
 from gateway.importer import FORMATS
 from gateway.loading import load_config
+from gateway.starter import DEFAULT_PATH
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
@@ -76,9 +78,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     importer.add_argument("--force", action="store_true",
                           help="write the YAML even when some settings could not be converted (they are listed)")
 
+    init = verbs.add_parser("init", help="write a starter config (the example config: a demo upstream, "
+                                         "server-everything through npx)")
+    init.add_argument("path", nargs="?", default=DEFAULT_PATH, help=f"where to write it (default: {DEFAULT_PATH})")
+    init.add_argument("--force", action="store_true", help="overwrite the file if it exists")
+
     args = parser.parse_args(argv)
     if args.verb == "import":
         return _import(args.file, args.source_format, args.force)
+    if args.verb == "init":
+        return _init(Path(args.path), args.force)
     try:
         config = load_config(args.config)
     except ConfigError as exc:
@@ -159,6 +168,21 @@ def policy_warnings(config: TriadConfig) -> list[str]:
     separator = config.naming.separator if prefixed else None
     return [*unknown_patterns(config.policy, client_rules, parts, separator),
             *spanning_patterns(config.policy, client_rules, parts, separator)]
+
+
+def _init(path: Path, force: bool) -> int:
+    from gateway.starter import write_starter
+
+    try:
+        write_starter(path, force=force)
+    except FileExistsError:
+        print(f"triad: {path} exists; pass --force to overwrite it", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"triad: {path}: cannot write ({exc.strerror})", file=sys.stderr)
+        return 1
+    print(f"wrote {path}\nnext: triad check -c {path}   then   triad serve -c {path}  (or triad stdio -c {path})")
+    return 0
 
 
 def _import(path: str, source_format: str | None, force: bool) -> int:

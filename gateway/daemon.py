@@ -10,7 +10,6 @@ group: calls in flight get `listen.shutdown_grace` to finish, then a JSON-RPC er
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
 import signal
@@ -31,6 +30,7 @@ from gateway._listener import ListenerConfig
 from gateway.config import TriadConfig, is_loopback
 from gateway.dispatch import Dispatcher
 from gateway.identity import LOCAL, Identity
+from gateway.logs import JsonFormatter
 from gateway.name_ledger import NameLedger
 from gateway.reload import Reloader
 
@@ -200,17 +200,6 @@ async def _handle_signals(stop: Callable[[], None], reloader: Reloader | None) -
                 stop()
             elif reloader is not None:
                 await reloader.reload("SIGHUP")
-
-
-class JsonFormatter(logging.Formatter):
-    """One JSON object per line: time, level, logger, message (and the traceback, when there is one)."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        line = {"time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}",
-                "level": record.levelname.lower(), "logger": record.name, "message": record.getMessage()}
-        if record.exc_info:
-            line["exception"] = self.formatException(record.exc_info)
-        return json.dumps(line)
 
 
 def configure_logging(level: str = "INFO", log_format: str = "text") -> None:

@@ -27,6 +27,7 @@ from gateway.errors import InvalidRequest, UnknownName, UpstreamTimeout, Upstrea
 from gateway.hook_factory import build_chain
 from gateway.hooks import CallContext, HookChain, Session
 from gateway.identity import Identity, bounded_run_list, run_list
+from gateway.logs import log_call, log_denied
 from gateway.metrics import Metrics
 from gateway.name_ledger import NameLedger
 from gateway.naming import parse_exposed_uri
@@ -149,7 +150,7 @@ class Dispatcher:
         for descriptor, decision in view.denied:
             if descriptor.name == name and (step := decision.denied_by) is not None:
                 self.metrics.deny(step.layer)
-                logger.info("denied call: client %s tool %s by %s", view.identity.client_id, name, step.describe())
+                log_denied(view.identity.client_id, name, session, step)
                 if self.hooks:
                     executor = descriptor.executor
                     ctx = CallContext("tool", view.identity.client_id, session or Session(), name,
@@ -245,13 +246,15 @@ class Dispatcher:
 
         async def send(ctx: CallContext | None) -> dict[str, Any]:
             arguments = ctx.arguments if ctx is not None else params.get("arguments")
+            if shape := entry.descriptor.arguments:  # hidden and fixed by a tool override, whatever was sent
+                arguments = shape.apply(arguments)
             request = types.CallToolRequest(params=types.CallToolRequestParams.model_validate(
                 {"name": entry.executor.tool, "arguments": arguments, "_meta": meta, **input_round(params)},
                 by_name=False))
             limits = (ctx.timeout, ctx.max_time) if ctx is not None else (None, None)
             relayed = self.hooks.progress(ctx, progress) if ctx is not None else progress
             result = await self._forward(upstream, "tool", request, progress=relayed, retry_safe=safe, client=session,
-                                         call_limits=limits)
+                                         call_limits=limits, caller=(identity.client_id, entry.descriptor.name))
             return expose_links(result, self.registry.uri_parts.get(upstream.name))
 
         if not self.hooks:
@@ -274,7 +277,7 @@ class Dispatcher:
 
         async def send(_ctx: CallContext | None) -> dict[str, Any]:
             result = await self._forward(self._upstream(owner), "resource", request, retry_safe=True,
-                                         client=session)
+                                         client=session, caller=(identity.client_id, uri))
             if raw != uri and isinstance(result.get("contents"), list):
                 # Contents name the URI the client asked for, so it can match them to its request.
                 result["contents"] = [{**c, "uri": uri} if isinstance(c, dict) and c.get("uri") == raw else c
@@ -302,7 +305,7 @@ class Dispatcher:
                 {"name": entry.raw, "arguments": arguments or None, "_meta": meta, **input_round(params)},
                 by_name=False))
             result = await self._forward(self._upstream(entry.upstream), "prompt", request, retry_safe=True,
-                                         client=session)
+                                         client=session, caller=(identity.client_id, entry.exposed))
             return expose_links(result, self.registry.uri_parts.get(entry.upstream), "messages")
 
         if not self.hooks:
@@ -379,8 +382,9 @@ class Dispatcher:
             return candidates[0], uri
         raise UnknownName(f"Unknown resource: {uri}")
 
-    async def _forward(self, upstream: Upstream, kind: str, request: Any, **options: Any) -> dict[str, Any]:
-        """The one place a request leaves for an upstream: timed and counted by outcome."""
+    async def _forward(self, upstream: Upstream, kind: str, request: Any, *, caller: tuple[str, str] = ("", ""),
+                       **options: Any) -> dict[str, Any]:
+        """The one place a request leaves for an upstream: timed, counted and logged (`caller`: client, name)."""
         start, outcome = time.perf_counter(), "error"
         try:
             result = clean_result(await self.metrics.call_log.watch(upstream, kind, request, options))
@@ -390,7 +394,9 @@ class Dispatcher:
             outcome = "timeout"
             raise
         finally:
-            self.metrics.observe(upstream.name, kind, outcome, time.perf_counter() - start)
+            elapsed = time.perf_counter() - start
+            self.metrics.observe(upstream.name, kind, outcome, elapsed)
+            log_call(kind, upstream.name, request, outcome, elapsed, caller, options.get("client"))
 
     def _upstream(self, name: str) -> Upstream:
         upstream = self.pool.get(name)

@@ -113,6 +113,12 @@ class CallContext:
     max_time: float | None = None
 
 
+def _log_fields(ctx: CallContext, **more: str) -> dict[str, Any]:
+    """The structured fields of a log line about `ctx` (`gateway.logs`): names only, the session hashed."""
+    return {"kind": ctx.kind, "client": ctx.client_id, "session": ctx.session.id, "tool": ctx.name,
+            "upstream": ctx.upstream, "raw": ctx.raw_name, **more}
+
+
 @dataclass(frozen=True)
 class Arguments:
     values: Mapping[str, Any]
@@ -181,7 +187,8 @@ class HookChain:
                 with anyio.fail_after(BEFORE_TIMEOUT):
                     outcome = await method(ctx)
             except Exception:
-                logger.exception("before-hook %s failed on %s %s; blocking (fail closed)", name, ctx.kind, ctx.name)
+                logger.exception("before-hook %s failed on %s %s; blocking (fail closed)", name, ctx.kind, ctx.name,
+                                 extra=_log_fields(ctx, hook=name, outcome="blocked"))
                 return Block(BLOCKED_BY_FAILURE, name)
             if isinstance(outcome, Block):
                 return outcome if outcome.hook else replace(outcome, hook=name)
@@ -197,7 +204,8 @@ class HookChain:
                 with anyio.fail_after(AFTER_TIMEOUT):
                     change = await method(ctx, Outcome(result, outcome.error, outcome.duration, outcome.blocked))
             except Exception:
-                logger.exception("after-hook %s failed on %s %s; skipped (fail open)", name, ctx.kind, ctx.name)
+                logger.exception("after-hook %s failed on %s %s; skipped (fail open)", name, ctx.kind, ctx.name,
+                                 extra=_log_fields(ctx, hook=name))
                 continue
             if isinstance(change, Mapping) and result is not None:
                 result = {**result, **{k: v for k, v in change.items() if k in RESULT_FIELDS}}

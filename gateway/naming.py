@@ -25,6 +25,19 @@ from gateway.config import NamingConfig
 
 MAX_UPSTREAM_PART = 30
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+RENAMED = " => "
+"""A tool renamed in config (`tools.overrides.<raw>.name`) is named, and kept in the name ledger, under the key
+`<raw> => <new name>`: its exposed name is made from the new name, stays with it across reloads and restarts, and
+the name the tool had before stays reserved for it (as any absent tool's), so no other tool takes either."""
+
+
+def renamed_key(raw: str, name: str) -> str:
+    return f"{raw}{RENAMED}{name}"
+
+
+def naming_text(key: str) -> str:
+    """The text an exposed name is made from: the new name of a renamed tool's key, else the raw name."""
+    return key.rpartition(RENAMED)[2] if RENAMED in key else key
 
 
 def sanitize(text: str, empty: str) -> str:
@@ -85,7 +98,8 @@ def assign_names(
     reserved: Iterable[str] = (),
     pinned: Mapping[tuple[str, str], str] | None = None,
 ) -> NameMap:
-    """Name every (upstream, raw name) in `catalog`. `reserved` names (core, plugins) are never reused.
+    """Name every (upstream, raw name) in `catalog` (a renamed tool's raw name is its `renamed_key`). `reserved`
+    names (core, plugins) are never reused.
 
     `pinned` holds the names given before (the name ledger): a tool keeps its pinned name, and the pinned name of
     a tool that is absent now (its upstream down, or the tool gone for a while) is given to no other tool. So an
@@ -97,7 +111,8 @@ def assign_names(
     forward: dict[tuple[str, str], str] = {}
     reverse: dict[str, tuple[str, str]] = {}
 
-    def shape(upstream: str, raw: str) -> tuple[str, str, int]:
+    def shape(upstream: str, key: str) -> tuple[str, str, int]:
+        raw = naming_text(key)
         if prefixed:
             head, tool = server_parts[upstream] + sep, sanitize(raw, "tool")
         else:

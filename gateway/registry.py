@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from gateway.availability import AvailabilityContext
+from gateway.overrides import BoundArguments
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +58,10 @@ class ToolDescriptor:
     annotations: Mapping[str, Any] | None = None
     sort_key: str | None = None
     wire: Mapping[str, Any] = field(default_factory=dict)
-    """The tool as its source sent it (icons, `_meta`, `execution`...), served with only `name` replaced."""
+    """The tool as its source sent it (icons, `_meta`, `execution`...), served with only `name` replaced; for an
+    overridden upstream tool, with the override applied (`gateway.overrides`)."""
+    arguments: BoundArguments | None = None
+    """Arguments the client may not set (hidden or fixed by an override), applied as the call is forwarded."""
 
     def to_wire(self) -> dict[str, Any]:
         out = dict(self.wire)

@@ -21,7 +21,9 @@ def test_example_config_loads() -> None:
     config = load_config(ROOT / "config.example.yaml")
     assert list(config.upstreams) == ["demo", "everything"]
     assert config.upstreams["demo"].kind == "stdio"
-    assert config.resolve_cwd(config.upstreams["demo"]) == str(ROOT)
+    # The demo upstream ships in the package and runs from any working directory (no cwd).
+    assert config.upstreams["demo"].args == ("-m", "gateway.starter.demo_upstream")
+    assert config.upstreams["demo"].cwd is None
     assert config.naming.prefix == "conditional"
 
 

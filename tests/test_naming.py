@@ -17,6 +17,7 @@ from gateway.naming import (
     expose_uri,
     parse_exposed_uri,
     prefix_active,
+    renamed_key,
     sanitize,
     sanitize_server_names,
 )
@@ -219,6 +220,17 @@ def test_the_pinned_name_of_an_absent_tool_goes_to_no_other_tool() -> None:
     pinned = {("a", "echo"): "echo"}  # a is down: its echo is not in the catalog now
     mapping = assign_names({"a": [], "b": ["echo"]}, DEFAULT, server_parts=parts, prefixed=False, pinned=pinned)
     assert dict(mapping.forward) == {("b", "echo"): "echo-2"}
+
+
+def test_a_renamed_tool_is_named_from_its_new_name_and_its_former_name_goes_to_no_other_tool() -> None:
+    parts = sanitize_server_names(["fs"])
+    pinned = {("fs", "echo"): "fs__echo"}  # the name echo had before it was renamed
+    catalog = {"fs": [renamed_key("echo", "say"), "Echo"]}  # the upstream now offers a lookalike too
+    mapping = assign_names(catalog, DEFAULT, server_parts=parts, prefixed=True, pinned=pinned)
+    assert mapping.forward == {("fs", "echo => say"): "fs__say", ("fs", "Echo"): "fs__Echo-2"}
+    again = assign_names(catalog, DEFAULT, server_parts=parts, prefixed=True,
+                         pinned={**pinned, **mapping.forward})
+    assert again.forward == mapping.forward
 
 
 @pytest.mark.parametrize(("pinned", "naming", "expected"), [

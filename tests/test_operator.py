@@ -210,8 +210,13 @@ async def test_metrics_pass_promtool_and_carry_what_dashboards_expect(procs: lis
     assert 'triad_build_info{mcp="' in text
 
 
-def test_the_wheel_builds_without_warnings_and_carries_the_license(tmp_path: Path) -> None:
+@pytest.mark.timeout(900)
+def test_the_wheel_installs_in_a_fresh_venv_and_starts_a_user_off(tmp_path: Path) -> None:
+    """Built from a copy of the sources, without warnings, with the LICENSE, the example config and the demo
+    upstream; installed (with its dependencies, from the ordinary index) in a new venv outside the checkout, where
+    `triad --version`, `triad init`, `triad check` and `triad plan` (the demo upstream ready) work."""
     import shutil
+    import sys
     import zipfile
 
     source = tmp_path / "src"  # built from a copy: setuptools writes build/ and *.egg-info next to the sources
@@ -224,5 +229,43 @@ def test_the_wheel_builds_without_warnings_and_carries_the_license(tmp_path: Pat
     [wheel] = tmp_path.glob("mcp_triad-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert any(name.endswith("licenses/LICENSE") for name in names)
+    assert {"gateway/starter/config.example.yaml", "gateway/starter/demo_upstream.py"} <= set(names)
     metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("METADATA"))).decode()
     assert "License-Expression: Apache-2.0" in metadata
+
+    venv, work = tmp_path / "venv", tmp_path / "work"
+    work.mkdir()
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    done = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(wheel)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    env = {"PATH": f"{venv / 'bin'}:/bin", "HOME": str(tmp_path)}  # no npx: `everything` is down, demo serves
+
+    def triad(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(venv / "bin" / "triad"), *args], capture_output=True, text=True, timeout=120,
+                              cwd=work, env=env)
+
+    version = triad("--version")
+    assert version.returncode == 0 and version.stdout.strip() == "triad 0.1.0", version.stderr
+    init = triad("init")
+    assert init.returncode == 0 and (work / "triad.yaml").is_file(), init.stderr
+    assert (work / "triad.yaml").read_text() == (ROOT / "config.example.yaml").read_text()
+    assert triad("init").returncode == 1  # never overwrites
+    check = triad("check", "-c", "triad.yaml")
+    assert check.returncode == 0 and "valid" in check.stdout, check.stderr
+    plan = triad("plan", "-c", "triad.yaml", "--json")
+    assert plan.returncode == 0, plan.stderr
+    report = json.loads(plan.stdout)
+    assert report["upstreams"]["demo"]["state"] == "ready", report["upstreams"]
+    assert "demo__echo" in {row["name"] for row in report["visible"]}
+
+
+def test_triad_init_writes_where_told_and_refuses_to_overwrite(tmp_path: Path) -> None:
+    target = tmp_path / "conf" / "mine.yaml"
+    done = subprocess.run([*TRIAD, "init", str(target)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and f"triad check -c {target}" in done.stdout, done.stderr
+    target.write_text("# edited\n")
+    done = subprocess.run([*TRIAD, "init", str(target)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "--force" in done.stderr and target.read_text() == "# edited\n"
+    done = subprocess.run([*TRIAD, "init", str(target), "--force"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and target.read_text() == (ROOT / "config.example.yaml").read_text()

@@ -2,6 +2,7 @@
 
 Tools `echo`, `add` and `word_count`, a resource `demo://readme`, a template `demo://notes/{topic}`, and a
 prompt `summarize`. Runs over stdio by default; `--http PORT` serves streamable HTTP on 127.0.0.1 instead.
+Shipped in the wheel: `python -m gateway.starter.demo_upstream` (what the example and starter config run).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def summarize(text: str) -> str:
     return f"Summarize this in one sentence:\n\n{text}"
 
 
-if __name__ == "__main__":
+def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--http", type=int, metavar="PORT")
     args = parser.parse_args()
@@ -51,3 +52,7 @@ if __name__ == "__main__":
         demo.run("streamable-http", host="127.0.0.1", port=args.http)
     else:
         demo.run()
+
+
+if __name__ == "__main__":
+    main()
