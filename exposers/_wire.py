@@ -109,7 +109,7 @@ class StrictJson:
         if scope["type"] != "http" or scope["method"] != "POST" or not self._checks(scope):
             await self.app(scope, receive, send)
             return
-        read = await _read_body(receive, self._max_body)
+        read = await read_body(receive, self._max_body)
         if read is None:  # the client went away before its body was whole: nothing to answer
             return
         body, more = read
@@ -122,7 +122,7 @@ class StrictJson:
             if self._check == "message" and not _is_message(value):
                 await _send_error(send, 400, error_body(types.INVALID_REQUEST, INVALID_MESSAGE))
                 return
-        await self.app(scope, _replay(body, more, receive), send)
+        await self.app(scope, replay(body, more, receive), send)
 
     def _checks(self, scope: Scope) -> bool:
         if self._check == "message":
@@ -139,7 +139,7 @@ def _is_message(value: Any) -> bool:
     return True
 
 
-async def _read_body(receive: Receive, limit: int) -> tuple[bytes, bool] | None:
+async def read_body(receive: Receive, limit: int) -> tuple[bytes, bool] | None:
     """The body up to just past `limit` bytes and whether more is left unread; None if the client went away."""
     chunks: list[bytes] = []
     size = 0
@@ -153,18 +153,18 @@ async def _read_body(receive: Receive, limit: int) -> tuple[bytes, bool] | None:
             return b"".join(chunks), bool(message.get("more_body"))
 
 
-def _replay(body: bytes, more: bool, receive: Receive) -> Receive:
+def replay(body: bytes, more: bool, receive: Receive) -> Receive:
     """A `receive` that gives the body read so far again, then the rest of the request."""
     sent = False
 
-    async def replay() -> Message:
+    async def again() -> Message:
         nonlocal sent
         if not sent:
             sent = True
             return {"type": "http.request", "body": body, "more_body": more}
         return await receive()
 
-    return replay
+    return again
 
 
 class StrictMessages:

@@ -40,10 +40,10 @@ from mcp_types.methods import validate_client_request
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 from starlette.requests import Request
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from exposers._sdk import held, session_transport
-from exposers._wire import ParseError, parse_json
+from exposers._wire import ParseError, parse_json, read_body, replay
 from exposers.fast_calls import (
     Answers,
     ModernCallRelay,
@@ -114,7 +114,7 @@ class FastPath:
         with held(transport):
             if message is not None and await self._serve(receive, send, message, connection, identity, session_id):
                 return
-        await self.app(scope, _replay(body, more, receive), send)
+        await self.app(scope, replay(body, more, receive), send)
 
     async def _read(self, scope: Scope, receive: Receive, send: Send
                     ) -> tuple[Request, bytes, bool, dict[str, Any] | None] | None:
@@ -124,7 +124,10 @@ class FastPath:
         if (refused := await self._security.validate_request(request, is_post=True)) is not None:
             await refused(scope, receive, send)
             return None
-        body, more = await _read_body(receive, self._max_body)
+        read = await read_body(receive, self._max_body)
+        if read is None:  # the client went away before its body came: nobody to answer
+            return None
+        body, more = read
         whole = not more and len(body) <= self._max_body
         return request, body, more, _message(body) if whole and all(check_accept_headers(request)) else None
 
@@ -145,7 +148,7 @@ class FastPath:
             if (page := await self._pages.reply(identity, version, message)) is not None:
                 await send_json(send, page, [])
                 return
-        await self.app(scope, _replay(body, more, receive), send)
+        await self.app(scope, replay(body, more, receive), send)
 
     def _modern_route(self, scope: Scope, request: Request, message: dict[str, Any]) -> tuple[Identity, str] | None:
         """The caller and version of a 2026-07-28 `tools/call` or list request that passes every check the SDK
@@ -254,30 +257,3 @@ def _client_name(connection: Connection) -> str | None:
 async def _accepted(send: Send, headers: list[tuple[bytes, bytes]]) -> None:
     await send({"type": "http.response.start", "status": 202, "headers": headers})
     await send({"type": "http.response.body", "body": b""})
-
-
-async def _read_body(receive: Receive, limit: int) -> tuple[bytes, bool]:
-    """The request body, up to `limit` bytes; True as the second value when there is more."""
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        chunk = message.get("body", b"")
-        chunks.append(chunk)
-        size += len(chunk)
-        if not message.get("more_body") or size > limit:
-            return b"".join(chunks), bool(message.get("more_body"))
-
-
-def _replay(body: bytes, more: bool, receive: Receive) -> Receive:
-    """A `receive` that gives the body read so far again, then the rest of the request."""
-    sent = False
-
-    async def replay() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": more}
-        return await receive()
-
-    return replay

@@ -5,10 +5,10 @@ URI, which may carry a user's data), the client, the start time, the duration, t
 blocked, that hook's name. Never an argument or a result value: they may hold secrets.
 
 Ownership: `Metrics` holds one `CallLog` per dispatcher. It is fed from two seams: the dispatcher's `_forward`
-(every request that leaves for an upstream: `watch`), and the hook chain's block (`blocked`), since a blocked call
-never leaves. The exposer's runner tells it whose session a request comes from (`attribute`): `_forward` knows the
-session, not the identity. Everything here is synchronous but `watch`, which awaits only the upstream call it
-wraps; the records are bounded (`MAX_RECENT`), and the calls in flight are bounded by the calls Triad serves.
+(every request that leaves for an upstream: `start`, then `end` with the outcome `_forward` computes for the
+metrics too), and the hook chain's block (`blocked`), since a blocked call never leaves. The exposer's runner tells
+it whose session a request comes from (`attribute`): `_forward` knows the session, not the identity. Everything
+here is synchronous; the records are bounded (`MAX_RECENT`), and the calls in flight by the calls Triad serves.
 """
 
 from __future__ import annotations
@@ -17,14 +17,8 @@ import itertools
 import time
 import weakref
 from collections import deque
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-from gateway.errors import UpstreamTimeout
-
-if TYPE_CHECKING:
-    from consumers import Upstream
+from typing import Any
 
 MAX_RECENT = 200
 """Finished calls kept; enough for a screen or two of history, small enough to copy on every page view."""
@@ -63,26 +57,18 @@ class CallLog:
         """The requests of `session` are made by `client_id` (a session belongs to the identity that opened it)."""
         self._callers[session] = client_id
 
-    async def watch(self, upstream: Upstream, kind: str, request: Any, options: Mapping[str, Any]
-                    ) -> dict[str, Any]:
-        """Send `request` on `upstream` (with the dispatcher's `options`), keeping it among the calls in flight
-        until it ends; its raw result, or its exception."""
-        session = options.get("client")
-        record = CallRecord(next(self._numbers), kind, upstream.name, _raw_name(kind, request),
+    def start(self, upstream: str, kind: str, request: Any, session: Any) -> CallRecord:
+        """A request leaves for `upstream`: it is in flight until `end`."""
+        record = CallRecord(next(self._numbers), kind, upstream, _raw_name(kind, request),
                             self._callers.get(session) if session is not None else None, time.time())
         self._in_flight[record.number] = record
-        start, outcome = time.perf_counter(), "error"
-        try:
-            result = await upstream.request(request, **options)
-            outcome = "tool_error" if result.get("isError") is True else "ok"
-            return result
-        except UpstreamTimeout:
-            outcome = "timeout"
-            raise
-        finally:
-            record.duration, record.outcome = time.perf_counter() - start, outcome
-            del self._in_flight[record.number]
-            self._recent.append(record)
+        return record
+
+    def end(self, record: CallRecord, outcome: str, duration: float) -> None:
+        """The request ended with `outcome` (the dispatcher's, as in the metrics) after `duration` seconds."""
+        record.duration, record.outcome = duration, outcome
+        self._in_flight.pop(record.number, None)
+        self._recent.append(record)
 
     def blocked(self, ctx: Any, hook: str) -> None:
         """A before-hook named `hook` blocked the call `ctx` (a `gateway.hooks.CallContext`)."""

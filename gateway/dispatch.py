@@ -386,8 +386,9 @@ class Dispatcher:
                        **options: Any) -> dict[str, Any]:
         """The one place a request leaves for an upstream: timed, counted and logged (`caller`: client, name)."""
         start, outcome = time.perf_counter(), "error"
+        record = self.metrics.call_log.start(upstream.name, kind, request, options.get("client"))
         try:
-            result = clean_result(await self.metrics.call_log.watch(upstream, kind, request, options))
+            result = clean_result(await upstream.request(request, **options))
             outcome = "tool_error" if result.get("isError") is True else "ok"
             return result
         except UpstreamTimeout:
@@ -395,6 +396,7 @@ class Dispatcher:
             raise
         finally:
             elapsed = time.perf_counter() - start
+            self.metrics.call_log.end(record, outcome, elapsed)
             self.metrics.observe(upstream.name, kind, outcome, elapsed)
             log_call(kind, upstream.name, request, outcome, elapsed, caller, options.get("client"))
 

@@ -5,12 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import anyio
 import mcp_types as types
 import pytest
 
 from gateway.call_log import CallLog
-from gateway.errors import UpstreamTimeout
 from gateway.hooks import Block, CallContext, HookChain, HookEntry, Session
 from gateway.pinning import PinStore
 from gateway.reload import ReloadStatus
@@ -18,56 +16,35 @@ from gateway.reload import ReloadStatus
 pytestmark = pytest.mark.anyio
 
 
-class _Upstream:
-    """Stands in for `consumers.Upstream` at the one method the call log uses; `release` ends the call."""
-
-    def __init__(self, name: str, result: dict[str, Any] | Exception) -> None:
-        self.name, self.result, self.release, self.entered = name, result, anyio.Event(), anyio.Event()
-
-    async def request(self, request: Any, **options: Any) -> dict[str, Any]:
-        self.entered.set()
-        await self.release.wait()
-        if isinstance(self.result, Exception):
-            raise self.result
-        return self.result
-
-
 def _tool(name: str) -> types.CallToolRequest:
     return types.CallToolRequest(params=types.CallToolRequestParams(name=name, arguments={"password": "hunter2"}))
 
 
-async def test_a_call_is_in_flight_until_it_ends_then_recent_with_its_client_and_outcome() -> None:
+def test_a_call_is_in_flight_until_it_ends_then_recent_with_its_client_and_outcome() -> None:
     log, session = CallLog(), Session()
     log.attribute(session, "ide")
-    upstream = _Upstream("fx", {"content": [], "isError": True})
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(log.watch, upstream, "tool", _tool("fail"), {"client": session})
-        await upstream.entered.wait()
-        [running] = log.in_flight()
-        assert (running.upstream, running.raw, running.client, running.outcome) == ("fx", "fail", "ide", None)
-        upstream.release.set()
+    record = log.start("fx", "tool", _tool("fail"), session)
+    [running] = log.in_flight()
+    assert (running.upstream, running.raw, running.client, running.outcome) == ("fx", "fail", "ide", None)
+    log.end(record, "tool_error", 0.01)
     assert log.in_flight() == []
     [done] = log.recent()
-    assert done.outcome == "tool_error" and done.duration is not None and "hunter2" not in repr(done)
+    assert done.outcome == "tool_error" and done.duration == 0.01 and "hunter2" not in repr(done)
 
 
-async def test_a_timeout_is_its_own_outcome_and_a_read_keeps_no_uri() -> None:
+def test_a_read_keeps_no_uri_and_a_call_without_a_session_no_client() -> None:
     log = CallLog()
-    upstream = _Upstream("fx", UpstreamTimeout("fx", "too slow"))
-    upstream.release.set()
     read = types.ReadResourceRequest(params=types.ReadResourceRequestParams(uri="file:///home/me/secret.txt"))
-    with pytest.raises(UpstreamTimeout):
-        await log.watch(upstream, "resource", read, {})
+    log.end(log.start("fx", "resource", read, None), "timeout", 1.0)
     [done] = log.recent()
     assert (done.outcome, done.raw, done.client) == ("timeout", None, None)
+    assert "secret" not in repr(done)
 
 
-async def test_the_log_is_bounded() -> None:
+def test_the_log_is_bounded() -> None:
     log = CallLog(size=3)
-    upstream = _Upstream("fx", {"content": []})
-    upstream.release.set()
     for _ in range(5):
-        await log.watch(upstream, "tool", _tool("echo"), {})
+        log.end(log.start("fx", "tool", _tool("echo"), None), "ok", 0.0)
     assert [r.number for r in log.recent()] == [5, 4, 3]
 
 
