@@ -30,23 +30,20 @@ from consumers._breaker import CircuitBreaker
 from consumers._errors import UpstreamConnectionFailed, UpstreamSessionGone, call_failure, describe_failure
 from consumers._health import probe
 from consumers._progress import CallWrites
-from consumers._sdk import send_raw
 from consumers._streams import EOFWatch
+from consumers.channel import Channel, SdkChannel
 from consumers.child_process import ChildOutput
 from consumers.config import UpstreamConfig
-from consumers.errors import UpstreamError, UpstreamRefused, UpstreamTimeout, UpstreamUnavailable
+from consumers.errors import UpstreamRefused, UpstreamTimeout, UpstreamUnavailable
 from consumers.listing import Catalog, list_catalog
 from consumers.modern import ModernLink
 from consumers.per_client import ClientSessions
 from consumers.relay import (
     CURRENT_DOWNSTREAM,
     ClientOrigin,
-    Downstream,
     InFlight,
     ProgressFn,
-    answer_input_requests,
     with_params,
-    with_progress_token,
 )
 from consumers.subscriptions import Subscriptions
 from consumers.transports import TlsContext, open_transport
@@ -62,8 +59,6 @@ BACKOFF_MAX = 30.0
 PING_TIMEOUT = 10.0
 UNWIND_LIMIT = 5.0
 """How long calls cancelled at the end of a grace period may take to tell their upstream and answer their caller."""
-MAX_INPUT_ROUNDS = 10
-"""A bound on `input_required` rounds Triad answers for a handshake-era client, in case an upstream asks forever."""
 
 
 class UpstreamState(enum.StrEnum):
@@ -395,31 +390,6 @@ class Upstream:
             return self._session, self._relays, self._hop
         return await self._clients.session_for(client)
 
-    async def _exchange(self, session: ClientSession, relays: InFlight, hop: HttpHop | None, request: Any,
-                        on_progress: ProgressFn, downstream: Downstream | None) -> dict[str, Any]:
-        """One request and its answer. A 2026-07-28 upstream may answer `input_required`: for a client of the
-        handshake era Triad asks it each input request and sends the retry; a 2026-07-28 client gets the
-        result and retries itself. On the SDK's session, progress comes by a token of Triad's own
-        (`consumers._progress`), so it keeps every field and number type the upstream sent."""
-        if hop is not None:
-            return await hop.request(request, on_progress, downstream)
-        return await relays.progress.routed(
-            on_progress, lambda token: self._rounds(session, request, token, downstream),
-            lambda: downstream.cancel_reason if downstream is not None else None)
-
-    async def _rounds(self, session: ClientSession, request: Any, token: str, downstream: Downstream | None
-                      ) -> dict[str, Any]:
-        request = with_progress_token(request, token)
-        result = await send_raw(session, request)
-        for _ in range(MAX_INPUT_ROUNDS):
-            if result.get("resultType") != "input_required" or downstream is None or downstream.modern:
-                return result
-            answers = await answer_input_requests(self.name, downstream, result.get("inputRequests"))
-            request = with_params(request, {"inputResponses": answers, "requestState": result.get("requestState")})
-            result = await send_raw(session, request)
-        raise UpstreamError(self.name, f"upstream {self.name!r} asked for input more than {MAX_INPUT_ROUNDS} times "
-                            f"in one {request.method}")
-
     def _record(self, reached: bool | None) -> None:
         """Tell the breaker what a call's outcome says of the connection (None: nothing, e.g. a timeout)."""
         if reached is None:
@@ -464,7 +434,8 @@ class Upstream:
         self._calls.add(scope)
         try:
             with scope:
-                return await self._exchange(session, relays, hop, request, on_progress, downstream)
+                channel: Channel = hop if hop is not None else SdkChannel(self.name, session, relays)
+                return await channel.request(request, on_progress, downstream)
             if self._grace_over:
                 raise UpstreamUnavailable(self.name, f"upstream {self.name!r} was {self._retired} and its grace "
                                           f"period ran out during {method}")
