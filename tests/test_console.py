@@ -128,7 +128,8 @@ def test_sign_in_takes_an_owners_token_and_nothing_else(browser: WebDriver, proc
     assert browser.current_url == f"{base}/console/login"  # no token, no console
     screenshot(browser, "login")
     sign_in(browser, base, DEV_TOKEN)  # a client's token, but not an owner's
-    assert "not the token of an owner client" in browser.find_element(By.ID, "login-error").text
+    [error] = wait_for(browser, lambda b: b.find_elements(By.ID, "login-error"))  # the answer's page, once loaded
+    assert "not the token of an owner client" in error.text
     assert browser.get_cookies() == []
     sign_in(browser, base)
     wait_for(browser, lambda b: b.current_url == f"{base}/console/upstreams")
@@ -317,7 +318,8 @@ def test_a_forged_cross_site_post_is_refused(browser: WebDriver, pinned: _Pinned
     try:
         browser.get(f"http://127.0.0.1:{attacker.server_address[1]}/")
         wait_for(browser, lambda b: b.current_url == _Attacker.target)
-        assert "Refused: this action came from another site" in browser.find_element(By.ID, "refused").text
+        [refused] = wait_for(browser, lambda b: b.find_elements(By.ID, "refused"))
+        assert "Refused: this action came from another site" in refused.text
     finally:
         attacker.shutdown()
         attacker.server_close()
