@@ -27,7 +27,7 @@ from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
 from consumers._errors import HopBroken, HopUnavailable, SessionGone
-from consumers._http_rules import HTTP_RULES
+from consumers._http_rules import HTTP_RULES, env_proxy
 from consumers.relay import Downstream, ProgressFn, ask_wire
 
 logger = logging.getLogger("triad.upstream")
@@ -65,7 +65,7 @@ async def open_link(url: str, headers: dict[str, str], connect_timeout: float) -
     """The lean path's own keep-alive client for one upstream. Its requests are bounded by each call's deadline;
     only connecting has a timeout of its own."""
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout)
-    async with aiohttp.ClientSession(headers=headers, timeout=timeout, trust_env=HTTP_RULES.trust_env) as client:
+    async with aiohttp.ClientSession(headers=headers, timeout=timeout, proxy=env_proxy(url)) as client:
         yield HttpLink(url, client)
 
 

@@ -46,7 +46,7 @@ async def test_neither_hop_follows_a_redirect() -> None:
         tg.start_soon(source.serve, redirect)
         tg.start_soon(target.serve, visited)
         async with open_link(url, {}, 5) as link:  # the direct HTTP hop (aiohttp)
-            assert link.client.trust_env is HTTP_RULES.trust_env
+            assert link.client.trust_env is False  # the environment's proxy is resolved once (`env_proxy`)
             hop = link.hop("2025-11-25", lambda _method, _params: None)
             call = types.CallToolRequest(params=types.CallToolRequestParams(name="echo", arguments={}))
 
@@ -60,3 +60,14 @@ async def test_neither_hop_follows_a_redirect() -> None:
             assert (await http.post(url, json={})).status_code == 307
         tg.cancel_scope.cancel()
     assert reached == []
+
+
+def test_proxies_come_from_the_environment_and_no_proxy_exempts_a_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    from consumers._http_rules import env_proxy
+
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy.example:3128")
+    monkeypatch.setenv("NO_PROXY", "internal.example")
+    assert env_proxy("http://upstream.example/mcp") == "http://proxy.example:3128"
+    assert env_proxy("http://internal.example/mcp") is None
+    monkeypatch.delenv("HTTP_PROXY")
+    assert env_proxy("http://upstream.example/mcp") is None
