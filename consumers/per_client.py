@@ -39,7 +39,7 @@ from consumers.transports import open_transport
 if TYPE_CHECKING:
     from consumers.http_hop import HttpHop
 from consumers.config import UpstreamConfig
-from consumers.errors import UpstreamUnavailable
+from consumers.errors import UpstreamTimeout, UpstreamUnavailable
 
 logger = logging.getLogger("triad.upstream")
 
@@ -112,10 +112,16 @@ class ClientSessions:
             link = self._links[origin] = ClientLink(origin, InFlight(self._upstream, origin.back))
             origin.on_close(lambda: self._close(origin))
             self._task_group.start_soon(self._own, link, name=f"client-session:{self._upstream}")
-        with anyio.fail_after(self._config().connect_timeout):
+        timeout = self._config().connect_timeout
+        with anyio.move_on_after(timeout):
             await link.opened.wait()
         if link.session is None:
-            self._links.pop(origin, None)
+            if self._links.get(origin) is link:
+                del self._links[origin]
+            if not link.opened.is_set():
+                link.closed.set()  # its owner task closes it as soon as it opens: nobody else would
+                raise UpstreamTimeout(self._upstream, f"upstream {self._upstream!r} did not open a session for "
+                                      f"this client within {timeout:g}s")
             reason = describe_failure(link.failure) if link.failure is not None else "it closed"
             raise UpstreamUnavailable(self._upstream, f"upstream {self._upstream!r} refused a session for this "
                                       f"client: {reason}")
