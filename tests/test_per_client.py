@@ -19,7 +19,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from tests.conftest import NODE_DIR, Proc, node_bin, start_fixture, start_triad, stdio_upstream, write_config
 from tests.test_gateway_e2e import call
-from tests.test_relays import FakeUser, Meeting
+from tests.test_relays import FakeUser, two_clients_ask
 
 pytestmark = pytest.mark.anyio
 
@@ -35,24 +35,7 @@ async def test_each_client_gets_only_its_own_answers_and_logs(procs: list[Proc],
                                                               transport: str) -> None:
     config = write_config(tmp_path, {"upstreams": {"fx": upstream_for(procs, transport, f"per-client-{transport}")}})
     url = start_triad(procs, config, wait_ready=1)
-    meeting = Meeting(2)
-    ada, bob = FakeUser("ada", meeting), FakeUser("bob", meeting)
-    results: dict[str, list[str]] = {"ada": [], "bob": []}
-
-    async def run(user: FakeUser) -> None:
-        async with streamable_http_client(url) as (read, write), user.session(read, write) as session:
-            await session.initialize()
-            for tool, arguments in (("sample", {"prompt": "hi"}), ("ask", {"question": f"q-{user.name}"}),
-                                    ("roots", {})):
-                result = await call(session, tool, arguments)
-                results[user.name].append(result["content"][0]["text"])
-            for _ in range(3):  # logs of calls that overlap with the other client's: each gets all of its own
-                await call(session, "log")
-
-    with anyio.fail_after(60):
-        async with anyio.create_task_group() as tg:  # both clients call the same upstream at the same time
-            tg.start_soon(run, ada)
-            tg.start_soon(run, bob)
+    (ada, bob), results = await two_clients_ask(url, log_calls=3, seconds=60)
     for user in (ada, bob):
         texts = results[user.name]
         assert f"model of {user.name}" in texts[0]

@@ -69,11 +69,10 @@ class FakeUser:
                              list_roots_callback=self.roots, logging_callback=self.logging)
 
 
-async def test_sampling_elicitation_and_roots_reach_only_the_client_that_asked(procs: list[Proc],
-                                                                              tmp_path: Path) -> None:
-    upstream = start_fixture(procs, "http", "relay-http")
-    config = write_config(tmp_path, {"upstreams": {"fx": {"url": upstream}}})
-    url = start_triad(procs, config, wait_ready=1)
+async def two_clients_ask(url: str, log_calls: int = 0, seconds: float = 30
+                          ) -> tuple[tuple[FakeUser, FakeUser], dict[str, list[str]]]:
+    """Two clients (ada and bob) at once, each having the upstream ask it for sampling, elicitation and roots, then
+    `log_calls` calls that log; their answers' texts by name (questions are answered once both are asked)."""
     meeting = Meeting(2)
     ada, bob = FakeUser("ada", meeting), FakeUser("bob", meeting)
     results: dict[str, list[str]] = {"ada": [], "bob": []}
@@ -85,11 +84,22 @@ async def test_sampling_elicitation_and_roots_reach_only_the_client_that_asked(p
                                     ("roots", {})):
                 result = await call(session, tool, arguments)
                 results[user.name].append(result["content"][0]["text"])
+            for _ in range(log_calls):  # logs of calls that overlap with the other client's
+                await call(session, "log")
 
-    with anyio.fail_after(30):
+    with anyio.fail_after(seconds):
         async with anyio.create_task_group() as tg:  # both clients call the same upstream at the same time
             tg.start_soon(run, ada)
             tg.start_soon(run, bob)
+    return (ada, bob), results
+
+
+async def test_sampling_elicitation_and_roots_reach_only_the_client_that_asked(procs: list[Proc],
+                                                                              tmp_path: Path) -> None:
+    upstream = start_fixture(procs, "http", "relay-http")
+    config = write_config(tmp_path, {"upstreams": {"fx": {"url": upstream}}})
+    url = start_triad(procs, config, wait_ready=1)
+    (ada, bob), results = await two_clients_ask(url)
     for user in (ada, bob):
         texts = results[user.name]
         assert f"model of {user.name}" in texts[0]
