@@ -2,6 +2,7 @@
 
 from consumers._errors import describe_failure
 from consumers.listing import Catalog
+from consumers.per_client import OwnLists
 from consumers.pool import UpstreamPool
 from consumers.relay import CURRENT_DOWNSTREAM, ClientOrigin, Downstream, ProgressFn
 from consumers.upstream import Upstream, UpstreamState
@@ -11,6 +12,7 @@ __all__ = [
     "Catalog",
     "ClientOrigin",
     "Downstream",
+    "OwnLists",
     "ProgressFn",
     "Upstream",
     "UpstreamPool",

@@ -17,10 +17,11 @@ request of that client opens a new one.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +34,8 @@ from mcp.client.session import MessageHandlerFnT
 from consumers._errors import describe_failure
 from consumers._progress import CallWrites
 from consumers._streams import EOFWatch
-from consumers.relay import CURRENT_DOWNSTREAM, ClientOrigin, InFlight
+from consumers.listing import list_all
+from consumers.relay import CURRENT_DOWNSTREAM, ClientOrigin, InFlight, ListsChanged
 from consumers.transports import open_transport
 
 if TYPE_CHECKING:
@@ -47,6 +49,28 @@ LISTEN_WAIT = 2.0
 """How long a new client session over streamable HTTP waits for its GET stream before its first request goes."""
 CLOSE_TIMEOUT = 5.0
 """How long closing one client's upstream session may take (an HTTP DELETE, a child's exit)."""
+DECLARED = ("sampling", "elicitation", "roots")
+"""The client capabilities a client's upstream session declares when that client declared them."""
+OWN_LISTS = {"notifications/tools/list_changed": "tools", "notifications/resources/list_changed": "resources"}
+"""Lists a client's own session keeps for that client (an upstream may list tools by the client's capabilities, and
+keeps session resources per session): a change on that session re-lists them for that client only."""
+
+
+@dataclass(frozen=True)
+class OwnLists:
+    """What one client's upstream session lists, of what may differ per session: its tool names and resources.
+    Equal for equal lists, so list pages can be cached per distinct lists rather than per client."""
+
+    tools: frozenset[str]
+    resources: tuple[dict[str, Any], ...] | None = field(default=None, compare=False, hash=False)
+    """The session's own resources; None when learned from another session with the same capabilities (no
+    session of this client's yet, so no session resources: the catalog's resources stand)."""
+    resources_key: str | None = None
+
+    @classmethod
+    def of(cls, tools: frozenset[str], resources: tuple[dict[str, Any], ...] | None) -> OwnLists:
+        key = json.dumps(resources, sort_keys=True, default=str) if resources is not None else None
+        return cls(tools, resources, key)
 
 
 @dataclass(eq=False)
@@ -61,6 +85,18 @@ class ClientLink:
     opened: anyio.Event = field(default_factory=anyio.Event)
     closed: anyio.Event = field(default_factory=anyio.Event)
     failure: BaseException | None = None
+    lists: OwnLists | None = None
+    stale: set[str] = field(default_factory=set)
+    """Own lists the upstream said changed on this session (both are re-listed by the owner task)."""
+    wake: anyio.Event = field(default_factory=anyio.Event)
+
+    def close(self) -> None:
+        self.closed.set()
+        self.wake.set()
+
+    def changed(self, family: str) -> None:
+        self.stale.add(family)
+        self.wake.set()
 
 
 class ClientSessions:
@@ -79,6 +115,9 @@ class ClientSessions:
         self._client_info = client_info
         self._links: dict[ClientOrigin, ClientLink] = {}
         self._task_group: TaskGroup | None = None
+        self._learned: dict[str, frozenset[str]] = {}
+        """Tool names by declared capabilities, as a client session declaring them listed: a client with no
+        session yet sees what its own would list without opening one (`forget_learned` on a catalog change)."""
 
     def __len__(self) -> int:
         return len(self._links)
@@ -119,7 +158,7 @@ class ClientSessions:
             if self._links.get(origin) is link:
                 del self._links[origin]
             if not link.opened.is_set():
-                link.closed.set()  # its owner task closes it as soon as it opens: nobody else would
+                link.close()  # its owner task closes it as soon as it opens: nobody else would
                 raise UpstreamTimeout(self._upstream, f"upstream {self._upstream!r} did not open a session for "
                                       f"this client within {timeout:g}s")
             reason = describe_failure(link.failure) if link.failure is not None else "it closed"
@@ -131,7 +170,30 @@ class ClientSessions:
         """The client's session is gone (its upstream lost it): the next request opens a new one."""
         link = self._links.pop(origin, None)
         if link is not None:
-            link.closed.set()
+            link.close()
+
+    def known_lists(self, origin: ClientOrigin) -> OwnLists | None:
+        """What the client's own session lists, if known without opening one: its open session's lists, or
+        those of a session that declared the same capabilities."""
+        link = self._links.get(origin)
+        if link is not None and link.lists is not None and not link.closed.is_set():
+            return link.lists
+        learned = self._learned.get(_signature(origin))
+        return OwnLists.of(learned, None) if learned is not None else None
+
+    async def lists_for(self, origin: ClientOrigin) -> OwnLists:
+        """What the client's own session lists: known, or listed by opening its session now."""
+        if (known := self.known_lists(origin)) is not None:
+            return known
+        await self.session_for(origin)
+        link = self._links.get(origin)
+        if link is None or link.lists is None:
+            raise UpstreamUnavailable(self._upstream, f"upstream {self._upstream!r} closed this client's session")
+        return link.lists
+
+    def forget_learned(self) -> None:
+        """The upstream's catalog changed: what sessions listed before may be out of date."""
+        self._learned.clear()
 
     async def roots_changed(self, origin: ClientOrigin) -> None:
         """The client said its roots changed: tell its own upstream session, if it has one."""
@@ -146,8 +208,21 @@ class ClientSessions:
         """Enter the client's transport and session, serve until closed, exit both: all in this one task."""
         CURRENT_DOWNSTREAM.set(None)  # this task's context was copied from the request that opened it
         config = self._config()
-        capabilities = (link.origin.back.capabilities if link.origin.back is not None else None) or {}
+        capabilities = _declared(link.origin)
         relays = link.relays
+
+        def on_notification(method: str, params: dict[str, Any]) -> None:
+            if method in OWN_LISTS:
+                link.changed(OWN_LISTS[method])
+            else:  # the rest (prompts, resource updates) concerns the upstream as a whole
+                self._on_notification(method, params)
+
+        async def on_message(message: Any) -> None:
+            found = getattr(message, "root", message)
+            if isinstance(found, types.Notification) and found.method in OWN_LISTS:
+                link.changed(OWN_LISTS[found.method])
+            else:
+                await self._on_message(message)
         try:
             with anyio.CancelScope() as opening:
                 opening.deadline = anyio.current_time() + config.connect_timeout
@@ -155,27 +230,34 @@ class ClientSessions:
                     open_transport(self._upstream, config, self._cwd, tls=self._tls) as (read, write, http),
                     ClientSession(watch := EOFWatch(read, relays.progress.deliver), CallWrites(write, relays.progress),
                                   client_info=self._client_info,
-                                  message_handler=self._on_message, logging_callback=relays.on_log,
+                                  message_handler=on_message, logging_callback=relays.on_log,
                                   sampling_callback=relays.on_sampling if "sampling" in capabilities else None,
                                   elicitation_callback=relays.on_elicitation if "elicitation" in capabilities
                                   else None,
                                   list_roots_callback=relays.on_list_roots if "roots" in capabilities else None,
                                   ) as session,
                 ):
-                    await session.initialize()
+                    init = await session.initialize()
                     if http is not None:
-                        link.hop = http.hop(session.protocol_version or "", self._on_notification)
+                        link.hop = http.hop(session.protocol_version or "", on_notification)
                         # A server may tell only the session that made a change (a list_changed after a call):
                         # the client's first request waits until that session's own stream is answered.
                         with anyio.move_on_after(LISTEN_WAIT):
                             await http.listening.wait()
-                    watch.on_eof = link.closed.set  # the upstream ended this session: the next request opens anew
+                    offered = init.capabilities.model_dump(exclude_none=True)
+                    link.lists = await _list_own(self._upstream, session, offered)
+                    self._learned[_signature(link.origin)] = link.lists.tools
+                    watch.on_eof = link.close  # the upstream ended this session: the next request opens anew
                     opening.deadline = math.inf
                     link.session = session
                     link.opened.set()
                     logger.info("upstream %s: a client session opened (%d open)", self._upstream, len(self._links))
                     try:
-                        await link.closed.wait()
+                        while not link.closed.is_set():
+                            await link.wake.wait()
+                            link.wake = anyio.Event()
+                            if link.stale and not link.closed.is_set():
+                                await self._relist(link, session, offered)
                     finally:
                         link.session = None
             if opening.cancelled_caught:
@@ -188,3 +270,43 @@ class ClientSessions:
             link.opened.set()  # a request waiting for a session that failed to open learns it now
             if self._links.get(link.origin) is link:
                 del self._links[link.origin]
+
+    async def _relist(self, link: ClientLink, session: ClientSession, offered: Mapping[str, Any]) -> None:
+        """Re-list after the upstream said a list changed on this client's session, and tell that client (only)
+        which of its lists changed."""
+        link.stale.clear()
+        before = link.lists
+        try:
+            with anyio.fail_after(self._config().timeout):
+                now = link.lists = await _list_own(self._upstream, session, offered)
+        except Exception as exc:  # the old lists stand; the next change tries again
+            logger.warning("upstream %s: re-listing a client session failed: %s", self._upstream,
+                           describe_failure(exc))
+            return
+        self._learned[_signature(link.origin)] = now.tools
+        back = link.origin.back
+        if before is None or not isinstance(back, ListsChanged):
+            return
+        changed = [family for family, differs in (("tools", before.tools != now.tools),
+                                                   ("resources", before.resources_key != now.resources_key)) if differs]
+        for family in changed:
+            with anyio.move_on_after(CLOSE_TIMEOUT):
+                await back.lists_changed(family)
+
+
+def _declared(origin: ClientOrigin) -> dict[str, Any]:
+    """The capabilities a client's own upstream session declares: those of `DECLARED` the client declared."""
+    capabilities = (origin.back.capabilities if origin.back is not None else None) or {}
+    return {name: capabilities[name] for name in DECLARED if name in capabilities}
+
+
+def _signature(origin: ClientOrigin) -> str:
+    return json.dumps(_declared(origin), sort_keys=True, default=str)
+
+
+async def _list_own(upstream: str, session: ClientSession, offered: Mapping[str, Any]) -> OwnLists:
+    """The tool names and resources a client's session lists (of the families the upstream offers)."""
+    tools = await list_all(upstream, session, types.ListToolsRequest, "tools") if "tools" in offered else ()
+    resources = await list_all(upstream, session, types.ListResourcesRequest, "resources") \
+        if "resources" in offered else ()
+    return OwnLists.of(frozenset(t["name"] for t in tools if isinstance(t.get("name"), str)), resources)

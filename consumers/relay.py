@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import mcp_types as types
 from mcp.client.session import ClientRequestContext
@@ -87,6 +87,16 @@ class ClientOrigin(Protocol):
 
     def on_close(self, callback: Callable[[], Awaitable[None]]) -> None:
         """`callback()` runs once when the session ends (shielded, bounded)."""
+        ...
+
+
+@runtime_checkable
+class ListsChanged(Protocol):
+    """A session's channel that can tell its client one of its lists changed (a per-client upstream session's own
+    tools or resources, which no other client's lists show)."""
+
+    async def lists_changed(self, family: str) -> None:
+        """Send `notifications/<family>/list_changed` to the client."""
         ...
 
 

@@ -37,7 +37,7 @@ from consumers.config import UpstreamConfig
 from consumers.errors import UpstreamRefused, UpstreamTimeout, UpstreamUnavailable
 from consumers.listing import Catalog, list_catalog
 from consumers.modern import ModernLink
-from consumers.per_client import ClientSessions
+from consumers.per_client import ClientSessions, OwnLists
 from consumers.relay import (
     CURRENT_DOWNSTREAM,
     ClientOrigin,
@@ -220,12 +220,13 @@ class Upstream:
                                          logging_callback=self._relays.on_log,
                                          sampling_callback=self._relays.on_sampling,
                                          elicitation_callback=self._relays.on_elicitation,
-                                         list_roots_callback=self._configured_roots if self.config.roots is not None
+                                         list_roots_callback=self._configured_roots if self._declares_roots
                                          else None) as session:
                     init = await self._negotiate(session)
                     catalog = await list_catalog(self.name, session, init, None, self._modern.checked_tools)
                     connect_scope.deadline = math.inf  # connected: from here on only calls have deadlines
                     self.catalog = catalog
+                    self._clients.forget_learned()
                     self._hop = link.hop(catalog.protocol_version, self._on_notification) \
                         if link is not None and not self.modern else None
                     self._set_session(session)
@@ -245,6 +246,13 @@ class Upstream:
             raise UpstreamTimeout(self.name, f"did not finish initialize and listing within "
                                             f"{self.config.connect_timeout:g}s")
 
+    @property
+    def _declares_roots(self) -> bool:
+        """A shared session declares roots only with `roots:` configured. With `per_client` the catalog session
+        declares them too (its roots are the configured ones, or none): it lists what a client that has roots would
+        see, and each client's own session narrows that to what it lists for that client."""
+        return self.config.roots is not None or self.config.session_mode == "per_client"
+
     async def _configured_roots(self, context: ClientRequestContext) -> types.ListRootsResult | types.ErrorData:
         """A shared session's roots are the upstream's own `roots:`, never a client's."""
         return types.ListRootsResult.model_validate({"roots": [{"uri": uri} for uri in self.config.roots or ()]})
@@ -252,6 +260,14 @@ class Upstream:
     async def roots_changed(self, client: ClientOrigin) -> None:
         """A client's roots changed: its own upstream session is told (a shared one never had them)."""
         await self._clients.roots_changed(client)
+
+    def known_lists(self, client: ClientOrigin) -> OwnLists | None:
+        """What `client`'s own session lists (`sessions: per_client`), if known without opening one."""
+        return self._clients.known_lists(client)
+
+    async def own_lists(self, client: ClientOrigin) -> OwnLists:
+        """What `client`'s own session lists, opening it if need be; an `UpstreamError` if it cannot be opened."""
+        return await self._clients.lists_for(client)
 
     @property
     def client_sessions(self) -> int:
@@ -299,6 +315,7 @@ class Upstream:
                 with anyio.fail_after(self.config.connect_timeout):
                     self.catalog = await list_catalog(self.name, session, None, self.catalog,
                                                       self._modern.checked_tools)
+                self._clients.forget_learned()
                 logger.info("upstream %s re-listed: %d tools", self.name, len(self.catalog.tools))
                 self._on_change(self)
 
@@ -349,7 +366,7 @@ class Upstream:
         if wait is not None:
             raise UpstreamUnavailable(self.name, f"upstream {self.name!r} is failing: {self._breaker.failures} calls "
                                       f"in a row failed to reach it; the next try is in {wait:.0f}s (circuit breaker)")
-        own = client if client is not None and client.back is not None and self._per_client else None
+        own = client if client is not None and client.back is not None and self.per_client else None
         reached: bool | None = None  # what the outcome says of the connection (None: nothing, as for a timeout)
         try:
             session, relays, hop = await self._session_for(own)
@@ -380,7 +397,8 @@ class Upstream:
             self._record(reached)
 
     @property
-    def _per_client(self) -> bool:
+    def per_client(self) -> bool:
+        """Each downstream session with a way back gets an upstream session of its own (`sessions: per_client`)."""
         return self.config.session_mode == "per_client" and not self.modern
 
     async def _session_for(self, client: ClientOrigin | None

@@ -20,10 +20,10 @@ import anyio
 import anyio.lowlevel
 import mcp_types as types
 
-from consumers import ProgressFn, Upstream, UpstreamPool
-from gateway.catalog import UpstreamSnapshot, build_upstream_sources
+from consumers import OwnLists, ProgressFn, Upstream, UpstreamPool
+from gateway.catalog import SERVING, UpstreamSnapshot, build_upstream_sources
 from gateway.config import TriadConfig
-from gateway.errors import InvalidRequest, UnknownName, UpstreamTimeout, UpstreamUnavailable
+from gateway.errors import InvalidRequest, UnknownName, UpstreamError, UpstreamTimeout, UpstreamUnavailable
 from gateway.hook_factory import build_chain
 from gateway.hooks import CallContext, HookChain, Session
 from gateway.identity import Identity, bounded_run_list, run_list
@@ -36,7 +36,7 @@ from gateway.registry import EMPTY_REGISTRY, Registry, ToolDescriptor, build_reg
 from gateway.search import SearchIndexes, load_ranker
 from gateway.search_tools import TRIAD_TOOLS, call_triad_tool, settings_for
 from gateway.snapshot import Snapshot
-from gateway.views import ClientView, paginate, schema_profile, tool_wire
+from gateway.views import ClientView, SessionLists, paginate, schema_profile, tool_wire
 from gateway.wire import RUN_LIST_META_KEY, clean_result, expose_links, forwardable_meta, input_round
 from policy import Pipeline
 
@@ -125,13 +125,46 @@ class Dispatcher:
     def registry(self) -> Registry:
         return self._current().registry
 
-    def view(self, identity: Identity) -> ClientView:
+    def view(self, identity: Identity, own: SessionLists = ()) -> ClientView:
+        """What `identity` may see; `own`: narrowed by what its session's own upstream sessions list."""
         client = self.config.clients.get(identity.client_id)
         profile = schema_profile(client.schema_profile if client else None, identity.provider)
         mode, always_list = settings_for(self.config, identity.client_id)
-        return self._current().view(identity, profile, mode, always_list, self.config.policy.tool_groups)
+        snapshot = self._current()
+        return snapshot.narrowed(snapshot.view(identity, profile, mode, always_list, self.config.policy.tool_groups),
+                                 own)
 
-    def _request_view(self, identity: Identity, params: Mapping[str, Any]) -> ClientView:
+    async def own_lists(self, session: Session | None) -> SessionLists:
+        """What a session's own upstream sessions list, of each serving `per_client` upstream: where an upstream
+        lists tools by its client's capabilities (or keeps session resources), the client sees what its own
+        session lists. Known lists cost nothing; an upstream that has no session of this client's yet, nor one
+        that declared the same capabilities, gets one now (all such upstreams at once)."""
+        if session is None or session.back is None:
+            return ()
+        found: dict[str, OwnLists | None] = {}
+        missing: list[Upstream] = []
+        for name, upstream in self.pool.upstreams.items():
+            if upstream.per_client and upstream.state.value in SERVING:
+                if (known := upstream.known_lists(session)) is not None:
+                    found[name] = known
+                else:
+                    missing.append(upstream)
+
+        async def open_session(upstream: Upstream) -> None:
+            try:
+                found[upstream.name] = await upstream.own_lists(session)
+            except UpstreamError as exc:  # its tools are hidden from this client until it opens: fail closed
+                found[upstream.name] = None
+                logger.info("upstream %s: no session for this client, so none of its tools are listed to it: %s",
+                            upstream.name, exc.message)
+
+        if missing:
+            async with anyio.create_task_group() as tg:
+                for upstream in missing:
+                    tg.start_soon(open_session, upstream)
+        return tuple(sorted(found.items(), key=lambda item: item[0]))
+
+    def _request_view(self, identity: Identity, params: Mapping[str, Any], own: SessionLists = ()) -> ClientView:
         """The view for one request: the caller's, narrowed by the request's own run-level list if it has one."""
         meta = params.get("_meta")
         if isinstance(meta, Mapping) and RUN_LIST_META_KEY in meta:
@@ -142,7 +175,7 @@ class Dispatcher:
                 raise InvalidRequest(f"{source} must be a list of tool patterns")
             identity = dataclasses.replace(identity, run_lists=(*identity.run_lists,
                                                                 bounded_run_list(patterns, source)))
-        return self.view(identity)
+        return self.view(identity, own)
 
     async def _refuse_tool(self, view: ClientView, name: Any, params: Mapping[str, Any],
                            session: Session | None) -> UnknownName:
@@ -192,24 +225,24 @@ class Dispatcher:
 
     # -- lists ---------------------------------------------------------------------------------------------------
 
-    def list_tools(self, identity: Identity, cursor: str | None, params: Mapping[str, Any] | None = None
-                   ) -> dict[str, Any]:
-        view = self._request_view(identity, params) if params else self.view(identity)
+    def list_tools(self, identity: Identity, cursor: str | None, params: Mapping[str, Any] | None = None,
+                   own: SessionLists = ()) -> dict[str, Any]:
+        view = self._request_view(identity, params, own) if params else self.view(identity, own)
         return self._page(view, view.tools_wire, "tools", cursor)
 
-    def list_resources(self, identity: Identity, cursor: str | None, params: Mapping[str, Any] | None = None
-                       ) -> dict[str, Any]:
-        view = self._request_view(identity, params) if params else self.view(identity)
+    def list_resources(self, identity: Identity, cursor: str | None, params: Mapping[str, Any] | None = None,
+                       own: SessionLists = ()) -> dict[str, Any]:
+        view = self._request_view(identity, params, own) if params else self.view(identity, own)
         return self._page(view, view.resources_wire, "resources", cursor)
 
-    def list_resource_templates(self, identity: Identity, cursor: str | None, params: Mapping[str, Any] | None = None
-                                ) -> dict[str, Any]:
-        view = self._request_view(identity, params) if params else self.view(identity)
+    def list_resource_templates(self, identity: Identity, cursor: str | None, params: Mapping[str, Any] | None = None,
+                                own: SessionLists = ()) -> dict[str, Any]:
+        view = self._request_view(identity, params, own) if params else self.view(identity, own)
         return self._page(view, view.templates_wire, "resourceTemplates", cursor)
 
-    def list_prompts(self, identity: Identity, cursor: str | None, params: Mapping[str, Any] | None = None
-                     ) -> dict[str, Any]:
-        view = self._request_view(identity, params) if params else self.view(identity)
+    def list_prompts(self, identity: Identity, cursor: str | None, params: Mapping[str, Any] | None = None,
+                     own: SessionLists = ()) -> dict[str, Any]:
+        view = self._request_view(identity, params, own) if params else self.view(identity, own)
         return self._page(view, view.prompts_wire, "prompts", cursor)
 
     def _page(self, view: ClientView, items: tuple[dict[str, Any], ...], key: str, cursor: str | None
@@ -240,6 +273,9 @@ class Dispatcher:
         if entry is None:
             raise await self._refuse_tool(view, name, params, session)
         upstream = self._upstream(entry.executor.id)
+        if upstream.per_client and session is not None and session.back is not None \
+                and entry.executor.tool not in (await upstream.own_lists(session)).tools:
+            raise UnknownName(f"Unknown tool: {name}")  # its own session does not list it: as if it did not exist
         meta = forwardable_meta(params.get("_meta"))
         notes = entry.descriptor.annotations or {}
         safe = notes.get("readOnlyHint") is True or notes.get("idempotentHint") is True
