@@ -34,6 +34,7 @@ from mcp.server.subscriptions import (
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from gateway.dispatch import Dispatcher
+from gateway.errors import InvalidRequest
 from gateway.identity import LOCAL, Identity
 
 logger = logging.getLogger("triad.exposer")
@@ -43,6 +44,9 @@ RELEASE_TIMEOUT = 5.0
 SEND_TIMEOUT = 10.0
 """How long handing one notification to a connection may take. A client that reads its stream takes
 microseconds; one that takes this long has stopped reading, and gets no more notifications."""
+MAX_SUBSCRIPTIONS = 256
+"""Resource subscriptions one session may hold at once: each costs an entry here and, for a new URI, one at the
+upstream, so a client cannot grow either without bound."""
 OUTBOX_SIZE = 1024
 """Distinct notifications waiting for one connection (list changes, and one per subscribed resource that
 changed); more, and the connection is stuck."""
@@ -166,6 +170,13 @@ class Notifier:
             return False
         mine[uri] = (upstream, raw)
         return True
+
+    def check_room(self, connection: Any, uri: str) -> None:
+        """Refuse a new subscription beyond `MAX_SUBSCRIPTIONS` for this session, before the upstream is asked."""
+        mine = self._subscriptions.get(connection, {})
+        if uri not in mine and len(mine) >= MAX_SUBSCRIPTIONS:
+            raise InvalidRequest(f"this session has {len(mine)} resource subscriptions, the most one session may "
+                                 "hold; unsubscribe from one before subscribing to another")
 
     def unsubscribe(self, connection: Any, uri: str) -> tuple[str, str] | None:
         return self._subscriptions.get(connection, {}).pop(uri, None)

@@ -152,8 +152,10 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
 
     async def subscribe(ctx: ServerRequestContext[Any], _params: Any) -> dict[str, Any]:
         uri = str((ctx.params or {}).get("uri"))
-        owner, raw_uri = await dispatcher.subscribe(identity_of(ctx), raw(ctx))
         connection = connection_of(ctx)
+        if connection is not None:
+            notifier.check_room(connection, uri)
+        owner, raw_uri = await dispatcher.subscribe(identity_of(ctx), raw(ctx), session_of(ctx))
         if connection is None or not notifier.subscribe(connection, uri, owner, raw_uri):
             await dispatcher.unsubscribe(owner, raw_uri)  # already subscribed: one upstream count per connection
         return {}

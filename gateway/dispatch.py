@@ -10,10 +10,11 @@ Nothing on the call path scans the registry or awaits anything but the upstream.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import anyio
@@ -25,7 +26,7 @@ from gateway.catalog import SERVING, UpstreamSnapshot, build_upstream_sources
 from gateway.config import TriadConfig
 from gateway.errors import InvalidRequest, UnknownName, UpstreamError, UpstreamTimeout, UpstreamUnavailable
 from gateway.hook_factory import build_chain
-from gateway.hooks import CallContext, HookChain, Session
+from gateway.hooks import CallContext, HookChain, Kind, Session
 from gateway.identity import Identity, bounded_run_list, run_list
 from gateway.logs import log_call, log_denied
 from gateway.metrics import Metrics
@@ -371,9 +372,15 @@ class Dispatcher:
             raw_ref = {**ref, "uri": raw_uri}
         request = types.CompleteRequest(params=types.CompleteRequestParams.model_validate(
             {**params, "ref": raw_ref, "_meta": forwardable_meta(params.get("_meta"))}))
-        return await self._forward(self._upstream(owner), "completion", request, retry_safe=True, client=session)
+        kind: Kind = "prompt" if ref.get("type") == "ref/prompt" else "resource"
+        name = str(ref.get("name") if kind == "prompt" else ref.get("uri"))
+        async with self._errors_hooked(CallContext(kind, identity.client_id, session or Session(), name, owner,
+                                                   str(raw_ref.get("name") or raw_ref.get("uri")), {})):
+            return await self._forward(self._upstream(owner), "completion", request, retry_safe=True,
+                                       client=session)
 
-    async def subscribe(self, identity: Identity, params: Mapping[str, Any]) -> tuple[str, str]:
+    async def subscribe(self, identity: Identity, params: Mapping[str, Any], session: Session | None = None
+                        ) -> tuple[str, str]:
         """Subscribe to a resource at its owner; (upstream, raw URI), for `unsubscribe` and for routing updates."""
         uri = params.get("uri")
         if not isinstance(uri, str):
@@ -383,8 +390,20 @@ class Dispatcher:
         if not _subscribable(upstream):
             raise InvalidRequest(f"resource {uri} cannot be subscribed to: its upstream does not offer "
                                  "resource subscriptions")
-        await upstream.subscriptions.add(raw)
+        async with self._errors_hooked(CallContext("resource", identity.client_id, session or Session(), uri, owner,
+                                                   raw, {"uri": uri})):
+            await upstream.subscriptions.add(raw)
         return owner, raw
+
+    @contextlib.asynccontextmanager
+    async def _errors_hooked(self, ctx: CallContext) -> AsyncIterator[None]:
+        """An upstream's error on a request outside the hook chain's calls, reads and gets (a completion, a
+        subscription) passes the `on_message` hooks (`redact`) all the same before it reaches the client."""
+        try:
+            yield
+        except UpstreamError as exc:
+            await self.hooks.rewrite_error(ctx, exc)
+            raise
 
     async def unsubscribe(self, owner: str, raw: str) -> None:
         upstream = self.pool.get(owner)
