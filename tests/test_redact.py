@@ -169,7 +169,8 @@ async def test_redact_covers_logs_progress_errors_meta_and_prompts_through_triad
             await session.read_resource("fixture://fx/nothing-swordfish")  # type: ignore[arg-type]
         assert raised.value.error.message == "Resource not found: fixture://nothing-[REDACTED]"
         with pytest.raises(MCPError) as raised:  # a completion's and a subscription's errors as well
-            await session.complete(types.PromptReference(name="fx__greet"), {"name": "who", "value": "refuse swordfish"})
+            await session.complete(types.PromptReference(name="fx__greet"),
+                                   {"name": "who", "value": "refuse swordfish"})
         assert raised.value.error.message == "no completions for refuse [REDACTED]"
         with pytest.raises(MCPError) as raised:
             await session.subscribe_resource("fixture://fx/refuse-swordfish")  # type: ignore[arg-type]
