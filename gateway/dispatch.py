@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import logging
 import time
+import weakref
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
@@ -21,7 +22,7 @@ import anyio
 import anyio.lowlevel
 import mcp_types as types
 
-from consumers import OwnLists, ProgressFn, Upstream, UpstreamPool
+from consumers import OwnLists, ProgressFn, Upstream, UpstreamPool, UpstreamState
 from gateway.catalog import SERVING, UpstreamSnapshot, build_upstream_sources
 from gateway.config import TriadConfig
 from gateway.errors import InvalidRequest, UnknownName, UpstreamError, UpstreamTimeout, UpstreamUnavailable
@@ -76,8 +77,12 @@ class Dispatcher:
         self._stale = True
         self._changed = anyio.Event()
         self.metrics = Metrics()
+        if self.hooks:
+            self.hooks.on_block = self.metrics.blocked
         self._listeners: list[Callable[[], None]] = []
         self._settled = False
+        self._states: weakref.WeakKeyDictionary[Upstream, UpstreamState] = weakref.WeakKeyDictionary()
+        """Each upstream's last state seen, to count its restarts (down, then ready again)."""
 
     # -- registry path -------------------------------------------------------------------------------------------
 
@@ -85,7 +90,10 @@ class Dispatcher:
         """`listener()` is called (synchronously) whenever the registry goes stale."""
         self._listeners.append(listener)
 
-    def on_upstream_change(self, _upstream: Upstream) -> None:
+    def on_upstream_change(self, upstream: Upstream) -> None:
+        if upstream.state is UpstreamState.READY and self._states.get(upstream) is UpstreamState.DOWN:
+            self.metrics.restarts.labels(upstream.name).inc()
+        self._states[upstream] = upstream.state
         self.invalidate()
 
     def apply_config(self, config: TriadConfig, hooks: HookChain) -> None:
@@ -93,6 +101,8 @@ class Dispatcher:
         if config.search.ranker != self.config.search.ranker:
             self.search = SearchIndexes(load_ranker(config.search.ranker))
         self.config, self.pipeline, self.hooks = config, _pipeline(config, self._remote), hooks
+        if hooks:
+            hooks.on_block = self.metrics.blocked
         self.invalidate()
 
     def invalidate(self) -> None:
