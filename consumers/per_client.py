@@ -35,6 +35,7 @@ from consumers._errors import describe_failure
 from consumers._progress import CallWrites
 from consumers._streams import EOFWatch
 from consumers.listing import list_all
+from consumers.log_fields import log_fields
 from consumers.relay import CURRENT_DOWNSTREAM, ClientOrigin, InFlight, ListsChanged
 from consumers.transports import open_transport
 
@@ -210,6 +211,7 @@ class ClientSessions:
         config = self._config()
         capabilities = _declared(link.origin)
         relays = link.relays
+        started = anyio.current_time()
 
         def on_notification(method: str, params: dict[str, Any]) -> None:
             if method in OWN_LISTS:
@@ -251,7 +253,9 @@ class ClientSessions:
                     opening.deadline = math.inf
                     link.session = session
                     link.opened.set()
-                    logger.info("upstream %s: a client session opened (%d open)", self._upstream, len(self._links))
+                    logger.info("upstream %s: a client session opened (%d open)", self._upstream, len(self._links),
+                                extra=log_fields(self._upstream, "session_opened", session=link.origin,
+                                                 seconds=anyio.current_time() - started))
                     try:
                         while not link.closed.is_set():
                             await link.wake.wait()
@@ -265,7 +269,9 @@ class ClientSessions:
         except Exception as exc:  # this client's session only; the upstream and other clients go on
             link.failure = exc
             if link.opened.is_set():
-                logger.info("upstream %s: a client session ended: %s", self._upstream, describe_failure(exc))
+                logger.info("upstream %s: a client session ended: %s", self._upstream, describe_failure(exc),
+                            extra=log_fields(self._upstream, "session_ended", session=link.origin,
+                                             seconds=anyio.current_time() - started))
         finally:
             link.opened.set()  # a request waiting for a session that failed to open learns it now
             if self._links.get(link.origin) is link:
@@ -281,7 +287,8 @@ class ClientSessions:
                 now = link.lists = await _list_own(self._upstream, session, offered)
         except Exception as exc:  # the old lists stand; the next change tries again
             logger.warning("upstream %s: re-listing a client session failed: %s", self._upstream,
-                           describe_failure(exc))
+                           describe_failure(exc),
+                           extra=log_fields(self._upstream, "relist_failed", session=link.origin))
             return
         self._learned[_signature(link.origin)] = now.tools
         back = link.origin.back

@@ -36,6 +36,7 @@ from consumers.child_process import ChildOutput
 from consumers.config import UpstreamConfig
 from consumers.errors import UpstreamRefused, UpstreamTimeout, UpstreamUnavailable
 from consumers.listing import Catalog, list_catalog
+from consumers.log_fields import log_fields
 from consumers.modern import ModernLink
 from consumers.per_client import ClientSessions, OwnLists
 from consumers.relay import (
@@ -153,7 +154,7 @@ class Upstream:
                 if self.config.kind == "stdio" and reason == "Connection closed":
                     reason = "the process exited before it finished starting"
                 self._set_state(UpstreamState.DOWN, self.child.explain(reason))
-                logger.warning("upstream %s is down: %s", self.name, self.reason)
+                logger.warning("upstream %s is down: %s", self.name, self.reason, extra=log_fields(self.name, "down"))
             finally:
                 self._set_session(None)
             self.settled.set()
@@ -161,7 +162,8 @@ class Upstream:
                 break
             if self.state is UpstreamState.READY:
                 self._set_state(UpstreamState.DOWN, self.child.explain("connection closed"))
-                logger.warning("upstream %s closed its connection; reconnecting: %s", self.name, self.reason)
+                logger.warning("upstream %s closed its connection; reconnecting: %s", self.name, self.reason,
+                               extra=log_fields(self.name, "closed"))
             with anyio.move_on_after(backoff * (1 + random.random() / 2)):
                 await self._wait_wake()
             backoff = min(backoff * 2, BACKOFF_MAX)
@@ -181,7 +183,8 @@ class Upstream:
             await self._idle.wait()
         if self._in_flight:
             logger.warning("upstream %s: %d call(s) still running after the %gs grace period; answering them with "
-                           "an error and closing", self.name, self._in_flight, grace)
+                           "an error and closing", self.name, self._in_flight, grace,
+                           extra=log_fields(self.name, "grace_over", seconds=grace))
             self._grace_over = True
             for scope in self._calls:
                 scope.cancel()
@@ -211,8 +214,9 @@ class Upstream:
         self._wake = anyio.Event()
 
     async def _connect_and_serve(self) -> None:
+        started = anyio.current_time()
         with anyio.CancelScope() as connect_scope:
-            connect_scope.deadline = anyio.current_time() + self.config.connect_timeout
+            connect_scope.deadline = started + self.config.connect_timeout
             async with open_transport(self.name, self.config, self.cwd, self.child, self.tls) as (read, write, link):
                 watch = EOFWatch(read, self._relays.progress.deliver)
                 async with ClientSession(watch, CallWrites(write, self._relays.progress), client_info=CLIENT_INFO,
@@ -234,7 +238,8 @@ class Upstream:
                     self.settled.set()
                     logger.info("upstream %s ready: %d tools, %d resources, %d prompts (%s)", self.name,
                                 len(catalog.tools), len(catalog.resources), len(catalog.prompts),
-                                catalog.protocol_version)
+                                catalog.protocol_version,
+                                extra=log_fields(self.name, "ready", seconds=anyio.current_time() - started))
                     async with anyio.create_task_group() as tg:
                         if self.modern:
                             tg.start_soon(self._modern.listen, session, catalog.capabilities)
@@ -316,7 +321,8 @@ class Upstream:
                     self.catalog = await list_catalog(self.name, session, None, self.catalog,
                                                       self._modern.checked_tools)
                 self._clients.forget_learned()
-                logger.info("upstream %s re-listed: %d tools", self.name, len(self.catalog.tools))
+                logger.info("upstream %s re-listed: %d tools", self.name, len(self.catalog.tools),
+                            extra=log_fields(self.name, "relisted"))
                 self._on_change(self)
 
     async def _ping(self, session: ClientSession) -> None:
@@ -382,7 +388,8 @@ class Upstream:
                         while self._session is session or self._session is None:
                             await self._new_session.wait()
                 logger.info("upstream %s: retrying %s on a new session%s", self.name, request.method,
-                            "" if retry_safe else " (the upstream never received it)")
+                            "" if retry_safe else " (the upstream never received it)",
+                            extra=log_fields(self.name, "retry", session=own))
                 session, relays, hop = await self._session_for(own)
                 result = await self._send(session, relays, hop, request, progress, call_limits)
             reached = True
@@ -418,7 +425,7 @@ class Upstream:
         if self._breaker.is_open and not was_open and self.state is UpstreamState.READY:
             # only a connected upstream becomes degraded; one that is down stays down (and its tools hidden)
             logger.warning("upstream %s: circuit open after %d failed calls; calls fail fast for %gs", self.name,
-                           self._breaker.failures, self._breaker.cooldown)
+                           self._breaker.failures, self._breaker.cooldown, extra=log_fields(self.name, "circuit_open"))
             self._set_state(UpstreamState.DEGRADED, f"circuit open after {self._breaker.failures} failed calls")
         elif was_open and not self._breaker.is_open and self.state is UpstreamState.DEGRADED:
             self._set_state(UpstreamState.READY, "")

@@ -15,11 +15,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from consumers.log_fields import FIELDS
 from policy import LAYER_NAMES, Step
-
-FIELDS = ("kind", "upstream", "client", "session", "tool", "raw", "outcome", "duration_ms", "layer", "pattern",
-          "hook")
-"""The structured fields a log call may pass with `extra=`, in the order a JSON line shows them."""
 
 calls_logger = logging.getLogger("triad.calls")
 denials_logger = logging.getLogger("triad.dispatch")
