@@ -363,6 +363,38 @@ async def per_client_rows(tmp: Path) -> dict[str, Any]:
     return out
 
 
+async def per_client_list_rows(tmp: Path) -> dict[str, Any]:
+    """What listing costs when each client sees what its own upstream session lists (`sessions: per_client`),
+    beside `shared`: a session's first `tools/list` (the very first one opens an upstream session, since no
+    session with its capabilities has listed yet; later ones reuse what a session with the same capabilities
+    listed), and its next one (a cached page)."""
+    out: dict[str, Any] = {}
+    with processes() as started:
+        up_port = free_port()
+        started.append(Process([PY, str(HERE / "echo_upstream.py"), "--http", str(up_port)], tmp / "pl-up.log"))
+        upstream = f"http://127.0.0.1:{up_port}/mcp"
+        await wait_listening(upstream)
+        for mode in ("shared", "per_client"):
+            triad, url = start_triad(tmp, triad_config(tmp, {"echo": {"url": upstream, "sessions": mode}}))
+            started.append(triad)
+            await start_to_ready(triad, url, 1)
+            async with httpx2.AsyncClient(timeout=60) as http:
+                sessions = [await RawSession(http, url).open() for _ in range(PER_CLIENT_SESSIONS)]
+                first, second = [], []
+                for session in sessions:
+                    start = time.perf_counter()
+                    await session.request("tools/list")
+                    first.append((time.perf_counter() - start) * 1000)
+                    start = time.perf_counter()
+                    await session.request("tools/list")
+                    second.append((time.perf_counter() - start) * 1000)
+                out[f"{mode}_first_session_first_list_ms"] = first[0]
+                out[f"{mode}_first_list_p50_ms"] = statistics.median(first[1:])
+                out[f"{mode}_next_list_p50_ms"] = statistics.median(second)
+            triad.stop()
+    return out
+
+
 def children_rss_mb(pid: int) -> float:
     """The resident memory of a process's children, in MB (Linux /proc)."""
     total = 0.0
@@ -535,7 +567,7 @@ async def main() -> None:
     with tempfile.TemporaryDirectory(prefix="triad-bench-") as tmp_name:
         tmp = Path(tmp_name)
         rows = await call_rows(tmp, args.calls, args.skip_peers)
-        per_client = await per_client_rows(tmp)
+        per_client = {**await per_client_rows(tmp), **await per_client_list_rows(tmp)}
         fleet = {} if args.skip_fleet else await fleet_rows(tmp)
     print(table(rows))
     print(f"\nsessions: per_client ({PER_CLIENT_SESSIONS} client sessions, one echo upstream):\n")
