@@ -321,12 +321,13 @@ def main() -> None:
     parser.add_argument("--transport", choices=["stdio", "http"], default="stdio")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--name", default=NAME, help="only shown in the process list (the tests mark their runs)")
+    parser.add_argument("--unavailable-calls", type=int, default=0, help="HTTP 503 to the first K tools/call POSTs")
     args = parser.parse_args()
     server = build_server()
     if args.transport == "stdio":
         anyio.run(serve_stdio, server)
     else:
-        anyio.run(serve_http, server, "http", args.port)
+        anyio.run(serve_http, server, "http", args.port, args.unavailable_calls)
 
 
 if __name__ == "__main__":
