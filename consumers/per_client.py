@@ -33,6 +33,7 @@ from mcp.client.session import MessageHandlerFnT
 
 from consumers._errors import describe_failure
 from consumers._progress import CallWrites
+from consumers._sdk import declare_as_client
 from consumers._streams import EOFWatch
 from consumers.listing import list_all
 from consumers.log_fields import log_fields
@@ -239,6 +240,7 @@ class ClientSessions:
                                   list_roots_callback=relays.on_list_roots if "roots" in capabilities else None,
                                   ) as session,
                 ):
+                    declare_as_client(session, capabilities)
                     init = await session.initialize()
                     if http is not None:
                         link.hop = http.hop(session.protocol_version or "", on_notification)

@@ -21,6 +21,7 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
+from consumers._sdk import declare_as_client
 from tests.conftest import NODE_DIR, RUN_MARKER, Proc, node_bin, start_triad, write_config
 from tests.test_gateway_e2e import RAW, all_tools
 
@@ -39,9 +40,13 @@ async def no_roots(_ctx: Any) -> types.ListRootsResult:
 
 CAPABILITIES: dict[str, dict[str, Any]] = {
     "full": {"sampling_callback": unused, "elicitation_callback": unused, "list_roots_callback": no_roots},
+    "form-only": {"elicitation_callback": unused},
     "plain": {},
 }
-"""Two kinds of client: one that declares nothing, one that declares sampling, elicitation and roots."""
+"""Three kinds of client: one that declares sampling, elicitation (form and URL modes) and roots, one that declares
+elicitation in form mode only (as the TypeScript SDK's `elicitation: {}` does), one that declares nothing."""
+DECLARED = {"form-only": {"elicitation": {"form": {}}}}
+"""What a kind of client declares, where the SDK's own declaration differs (it declares both modes)."""
 
 
 class ListChanges:
@@ -82,6 +87,8 @@ async def connect(stack: AsyncExitStack, target: dict[str, Any], kind: str, mess
         read, write = await stack.enter_async_context(stdio_client(params))
     session = await stack.enter_async_context(ClientSession(read, write, message_handler=message_handler,
                                                             **CAPABILITIES[kind]))
+    if kind in DECLARED:
+        declare_as_client(session, DECLARED[kind])
     await session.initialize()
     return session
 
@@ -119,8 +126,7 @@ async def test_each_client_sees_the_tools_a_direct_connection_would(procs: list[
                     session = await connect(stack, target, kind)
                     seen[where, kind] = await tools_by_name(session)
                     if where == "triad":
-                        hidden = set(seen["direct", "full"]) - set(seen["direct", kind]) if kind == "plain" \
-                            else set()
+                        hidden = set(seen["direct", "full"]) - set(seen["direct", kind])
                         for name in hidden - as_tasks_only(seen["direct", "full"]):
                             # what a direct connection would not show is not callable either, and its error is
                             # that of a tool that does not exist
@@ -128,8 +134,9 @@ async def test_each_client_sees_the_tools_a_direct_connection_would(procs: list[
     for kind in CAPABILITIES:
         direct = seen["direct", kind]
         assert seen["triad", kind] == {n: t for n, t in direct.items() if n not in as_tasks_only(direct)}, kind
-    assert set(seen["triad", "plain"]) < set(seen["triad", "full"])  # the two clients do see different lists
-    assert {"trigger-sampling-request", "get-roots-list"} <= set(seen["triad", "full"]) - set(seen["triad", "plain"])
+    assert set(seen["triad", "plain"]) < set(seen["triad", "form-only"]) < set(seen["triad", "full"])
+    assert {"trigger-sampling-request", "get-roots-list", "trigger-url-elicitation"} <= \
+        set(seen["triad", "full"]) - set(seen["triad", "form-only"])
 
 
 @pytest.mark.parametrize("transport", ["stdio", "http"])
