@@ -24,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -326,15 +326,34 @@ PER_CLIENT_SESSIONS = 40
 """Downstream sessions opened to measure what `sessions: per_client` costs per client."""
 
 
+async def start_echo_upstream(started: list[Process], log: Path) -> str:
+    """The echo upstream over streamable HTTP, among `started`; its URL once it listens."""
+    port = free_port()
+    started.append(Process([PY, str(HERE / "echo_upstream.py"), "--http", str(port)], log))
+    url = f"http://127.0.0.1:{port}/mcp"
+    await wait_listening(url)
+    return url
+
+
+async def first_and_next(sessions: list[RawSession], ask: Callable[[RawSession], Awaitable[Any]]
+                         ) -> tuple[list[float], list[float]]:
+    """Milliseconds of each session's first `ask` and of its next one; one session at a time (latency, not
+    throughput)."""
+    first, second = [], []
+    for session in sessions:
+        for times in (first, second):
+            start = time.perf_counter()
+            await ask(session)
+            times.append((time.perf_counter() - start) * 1000)
+    return first, second
+
+
 async def per_client_rows(tmp: Path) -> dict[str, Any]:
     """What an upstream session of one's own costs a client: Triad's RSS per idle per-client session (HTTP; stdio,
     with the children's RSS apart), and a client's first call against its second (the extra `initialize`)."""
     out: dict[str, Any] = {}
     with processes() as started:
-        up_port = free_port()
-        started.append(Process([PY, str(HERE / "echo_upstream.py"), "--http", str(up_port)], tmp / "pc-up.log"))
-        upstream = f"http://127.0.0.1:{up_port}/mcp"
-        await wait_listening(upstream)
+        upstream = await start_echo_upstream(started, tmp / "pc-up.log")
         kinds = {"http": {"url": upstream, "sessions": "per_client"},
                  "stdio": {"command": PY, "args": [str(HERE / "echo_upstream.py")], "sessions": "per_client"}}
         for kind, settings in kinds.items():
@@ -345,14 +364,7 @@ async def per_client_rows(tmp: Path) -> dict[str, Any]:
                 sessions = [await RawSession(http, url).open() for _ in range(PER_CLIENT_SESSIONS)]
                 before = triad.memory("VmRSS")
                 children = children_rss_mb(triad.pid)
-                first, second = [], []
-                for session in sessions:  # one at a time: latency, not throughput
-                    start = time.perf_counter()
-                    await session.call("echo")
-                    first.append((time.perf_counter() - start) * 1000)
-                    start = time.perf_counter()
-                    await session.call("echo")
-                    second.append((time.perf_counter() - start) * 1000)
+                first, second = await first_and_next(sessions, lambda session: session.call("echo"))
                 out[f"{kind}_rss_per_client_session_kb"] = (triad.memory("VmRSS") - before) * 1024 / len(sessions)
                 if kind == "stdio":
                     out["stdio_child_rss_per_client_session_mb"] = (children_rss_mb(triad.pid) - children) / len(
@@ -370,24 +382,14 @@ async def per_client_list_rows(tmp: Path) -> dict[str, Any]:
     listed), and its next one (a cached page)."""
     out: dict[str, Any] = {}
     with processes() as started:
-        up_port = free_port()
-        started.append(Process([PY, str(HERE / "echo_upstream.py"), "--http", str(up_port)], tmp / "pl-up.log"))
-        upstream = f"http://127.0.0.1:{up_port}/mcp"
-        await wait_listening(upstream)
+        upstream = await start_echo_upstream(started, tmp / "pl-up.log")
         for mode in ("shared", "per_client"):
             triad, url = start_triad(tmp, triad_config(tmp, {"echo": {"url": upstream, "sessions": mode}}))
             started.append(triad)
             await start_to_ready(triad, url, 1)
             async with httpx2.AsyncClient(timeout=60) as http:
                 sessions = [await RawSession(http, url).open() for _ in range(PER_CLIENT_SESSIONS)]
-                first, second = [], []
-                for session in sessions:
-                    start = time.perf_counter()
-                    await session.request("tools/list")
-                    first.append((time.perf_counter() - start) * 1000)
-                    start = time.perf_counter()
-                    await session.request("tools/list")
-                    second.append((time.perf_counter() - start) * 1000)
+                first, second = await first_and_next(sessions, lambda session: session.request("tools/list"))
                 out[f"{mode}_first_session_first_list_ms"] = first[0]
                 out[f"{mode}_first_list_p50_ms"] = statistics.median(first[1:])
                 out[f"{mode}_next_list_p50_ms"] = statistics.median(second)

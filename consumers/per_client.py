@@ -53,6 +53,8 @@ CLOSE_TIMEOUT = 5.0
 """How long closing one client's upstream session may take (an HTTP DELETE, a child's exit)."""
 DECLARED = ("sampling", "elicitation", "roots")
 """The client capabilities a client's upstream session declares when that client declared them."""
+MAX_LEARNED = 64
+"""Distinct capability declarations whose tool lists are kept (clients choose their declarations freely)."""
 OWN_LISTS = {"notifications/tools/list_changed": "tools", "notifications/resources/list_changed": "resources"}
 """Lists a client's own session keeps for that client (an upstream may list tools by the client's capabilities, and
 keeps session resources per session): a change on that session re-lists them for that client only."""
@@ -193,6 +195,11 @@ class ClientSessions:
             raise UpstreamUnavailable(self._upstream, f"upstream {self._upstream!r} closed this client's session")
         return link.lists
 
+    def _learn(self, origin: ClientOrigin, tools: frozenset[str]) -> None:
+        if len(self._learned) >= MAX_LEARNED:
+            self._learned.clear()
+        self._learned[_signature(origin)] = tools
+
     def forget_learned(self) -> None:
         """The upstream's catalog changed: what sessions listed before may be out of date."""
         self._learned.clear()
@@ -250,7 +257,7 @@ class ClientSessions:
                             await http.listening.wait()
                     offered = init.capabilities.model_dump(exclude_none=True)
                     link.lists = await _list_own(self._upstream, session, offered)
-                    self._learned[_signature(link.origin)] = link.lists.tools
+                    self._learn(link.origin, link.lists.tools)
                     watch.on_eof = link.close  # the upstream ended this session: the next request opens anew
                     opening.deadline = math.inf
                     link.session = session
@@ -292,7 +299,7 @@ class ClientSessions:
                            describe_failure(exc),
                            extra=log_fields(self._upstream, "relist_failed", session=link.origin))
             return
-        self._learned[_signature(link.origin)] = now.tools
+        self._learn(link.origin, now.tools)
         back = link.origin.back
         if before is None or not isinstance(back, ListsChanged):
             return

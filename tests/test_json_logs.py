@@ -22,13 +22,19 @@ def json_lines(proc: Proc) -> list[dict[str, Any]]:
     return [json.loads(line) for line in proc.stderr.splitlines() if line.strip()]
 
 
-async def test_json_lines_carry_iso_times_and_the_call_paths_fields(procs: list[Proc], tmp_path: Path) -> None:
-    config = write_config(tmp_path, {"upstreams": {"fx": stdio_upstream("jsonfields", timeout="1s")},
-                                     "policy": {"profile": {"deny": ["fail"]}}})
+async def json_logging_triad(procs: list[Proc], config: Path, upstream: str) -> tuple[Proc, str]:
+    """`triad serve` with JSON log lines at DEBUG, once `upstream` is ready; its process and URL."""
     proc = Proc([*TRIAD, "serve", "-c", str(config), "--port", "0", "--log-format", "json", "--log-level", "DEBUG"])
     procs.append(proc)
     url = (await proc.until(r'"message": "listening on (http://127\.0\.0\.1:\d+/mcp)')).group(1)
-    await proc.until(r"upstream fx ready")
+    await proc.until(rf"upstream {upstream} ready")
+    return proc, url
+
+
+async def test_json_lines_carry_iso_times_and_the_call_paths_fields(procs: list[Proc], tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"upstreams": {"fx": stdio_upstream("jsonfields", timeout="1s")},
+                                     "policy": {"profile": {"deny": ["fail"]}}})
+    proc, url = await json_logging_triad(procs, config, "fx")
     async with httpx2.AsyncClient() as http:
         session = await HandshakeSession(http, url).open()
         session_id = session.headers["Mcp-Session-Id"]
@@ -65,10 +71,7 @@ async def test_the_consumers_lines_carry_the_upstream_the_session_the_outcome_an
     call path's lines of that client."""
     config = write_config(tmp_path, {"upstreams": {"px": {"url": start_fixture(procs, "http", "jsonconsumers"),
                                                           "sessions": "per_client"}}})
-    proc = Proc([*TRIAD, "serve", "-c", str(config), "--port", "0", "--log-format", "json", "--log-level", "DEBUG"])
-    procs.append(proc)
-    url = (await proc.until(r'"message": "listening on (http://127\.0\.0\.1:\d+/mcp)')).group(1)
-    await proc.until(r"upstream px ready")
+    proc, url = await json_logging_triad(procs, config, "px")
     async with httpx2.AsyncClient() as http:
         session = await HandshakeSession(http, url).open()
         answer = answer_of(await session.post(dumps(call(1, "echo", {"text": "x"}))))

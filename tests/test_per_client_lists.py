@@ -77,6 +77,13 @@ def start_everything(procs: list[Proc], transport: str) -> dict[str, Any]:
     return {"url": f"http://127.0.0.1:{port}/mcp", "sessions": "per_client"}
 
 
+def everything_behind_triad(procs: list[Proc], tmp_path: Path, transport: str) -> tuple[dict[str, Any], str]:
+    """server-everything (its config, to connect to it directly too), and Triad's URL in front of it."""
+    upstream = start_everything(procs, transport)
+    config = write_config(tmp_path, {"upstreams": {"everything": upstream}, "naming": {"prefix": "never"}})
+    return upstream, start_triad(procs, config, wait_ready=1)
+
+
 async def connect(stack: AsyncExitStack, target: dict[str, Any], kind: str, message_handler: Any = None
                   ) -> ClientSession:
     """A client of `kind` connected to `target` (a URL, or a stdio command), closed with `stack`."""
@@ -114,9 +121,7 @@ async def error_of(session: ClientSession, name: str) -> str:
 @pytest.mark.parametrize("transport", ["stdio", "http"])
 async def test_each_client_sees_the_tools_a_direct_connection_would(procs: list[Proc], tmp_path: Path,
                                                                     transport: str) -> None:
-    upstream = start_everything(procs, transport)
-    config = write_config(tmp_path, {"upstreams": {"everything": upstream}, "naming": {"prefix": "never"}})
-    url = start_triad(procs, config, wait_ready=1)
+    upstream, url = everything_behind_triad(procs, tmp_path, transport)
     via_url = {"url": url}
     with anyio.fail_after(90):
         seen: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
@@ -142,9 +147,7 @@ async def test_each_client_sees_the_tools_a_direct_connection_would(procs: list[
 @pytest.mark.parametrize("transport", ["stdio", "http"])
 async def test_session_resources_are_listed_to_their_own_client_only(procs: list[Proc], tmp_path: Path,
                                                                      transport: str) -> None:
-    upstream = start_everything(procs, transport)
-    config = write_config(tmp_path, {"upstreams": {"everything": upstream}, "naming": {"prefix": "never"}})
-    url = start_triad(procs, config, wait_ready=1)
+    _, url = everything_behind_triad(procs, tmp_path, transport)
     with anyio.fail_after(90):
         async with AsyncExitStack() as stack:
             changes = {"ada": ListChanges(), "bob": ListChanges()}
