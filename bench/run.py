@@ -93,6 +93,14 @@ class Process:
             total += int(match.group(1))
         return total / 1024
 
+    def pss_mb(self) -> float:
+        """Proportional set size now, in MB: what a process tree really holds (shared pages split between them)."""
+        total = 0
+        for pid in self.pids():
+            match = re.search(r"^Pss:\s+(\d+) kB", Path(f"/proc/{pid}/smaps_rollup").read_text(), re.M)
+            total += int(match.group(1)) if match else 0
+        return total / 1024
+
     def stop(self) -> None:
         if self.popen.poll() is None:
             children = self.pids()[1:]
@@ -278,6 +286,9 @@ async def measure(targets: list[Target], calls: int) -> list[dict[str, Any]]:
         if t.proxy is not None:
             row["cpu_ms_per_call"] = cpu[t.name] * 1000 / forwarded[t.name]
             row["peak_rss_mb"] = t.proxy.memory("VmHWM")
+            if t.proxy.tree:
+                row["processes"] = len(t.proxy.pids())
+                row["pss_mb"] = t.proxy.pss_mb()
         if t.sdk:
             row["sdk_p50_ms"] = await sdk_sequential(t.url, "echo", max(calls // 3, 50))
         rows.append(row)
@@ -590,6 +601,13 @@ def table(rows: list[dict[str, Any]]) -> str:
                      f"x{(r['slow_p50_ms'] - base['slow_p50_ms']) / pipe_slow_added:.2f}), CPU/call "
                      f"x{r['cpu_ms_per_call'] / pipe['cpu_ms_per_call']:.2f}, calls/s at 32 "
                      f"x{r['rps_32'] / pipe['rps_32']:.2f}, p50 vs direct x{r['p50_ms'] / base['p50_ms']:.2f}")
+    trees = [r for r in rows if "processes" in r]
+    if trees:
+        lines += ["", "Multi-process rows (CPU and peak RSS summed over the master and its workers; shared pages count "
+                  "in each worker's RSS):", ""]
+    for r in trees:
+        lines.append(f"- {r['row']}: {r['processes']} processes, proportional set size (PSS) at the end "
+                     f"{r['pss_mb']:.0f} MB")
     return "\n".join(lines)
 
 
