@@ -23,7 +23,7 @@ import math
 import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 import mcp_types as types
@@ -32,18 +32,13 @@ from mcp import ClientSession
 from mcp.client.session import MessageHandlerFnT
 
 from consumers._errors import describe_failure
-from consumers._progress import CallWrites
 from consumers._sdk import declare_as_client
-from consumers._streams import EOFWatch
-from consumers.listing import list_all
-from consumers.log_fields import log_fields
-from consumers.relay import CURRENT_DOWNSTREAM, ClientOrigin, InFlight, ListsChanged
-from consumers.transports import open_transport
-
-if TYPE_CHECKING:
-    from consumers.http_hop import HttpHop
+from consumers.channel import SessionChannel, open_channel
 from consumers.config import UpstreamConfig
 from consumers.errors import UpstreamTimeout, UpstreamUnavailable
+from consumers.listing import Catalog, list_all
+from consumers.log_fields import log_fields
+from consumers.relay import CURRENT_DOWNSTREAM, ClientOrigin, InFlight, ListsChanged
 
 logger = logging.getLogger("triad.upstream")
 
@@ -83,9 +78,7 @@ class ClientLink:
 
     origin: ClientOrigin
     relays: InFlight
-    session: ClientSession | None = None
-    hop: HttpHop | None = None
-    """The direct HTTP path on this session (a handshake-era streamable-HTTP upstream), as for the shared one."""
+    channel: SessionChannel | None = None
     opened: anyio.Event = field(default_factory=anyio.Event)
     closed: anyio.Event = field(default_factory=anyio.Event)
     failure: BaseException | None = None
@@ -105,7 +98,7 @@ class ClientLink:
 
 class ClientSessions:
     def __init__(self, upstream: str, config: Callable[[], UpstreamConfig], cwd: str | None,
-                 client_info: types.Implementation, on_message: MessageHandlerFnT,
+                 on_message: MessageHandlerFnT,
                  on_notification: Callable[[str, dict[str, Any]], None],
                  tls: Callable[[], ssl.SSLContext] | None = None) -> None:
         self._upstream = upstream
@@ -116,12 +109,11 @@ class ClientSessions:
         the upstream as a whole: it goes where the shared session's messages go."""
         self._config = config
         self._cwd = cwd
-        self._client_info = client_info
         self._links: dict[ClientOrigin, ClientLink] = {}
         self._task_group: TaskGroup | None = None
         self._learned: dict[str, frozenset[str]] = {}
         """Tool names by declared capabilities, as a client session declaring them listed: a client with no
-        session yet sees what its own would list without opening one (`forget_learned` on a catalog change)."""
+        session yet sees what its own would list without opening one (`catalog_changed` drops them)."""
 
     def __len__(self) -> int:
         return len(self._links)
@@ -137,8 +129,8 @@ class ClientSessions:
             self._task_group = None
             self._links.clear()
 
-    async def session_for(self, origin: ClientOrigin) -> tuple[ClientSession, InFlight, HttpHop | None]:
-        """The client's upstream session (opened now if it has none), its relays and its direct HTTP path."""
+    async def channel_for(self, origin: ClientOrigin) -> SessionChannel:
+        """The client's upstream session (opened now if it has none)."""
         link = self._links.get(origin)
         if link is not None and link.closed.is_set():  # its transport ended: never send on it
             self.forget(origin)
@@ -156,9 +148,10 @@ class ClientSessions:
             origin.on_close(lambda: self._close(origin))
             self._task_group.start_soon(self._own, link, name=f"client-session:{self._upstream}")
         timeout = self._config().connect_timeout
-        with anyio.move_on_after(timeout):
-            await link.opened.wait()
-        if link.session is None:
+        if not link.opened.is_set():  # no cancel scope once open: this runs on every call
+            with anyio.move_on_after(timeout):
+                await link.opened.wait()
+        if link.channel is None:
             if self._links.get(origin) is link:
                 del self._links[origin]
             if not link.opened.is_set():
@@ -168,7 +161,7 @@ class ClientSessions:
             reason = describe_failure(link.failure) if link.failure is not None else "it closed"
             raise UpstreamUnavailable(self._upstream, f"upstream {self._upstream!r} refused a session for this "
                                       f"client: {reason}")
-        return link.session, link.relays, link.hop
+        return link.channel
 
     def forget(self, origin: ClientOrigin) -> None:
         """The client's session is gone (its upstream lost it): the next request opens a new one."""
@@ -189,7 +182,7 @@ class ClientSessions:
         """What the client's own session lists: known, or listed by opening its session now."""
         if (known := self.known_lists(origin)) is not None:
             return known
-        await self.session_for(origin)
+        await self.channel_for(origin)
         link = self._links.get(origin)
         if link is None or link.lists is None:
             raise UpstreamUnavailable(self._upstream, f"upstream {self._upstream!r} closed this client's session")
@@ -200,15 +193,20 @@ class ClientSessions:
             self._learned.clear()
         self._learned[_signature(origin)] = tools
 
-    def forget_learned(self) -> None:
-        """The upstream's catalog changed: what sessions listed before may be out of date."""
+    def catalog_changed(self, before: Catalog | None, after: Catalog) -> None:
+        """The upstream's catalog was listed (again): what sessions listed before may be out of date. Where its
+        tools or resources changed, every client's session lists again too: a server may tell only the session
+        that made a change of its tools, and each client sees what its own session lists."""
         self._learned.clear()
+        if before is None or (before.tools, before.resources) != (after.tools, after.resources):
+            for link in self._links.values():
+                link.changed("tools")
 
     async def roots_changed(self, origin: ClientOrigin) -> None:
         """The client said its roots changed: tell its own upstream session, if it has one."""
         link = self._links.get(origin)
-        if link is not None and link.session is not None:
-            await link.session.send_roots_list_changed()
+        if link is not None and link.channel is not None:
+            await link.channel.notify(types.RootsListChangedNotification())
 
     async def _close(self, origin: ClientOrigin) -> None:
         self.forget(origin)
@@ -218,49 +216,38 @@ class ClientSessions:
         CURRENT_DOWNSTREAM.set(None)  # this task's context was copied from the request that opened it
         config = self._config()
         capabilities = _declared(link.origin)
-        relays = link.relays
         started = anyio.current_time()
 
+        # A list change on this session re-lists it for this client; it goes on where the shared session's
+        # messages go as well, since a server may tell only the session that made a change that concerns all.
         def on_notification(method: str, params: dict[str, Any]) -> None:
             if method in OWN_LISTS:
                 link.changed(OWN_LISTS[method])
-            else:  # the rest (prompts, resource updates) concerns the upstream as a whole
-                self._on_notification(method, params)
+            self._on_notification(method, params)
 
         async def on_message(message: Any) -> None:
             found = getattr(message, "root", message)
             if isinstance(found, types.Notification) and found.method in OWN_LISTS:
                 link.changed(OWN_LISTS[found.method])
-            else:
-                await self._on_message(message)
+            await self._on_message(message)
         try:
             with anyio.CancelScope() as opening:
                 opening.deadline = anyio.current_time() + config.connect_timeout
-                async with (
-                    open_transport(self._upstream, config, self._cwd, tls=self._tls) as (read, write, http),
-                    ClientSession(watch := EOFWatch(read, relays.progress.deliver), CallWrites(write, relays.progress),
-                                  client_info=self._client_info,
-                                  message_handler=on_message, logging_callback=relays.on_log,
-                                  sampling_callback=relays.on_sampling if "sampling" in capabilities else None,
-                                  elicitation_callback=relays.on_elicitation if "elicitation" in capabilities
-                                  else None,
-                                  list_roots_callback=relays.on_list_roots if "roots" in capabilities else None,
-                                  ) as session,
-                ):
-                    declare_as_client(session, capabilities)
-                    init = await session.initialize()
-                    if http is not None:
-                        link.hop = http.hop(session.protocol_version or "", on_notification)
-                        # A server may tell only the session that made a change (a list_changed after a call):
-                        # the client's first request waits until that session's own stream is answered.
-                        with anyio.move_on_after(LISTEN_WAIT):
-                            await http.listening.wait()
+                async with open_channel(self._upstream, config, self._cwd, link.relays, on_message,
+                                        declare=capabilities.keys(), tls=self._tls) as channel:
+                    declare_as_client(channel.session, capabilities)
+                    init = await channel.session.initialize()
+                    channel.use_hop(channel.session.protocol_version or "", on_notification)
+                    # A server may tell only the session that made a change (a list_changed after a call): the
+                    # client's first request waits until that session's own stream is answered.
+                    with anyio.move_on_after(LISTEN_WAIT):
+                        await channel.listening()
                     offered = init.capabilities.model_dump(exclude_none=True)
-                    link.lists = await _list_own(self._upstream, session, offered)
+                    link.lists = await _list_own(self._upstream, channel.session, offered)
                     self._learn(link.origin, link.lists.tools)
-                    watch.on_eof = link.close  # the upstream ended this session: the next request opens anew
+                    channel.watch.on_eof = link.close  # the upstream ended it: the next request opens anew
                     opening.deadline = math.inf
-                    link.session = session
+                    link.channel = channel
                     link.opened.set()
                     logger.info("upstream %s: a client session opened (%d open)", self._upstream, len(self._links),
                                 extra=log_fields(self._upstream, "session_opened", session=link.origin,
@@ -270,9 +257,9 @@ class ClientSessions:
                             await link.wake.wait()
                             link.wake = anyio.Event()
                             if link.stale and not link.closed.is_set():
-                                await self._relist(link, session, offered)
+                                await self._relist(link, channel.session, offered)
                     finally:
-                        link.session = None
+                        link.channel = None
             if opening.cancelled_caught:
                 link.failure = TimeoutError(f"no answer to initialize within {config.connect_timeout:g}s")
         except Exception as exc:  # this client's session only; the upstream and other clients go on
