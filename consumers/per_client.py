@@ -8,6 +8,12 @@ request; outside calls, to the client's session channel (`ClientOrigin.back`). I
 session ends (or idles out), when the upstream loses it (its next request opens a new one), and when the upstream
 is stopped.
 
+What the client sees of the upstream is what its own session lists (`OwnLists`: tool names and resources, listed
+when it opens and again when the upstream says one changed on it; the client is then told, and no one else):
+an upstream may list tools by its client's capabilities, and keeps session resources per session. A client that
+has no session yet sees what a session that declared the same capabilities listed (`known_lists`); the gateway
+narrows the registry's view by these lists (`gateway.views.narrow_view`).
+
 Ownership: the upstream's owner task starts `ClientSessions.run()` in a task group of its own, for its whole life
 (client sessions outlive reconnects of the shared session); each client session is one task in the group `run()`
 owns, started by the first request that needs it, which enters and exits its transport and `ClientSession` itself.
