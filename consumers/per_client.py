@@ -31,7 +31,7 @@ from mcp import ClientSession
 from mcp.client.session import MessageHandlerFnT
 
 from consumers._errors import describe_failure
-from consumers._progress import CallWrites
+from consumers._progress import CallWrites, ProgressRoutes
 from consumers._streams import EOFWatch
 from consumers.relay import CURRENT_DOWNSTREAM, ClientOrigin, InFlight
 from consumers.transports import open_transport
@@ -67,8 +67,11 @@ class ClientSessions:
     def __init__(self, upstream: str, config: Callable[[], UpstreamConfig], cwd: str | None,
                  client_info: types.Implementation, on_message: MessageHandlerFnT,
                  on_notification: Callable[[str, dict[str, Any]], None],
-                 tls: Callable[[], ssl.SSLContext] | None = None) -> None:
+                 tls: Callable[[], ssl.SSLContext] | None = None,
+                 take: Callable[[ProgressRoutes], Callable[[Any], bool]] = lambda routes: routes.deliver) -> None:
         self._upstream = upstream
+        self._take = take
+        """What a session's read stream hands to the upstream before the SDK sees it (`Upstream._take`)."""
         self._tls = tls
         self._on_notification = on_notification
         self._on_message = on_message
@@ -153,7 +156,8 @@ class ClientSessions:
                 opening.deadline = anyio.current_time() + config.connect_timeout
                 async with (
                     open_transport(self._upstream, config, self._cwd, tls=self._tls) as (read, write, http),
-                    ClientSession(watch := EOFWatch(read, relays.progress.deliver), CallWrites(write, relays.progress),
+                    ClientSession(watch := EOFWatch(read, self._take(relays.progress)),
+                                  CallWrites(write, relays.progress),
                                   client_info=self._client_info,
                                   message_handler=self._on_message, logging_callback=relays.on_log,
                                   sampling_callback=relays.on_sampling if "sampling" in capabilities else None,

@@ -29,7 +29,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from consumers._breaker import CircuitBreaker
 from consumers._errors import UpstreamConnectionFailed, UpstreamSessionGone, call_failure, describe_failure
 from consumers._health import probe
-from consumers._progress import CallWrites
+from consumers._progress import CallWrites, ProgressRoutes
 from consumers._streams import EOFWatch
 from consumers.channel import Channel, SdkChannel
 from consumers.child_process import ChildOutput
@@ -57,6 +57,7 @@ CLIENT_INFO = types.Implementation(name="triad", version="0.1.0")
 BACKOFF_START = 0.5
 BACKOFF_MAX = 30.0
 PING_TIMEOUT = 10.0
+TASK_STATUS = "notifications/tasks/status"
 UNWIND_LIMIT = 5.0
 """How long calls cancelled at the end of a grace period may take to tell their upstream and answer their caller."""
 
@@ -123,8 +124,11 @@ class Upstream:
         self._idle.set()
         self._on_updated = on_updated
         """Told (upstream name, raw URI) when a subscribed resource changed."""
+        self.on_task_status: Callable[[str, dict[str, Any]], None] = lambda _upstream, _params: None
+        """Told (upstream, params) of each `notifications/tasks/status` the upstream pushes on any of its sessions
+        (2025-11-25 tasks; the pool sets it)."""
         self._clients = ClientSessions(name, lambda: self.config, cwd, CLIENT_INFO, self._on_message,
-                                       self._on_notification, self.tls)
+                                       self._on_notification, self.tls, self._take)
         """With `sessions: per_client`: each downstream session's own upstream session."""
         self._modern = ModernLink(name, self.request_relist, on_updated, lambda: self.subscriptions.uris())
         self.subscriptions = Subscriptions(name, self.request, lambda: self.modern, self._modern)
@@ -214,7 +218,7 @@ class Upstream:
         with anyio.CancelScope() as connect_scope:
             connect_scope.deadline = anyio.current_time() + self.config.connect_timeout
             async with open_transport(self.name, self.config, self.cwd, self.child, self.tls) as (read, write, link):
-                watch = EOFWatch(read, self._relays.progress.deliver)
+                watch = EOFWatch(read, self._take(self._relays.progress))
                 async with ClientSession(watch, CallWrites(write, self._relays.progress), client_info=CLIENT_INFO,
                                          message_handler=self._on_message,
                                          logging_callback=self._relays.on_log,
@@ -306,9 +310,26 @@ class Upstream:
         version = self.catalog.protocol_version if self.modern and self.catalog is not None else None
         await probe(self.name, session, version, min(self.config.timeout, PING_TIMEOUT))
 
+    def _take(self, progress: ProgressRoutes) -> Callable[[Any], bool]:
+        """What a session's read stream hands to Triad before the SDK sees it: progress of a call in flight, and
+        task status notifications (the SDK's session has no way to them but a notification binding)."""
+
+        def take(item: Any) -> bool:
+            if progress.deliver(item):
+                return True
+            message = getattr(item, "message", None)
+            if isinstance(message, types.JSONRPCNotification) and message.method == TASK_STATUS:
+                self._on_notification(message.method, message.params if isinstance(message.params, dict) else {})
+                return True
+            return False
+
+        return take
+
     def _on_notification(self, method: str, params: dict[str, Any]) -> None:
         """A notification not about a call in flight, from the SDK's session or a lean-path reply."""
-        if method in ("notifications/tools/list_changed", "notifications/resources/list_changed",
+        if method == TASK_STATUS:
+            self.on_task_status(self.name, params)
+        elif method in ("notifications/tools/list_changed", "notifications/resources/list_changed",
                       "notifications/prompts/list_changed"):
             self.request_relist()
         elif method == "notifications/resources/updated" and isinstance(params.get("uri"), str):

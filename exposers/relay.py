@@ -98,6 +98,8 @@ class SessionRelay:
 
     def __init__(self, connection: Connection) -> None:
         self._connection = connection
+        self.connection = connection
+        """The session's connection (for notifications not about a request: a task's status)."""
 
     @property
     def capabilities(self) -> dict[str, Any] | None:
@@ -175,6 +177,13 @@ def declared_capabilities(connection: Any) -> dict[str, Any] | None:
     """What a handshake-era client declared in `initialize`; None when unknown."""
     client = getattr(connection, "client_params", None)
     return client.capabilities.model_dump(by_alias=True, mode="json", exclude_none=True) if client else None
+
+
+def takes_tasks(connection: Any) -> bool:
+    """A handshake-era client that declared the tasks capability (2025-11-25) can run a tool as a task. A
+    2026-07-28 client declares the extension per request, and Triad relays it only to 2026-07-28 upstreams, whose
+    tools say nothing of tasks (`gateway.catalog.TAKES_TASKS`)."""
+    return "tasks" in (declared_capabilities(connection) or {})
 
 
 def wants_log(level: str, wanted: str | None) -> bool:

@@ -18,11 +18,10 @@ from typing import Any
 import anyio
 import mcp_types as types
 from anyio.abc import TaskGroup
+from conformance_fixtures import elicit, input_required, text, tool
 from mcp.server import Server
 from mcp.shared.exceptions import MCPError
 from pydantic import ConfigDict
-
-from conformance_fixtures import elicit, input_required, text, tool
 
 EXTENSION = "io.modelcontextprotocol/tasks"
 TTL_MS = 300_000

@@ -34,7 +34,6 @@ from mcp.shared.message import ServerMessageMetadata
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 sys.path.insert(0, str(Path(__file__).parent))
-from conformance_tasks import TASK_TOOLS, Tasks
 from conformance_fixtures import (
     CONFIRM,
     DEFAULTS_SCHEMA,
@@ -56,6 +55,7 @@ from conformance_fixtures import (
     text,
     tool,
 )
+from conformance_tasks import TASK_TOOLS, Tasks
 from fixture_upstream import serve_http, serve_stdio
 
 
