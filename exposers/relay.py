@@ -21,7 +21,7 @@ from mcp_types import CLIENT_CAPABILITIES_META_KEY, LOG_LEVEL_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from consumers import Downstream
-from exposers._sdk import request_channel
+from exposers._sdk import connection_of, request_channel
 
 
 class Relay(Downstream, Protocol):
@@ -34,18 +34,24 @@ class Relay(Downstream, Protocol):
 
 
 LOG_LEVEL_STATE_KEY = "triad.log_level"
+CANCEL_REASONS_STATE_KEY = "triad.cancel_reasons"
+MAX_CANCEL_REASONS = 64
+"""Reasons of a session's cancellations kept for its requests' upstream cancellations (the latest ones: a reason
+is read within moments of its notification, or never)."""
 LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 
 
 class RequestRelay:
-    cancel_reason: str | None = None
-    """The SDK's server applies a client's `notifications/cancelled` itself and keeps no reason: the upstream is
-    told the SDK's own ("caller cancelled")."""
-
     def __init__(self, ctx: ServerRequestContext[Any]) -> None:
         self.ctx = ctx
         self.modern = self.era_2026
         """Takes `input_required` results (a 2026-07-28 client), not server->client requests."""
+
+    @property
+    def cancel_reason(self) -> str | None:
+        """The reason the client gave when it cancelled this request (`keep_cancel_reason`)."""
+        reasons = connection_state(self.ctx).get(CANCEL_REASONS_STATE_KEY)
+        return reasons.get(self.ctx.request_id) if isinstance(reasons, dict) else None
 
     @property
     def era_2026(self) -> bool:
@@ -177,6 +183,24 @@ def declared_capabilities(connection: Any) -> dict[str, Any] | None:
     """What a handshake-era client declared in `initialize`; None when unknown."""
     client = getattr(connection, "client_params", None)
     return client.capabilities.model_dump(by_alias=True, mode="json", exclude_none=True) if client else None
+
+
+def keep_cancel_reason(connection: Connection, params: Any) -> None:
+    """A client's `notifications/cancelled`: the SDK's server cancels the request itself and keeps no reason, so
+    the reason is kept here (in the session's state, bounded) for the upstream's cancellation, which the SDK's
+    client sends after this runs (the SDK hands the notification on before the cancelled call unwinds)."""
+    reason, request_id = (params or {}).get("reason"), (params or {}).get("requestId")
+    if not isinstance(reason, str) or request_id is None:
+        return
+    reasons = connection.state.setdefault(CANCEL_REASONS_STATE_KEY, {})
+    reasons[request_id] = reason
+    while len(reasons) > MAX_CANCEL_REASONS:
+        del reasons[next(iter(reasons))]
+
+
+def connection_state(ctx: ServerRequestContext[Any]) -> dict[str, Any]:
+    connection = connection_of(ctx)
+    return connection.state if connection is not None else {}
 
 
 def takes_tasks(connection: Any) -> bool:

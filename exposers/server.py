@@ -38,7 +38,14 @@ from exposers._sdk import connection_of, drop_idle_tracing
 from exposers.input_rounds import InputRounds
 from exposers.notify import Notifier
 from exposers.raw_results import RawResults
-from exposers.relay import LOG_LEVEL_STATE_KEY, RequestRelay, SessionRelay, envelope_capabilities, takes_tasks
+from exposers.relay import (
+    LOG_LEVEL_STATE_KEY,
+    RequestRelay,
+    SessionRelay,
+    envelope_capabilities,
+    keep_cancel_reason,
+    takes_tasks,
+)
 from exposers.request import ClientRequest, acting_identity, serve
 from gateway.dispatch import LEGACY_TASKS, SUBSCRIBE, Dispatcher
 from gateway.errors import TriadError, UpstreamRefused
@@ -224,6 +231,8 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
 
     async def track_and_render(ctx: ServerRequestContext[Any], call_next: CallNext) -> HandlerResult:
         connection = connection_of(ctx)
+        if ctx.method == "notifications/cancelled" and connection is not None:
+            keep_cancel_reason(connection, ctx.params)
         if connection is not None and not notifier.is_tracked(connection):
             notifier.track(connection, identity_of(ctx))
         try:
