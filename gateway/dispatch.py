@@ -83,7 +83,7 @@ class Dispatcher:
         self._listeners: list[Callable[[], None]] = []
         self._settled = False
         self.tasks = TaskRelay(TaskBook(), self._forward, self._upstream,
-                               lambda upstream: self.registry.uri_parts.get(upstream))
+                               lambda upstream: self.registry.uri_parts.get(upstream), lambda: self.hooks)
         """The tasks upstreams created for clients, and the `tasks/*` requests about them."""
 
     # -- registry path -------------------------------------------------------------------------------------------
@@ -269,7 +269,7 @@ class Dispatcher:
             relayed = self.hooks.progress(ctx, progress) if ctx is not None else progress
             result = await self._forward(upstream, "tool", request, progress=relayed, retry_safe=safe, client=session,
                                          call_limits=limits, caller=(identity.client_id, entry.descriptor.name))
-            result = self.tasks.adopt(result, upstream, identity, session)
+            result = self.tasks.adopt(result, upstream, identity, session, ctx)
             return expose_links(result, self.registry.uri_parts.get(upstream.name))
 
         if not self.hooks:

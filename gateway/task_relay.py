@@ -14,8 +14,9 @@ from typing import Any
 from consumers import Upstream
 from consumers.errors import UpstreamRefused
 from gateway.errors import INVALID_PARAMS
+from gateway.hooks import CallContext, HookChain, Outcome
 from gateway.identity import Identity
-from gateway.tasks import RELATED_TASK, Era, TaskBook, created_task, task_request, with_task_id
+from gateway.tasks import RELATED_TASK, Era, TaskBook, TaskEntry, created_task, task_request, with_task_id
 from gateway.wire import expose_links, forwardable_meta
 
 Forward = Callable[..., Awaitable[dict[str, Any]]]
@@ -30,19 +31,22 @@ def era_of(upstream: Upstream) -> Era:
 
 class TaskRelay:
     def __init__(self, book: TaskBook, forward: Forward, upstream: Callable[[str], Upstream],
-                 uri_part: Callable[[str], str | None]) -> None:
+                 uri_part: Callable[[str], str | None], hooks: Callable[[], HookChain]) -> None:
         self.book = book
+        self._hooks = hooks
         self._forward = forward
         self._upstream = upstream
         self._uri_part = uri_part
 
-    def adopt(self, result: dict[str, Any], upstream: Upstream, identity: Identity, session: Any) -> dict[str, Any]:
+    def adopt(self, result: dict[str, Any], upstream: Upstream, identity: Identity, session: Any,
+              call: CallContext | None) -> dict[str, Any]:
         """A `tools/call` result as its client gets it: a task the upstream created is recorded for the client
-        and named by Triad's own id; any other result is returned as it is."""
+        (with the hooks' view of the call, `call`) and named by Triad's own id; any other result is returned as
+        it is."""
         created = created_task(result)
         if created is None:
             return result
-        task_id = self.book.adopt(upstream.name, created[0], identity, session, era_of(upstream), created[1])
+        task_id = self.book.adopt(upstream.name, created[0], identity, session, era_of(upstream), created[1], call)
         return with_task_id(result, task_id)
 
     async def request(self, identity: Identity, session: Any, method: str, params: Mapping[str, Any],
@@ -66,12 +70,23 @@ class TaskRelay:
             raise
         part = self._uri_part(upstream.name)
         if method == "tasks/result":  # the call's own result, marked as the task's (the spec requires it)
-            found = result.get("_meta")
+            final = await self._after_hooks(entry, expose_links(dict(result), part))
+            found = final.get("_meta")
             meta: dict[str, Any] = found if isinstance(found, dict) else {}
-            return expose_links({**result, "_meta": {**meta, RELATED_TASK: {"taskId": task_id}}}, part)
+            return {**final, "_meta": {**meta, RELATED_TASK: {"taskId": task_id}}}
         if isinstance(result.get("result"), dict):  # 2026-07-28: a terminal task's result, inlined
-            result = {**result, "result": expose_links(dict(result["result"]), part)}
+            result = {**result, "result": await self._after_hooks(entry, expose_links(dict(result["result"]), part))}
         return with_task_id(result, task_id) if "taskId" in result else result
+
+    async def _after_hooks(self, entry: TaskEntry, result: dict[str, Any]) -> dict[str, Any]:
+        """A task's result through the after-hooks, as the call's own result would have gone (a redaction hook
+        must not be passed by running a tool as a task)."""
+        hooks, call = self._hooks(), entry.call
+        if not hooks or not isinstance(call, CallContext):
+            return result
+        async with call.session.lock:
+            final = await hooks.after(call, Outcome(result, None, 0.0))
+        return final if final is not None else result
 
     async def _list(self, identity: Identity, session: Any) -> dict[str, Any]:
         """The caller's own tasks (2025-11-25), as each upstream session holding some of them lists them: an

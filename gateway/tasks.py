@@ -57,6 +57,9 @@ class TaskEntry:
     the task; None in 2026-07-28, where requests stand alone."""
     era: Era
     expires: float
+    call: Any = None
+    """The hooks' view of the call that created the task (`gateway.hooks.CallContext`; None without hooks): the
+    after-hooks see the task's result too, as they would the call's."""
 
 
 def owner_of(identity: Identity) -> tuple[str, tuple[str, str] | None]:
@@ -73,7 +76,7 @@ class TaskBook:
         return len(self._tasks)
 
     def adopt(self, upstream: str, upstream_id: str, identity: Identity, session: Any, era: Era,
-              ttl_ms: Any) -> str:
+              ttl_ms: Any, call: Any = None) -> str:
         """Record a task an upstream just created for `identity`; the id the client gets."""
         self._purge()
         ttl = ttl_ms / 1000 if isinstance(ttl_ms, int | float) and not isinstance(ttl_ms, bool) and ttl_ms > 0 \
@@ -86,7 +89,7 @@ class TaskBook:
             self.forget(next(iter(self._tasks)))
         self._tasks[task_id] = TaskEntry(upstream, upstream_id, owner_of(identity),
                                          session if era == "2025-11-25" else None, era,
-                                         self._clock() + min(ttl, MAX_TTL))
+                                         self._clock() + min(ttl, MAX_TTL), call)
         self._by_upstream[(upstream, upstream_id)] = task_id
         return task_id
 

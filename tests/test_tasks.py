@@ -161,13 +161,13 @@ async def test_a_legacy_task_is_cancelled_by_its_owner_only(procs: list[Proc], t
 
 
 @asynccontextmanager
-async def modern_triad(procs: list[Proc], tmp_path: Path) -> AsyncIterator[str]:
+async def modern_triad(procs: list[Proc], tmp_path: Path, **extra: Any) -> AsyncIterator[str]:
     fixture = Proc([PYTHON, str(ROOT / "tests" / "servers" / "conformance_upstream.py"), "--transport", "http",
                     "--name", marker("tasks-modern")])
     procs.append(fixture)
     port = fixture.wait_for(r"READY (\d+)").group(1)
     config = write_config(tmp_path, {"upstreams": {"fx": {"url": f"http://127.0.0.1:{port}/mcp", "protocol": "auto"}},
-                                     "naming": {"prefix": "never"}, "clients": CLIENTS})
+                                     "naming": {"prefix": "never"}, "clients": CLIENTS, **extra})
     yield start_triad(procs, config, wait_ready=1)
 
 
@@ -212,3 +212,18 @@ async def test_a_synchronous_call_of_a_modern_client_is_not_a_task(procs: list[P
         headers = modern_headers("tools/call", "slow_compute") | {"Authorization": f"Bearer {ADA}"}
         result = answer_of(await modern_post(http, url, dumps(body), headers))["result"]
         assert result["resultType"] == "complete" and "taskId" not in result
+
+
+async def test_a_tasks_result_passes_the_after_hooks_as_the_calls_would(procs: list[Proc], tmp_path: Path) -> None:
+    """Running a tool as a task must not get its result past a redaction hook."""
+    async with modern_triad(procs, tmp_path, hooks=[{"redact": {"patterns": ["swordfish"]}}]) as url, \
+            httpx2.AsyncClient(timeout=60) as http:
+        created = await modern_ask(http, url, ADA, "tools/call", {"name": "slow_compute",
+                                                                  "arguments": {"seconds": 1, "label": "swordfish"}})
+        task_id = created["result"]["taskId"]
+        for _ in range(100):  # a client polls a task (the fixture's pollIntervalMs is 200)
+            got = (await modern_ask(http, url, ADA, "tasks/get", {"taskId": task_id}))["result"]
+            if got["status"] == "completed":
+                break
+            await anyio.sleep(0.2)
+        assert got["result"]["content"][0]["text"] == "computed [REDACTED]"
