@@ -6,7 +6,8 @@ The suite (@modelcontextprotocol/conformance 0.2.0-alpha.12) has no published re
 what its server scenarios of the `2025-11-25` and `2026-07-28` requirement sets call: content tools, logging and
 progress, sampling and elicitation (server->client requests in the handshake era, `input_required` results in
 2026-07-28), the multi-round-trip fixtures, the diagnostic tools of `server-stateless`, list-change triggers,
-resources with a template and a subscription, prompts, and completion. Over HTTP it prints `READY <port>` on stderr.
+resources with a template and a subscription, prompts, and completion; and at 2026-07-28 the tasks extension of the
+`tasks-*` scenarios (`conformance_tasks.py`). Over HTTP it prints `READY <port>` on stderr.
 """
 
 from __future__ import annotations
