@@ -18,8 +18,9 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
+from anyio.streams.buffered import BufferedByteReceiveStream
 
-from tests.conftest import NODE_DIR, PYTHON, ROOT, Proc, marker, start_triad, write_config
+from tests.conftest import NODE_DIR, PYTHON, ROOT, TRIAD, Proc, marker, start_triad, write_config
 from tests.raw_clients import (
     HANDSHAKE,
     JSON_HEADERS,
@@ -227,3 +228,41 @@ async def test_a_tasks_result_passes_the_after_hooks_as_the_calls_would(procs: l
                 break
             await anyio.sleep(0.2)
         assert got["result"]["content"][0]["text"] == "computed [REDACTED]"
+
+
+async def test_a_legacy_task_over_triad_stdio_pushes_its_status_to_its_client(procs: list[Proc],
+                                                                             tmp_path: Path) -> None:
+    config = everything_config(tmp_path, "shared")
+    async with await anyio.open_process([*TRIAD, "stdio", "-c", str(config)]) as process:
+        assert process.stdin is not None and process.stdout is not None
+        lines = BufferedByteReceiveStream(process.stdout)
+        seen: list[dict[str, Any]] = []
+
+        async def send(message: dict[str, Any]) -> None:
+            assert process.stdin is not None
+            await process.stdin.send(dumps(message) + b"\n")
+
+        async def until(found: Any) -> dict[str, Any]:
+            with anyio.fail_after(60):
+                while not any(found(m) for m in seen):
+                    seen.append(json.loads(await lines.receive_until(b"\n", 64 * 2**20)))
+            return next(m for m in seen if found(m))
+
+        try:
+            await send(request(0, "initialize", {"protocolVersion": HANDSHAKE, "capabilities": {"tasks": {}},
+                                                 "clientInfo": {"name": "tasks-test", "version": "1"}}))
+            await until(lambda m: m.get("id") == 0)
+            await send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+            await send(request(1, "tools/call", {"name": RESEARCH, "arguments": {"topic": "x"}, "task": {}}))
+            task_id = (await until(lambda m: m.get("id") == 1))["result"]["task"]["taskId"]
+            pushed = await until(lambda m: m.get("method") == "notifications/tasks/status"
+                                 and m["params"].get("status") == "completed")
+            assert pushed["params"]["taskId"] == task_id
+            await send(request(2, "tasks/get", {"taskId": task_id}))
+            assert (await until(lambda m: m.get("id") == 2))["result"]["status"] == "completed"
+        finally:
+            await process.stdin.aclose()
+            with anyio.move_on_after(15):
+                await process.wait()
+            if process.returncode is None:
+                process.kill()
