@@ -10,6 +10,7 @@ process there, would find no task). 2026-07-28: the conformance fixture (`tests/
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -95,19 +96,29 @@ def names(listing: dict[str, Any]) -> set[str]:
     return {tool["name"] for tool in listing["result"]["tools"]}
 
 
-def everything_config(tmp_path: Path, sessions: str) -> Path:
+def everything_config(tmp_path: Path, sessions: str, procs: list[Proc] | None = None) -> Path:
+    """server-everything over stdio, or with `procs` over streamable HTTP (its tasks are per HTTP session, and
+    its status pushes come on the session's GET stream)."""
     if not EVERYTHING.exists():
         pytest.fail("server-everything is not installed: run `npm install` in tests/node (make test does it)")
-    return write_config(tmp_path, {
-        "upstreams": {"everything": {"command": str(EVERYTHING), "args": ["stdio"], "sessions": sessions,
-                                     "timeout": "60s"}},
-        "naming": {"prefix": "never"}, "clients": CLIENTS})
+    upstream: dict[str, Any] = {"command": str(EVERYTHING), "args": ["stdio"]}
+    if procs is not None:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        procs.append(Proc([str(EVERYTHING), "streamableHttp"], env={"PORT": str(port)}))
+        procs[-1].wait_for(r"listening on port")
+        upstream = {"url": f"http://127.0.0.1:{port}/mcp"}
+    return write_config(tmp_path, {"upstreams": {"everything": {**upstream, "sessions": sessions, "timeout": "60s"}},
+                                   "naming": {"prefix": "never"}, "clients": CLIENTS})
 
 
-@pytest.mark.parametrize("sessions", ["shared", "per_client"])
+@pytest.mark.parametrize(("sessions", "transport"), [("shared", "stdio"), ("per_client", "stdio"),
+                                                     ("shared", "http"), ("per_client", "http")])
 async def test_a_legacy_task_belongs_to_its_client_and_its_status_reaches_only_it(
-        procs: list[Proc], tmp_path: Path, sessions: str) -> None:
-    url = start_triad(procs, everything_config(tmp_path, sessions), wait_ready=1)
+        procs: list[Proc], tmp_path: Path, sessions: str, transport: str) -> None:
+    config = everything_config(tmp_path, sessions, procs if transport == "http" else None)
+    url = start_triad(procs, config, wait_ready=1)
     async with httpx2.AsyncClient(timeout=60) as http, anyio.create_task_group() as tg:
         ada = await Client(http, url, ADA).open({"tasks": {}})
         bob = await Client(http, url, BOB).open({"tasks": {}})
