@@ -19,8 +19,9 @@ from anyio.abc import TaskGroup
 from pydantic import SecretStr
 
 from consumers.config import UpstreamConfig
+from consumers.lifecycle import UpstreamState
 from consumers.transports import TlsContext
-from consumers.upstream import Upstream, UpstreamState
+from consumers.upstream import Upstream
 
 logger = logging.getLogger("triad.pool")
 

@@ -25,6 +25,7 @@ from typing import Any
 
 import anyio
 import mcp_types as types
+from mcp.server.connection import Connection
 from mcp.shared.exceptions import MCPDeprecationWarning
 from mcp.shared.inbound import ERROR_CODE_HTTP_STATUS
 from mcp_types import PROTOCOL_VERSION_META_KEY
@@ -151,7 +152,7 @@ class SessionCallRelay(_CallRelay):
 
     modern = False
 
-    def __init__(self, reply: Reply, params: Mapping[str, Any], connection: Any, answers: Answers) -> None:
+    def __init__(self, reply: Reply, params: Mapping[str, Any], connection: Connection, answers: Answers) -> None:
         super().__init__(reply, params)
         self._connection = connection
         self._answers = answers
@@ -166,7 +167,9 @@ class SessionCallRelay(_CallRelay):
 
     async def ask(self, request: Any, result_type: Any) -> Any:
         message = request.model_dump(by_alias=True, mode="json", exclude_none=True)
-        reply = await self._answers.ask(self._connection.session_id, message, self.reply)
+        session_id = self._connection.session_id
+        assert session_id is not None, "the direct path serves only requests of a session it looked up by its id"
+        reply = await self._answers.ask(session_id, message, self.reply)
         if "error" in reply:
             try:
                 return types.ErrorData.model_validate(reply["error"])

@@ -61,14 +61,14 @@ class RequestRelay:
     def capabilities(self) -> dict[str, Any] | None:
         if self.era_2026:
             return envelope_capabilities(self.ctx.params)
-        return declared_capabilities(getattr(self.ctx.session, "_connection", None))
+        return declared_capabilities(connection_of(self.ctx))
 
     @property
     def log_level(self) -> str | None:
         """2026-07-28: the level this request opted in to (none: no logs). Before: the session's, else all."""
         if self.era_2026:
             return envelope_log_level(self.ctx.params)
-        return session_log_level(getattr(self.ctx.session, "_connection", None))
+        return session_log_level(connection_of(self.ctx))
 
     async def log(self, params: types.LoggingMessageNotificationParams) -> None:
         if not wants_log(params.level, self.log_level):
@@ -103,24 +103,23 @@ class SessionRelay:
     cancel_reason = None  # a session is never cancelled; its requests are
 
     def __init__(self, connection: Connection) -> None:
-        self._connection = connection
         self.connection = connection
-        """The session's connection (for notifications not about a request: a task's status)."""
+        """The session's connection (also for notifications not about a request: a task's status)."""
 
     @property
     def capabilities(self) -> dict[str, Any] | None:
-        return declared_capabilities(self._connection)
+        return declared_capabilities(self.connection)
 
     @property
     def log_level(self) -> str | None:
-        return session_log_level(self._connection)
+        return session_log_level(self.connection)
 
     async def log(self, params: types.LoggingMessageNotificationParams) -> None:
         if not wants_log(params.level, self.log_level):
             return
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", MCPDeprecationWarning)
-            await self._connection.log(params.level, params.data, params.logger)
+            await self.connection.log(params.level, params.data, params.logger)
 
     async def progress(self, params: dict[str, Any]) -> None:
         """Progress belongs to a request; a session has none of its own."""
@@ -128,7 +127,7 @@ class SessionRelay:
     async def ask(self, request: Any, result_type: Any) -> Any:
         try:
             with anyio.fail_after(ASK_TIMEOUT):
-                answer = await self._connection.send_raw_request(
+                answer = await self.connection.send_raw_request(
                     request.method, request.params.model_dump(by_alias=True, mode="json", exclude_none=True)
                     if request.params is not None else None)
             return result_type.model_validate(answer, by_name=False)
@@ -174,14 +173,14 @@ def envelope_log_level(params: Any) -> str | None:
     return level if level in LEVELS else None
 
 
-def session_log_level(connection: Any) -> str:
+def session_log_level(connection: Connection | None) -> str:
     """The level a handshake-era session set with `logging/setLevel`; all messages until it sets one."""
     return (connection.state.get(LOG_LEVEL_STATE_KEY) if connection is not None else None) or LEVELS[0]
 
 
-def declared_capabilities(connection: Any) -> dict[str, Any] | None:
+def declared_capabilities(connection: Connection | None) -> dict[str, Any] | None:
     """What a handshake-era client declared in `initialize`; None when unknown."""
-    client = getattr(connection, "client_params", None)
+    client = connection.client_params if connection is not None else None
     return client.capabilities.model_dump(by_alias=True, mode="json", exclude_none=True) if client else None
 
 
@@ -203,7 +202,7 @@ def connection_state(ctx: ServerRequestContext[Any]) -> dict[str, Any]:
     return connection.state if connection is not None else {}
 
 
-def takes_tasks(connection: Any) -> bool:
+def takes_tasks(connection: Connection | None) -> bool:
     """A handshake-era client that declared the tasks capability (2025-11-25) can run a tool as a task. A
     2026-07-28 client declares the extension per request, and Triad relays it only to 2026-07-28 upstreams, whose
     tools say nothing of tasks (`gateway.catalog.TAKES_TASKS`)."""

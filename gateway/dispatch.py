@@ -20,7 +20,7 @@ import anyio
 import anyio.lowlevel
 import mcp_types as types
 
-from consumers import ProgressFn, Upstream, UpstreamPool
+from consumers import ProgressFn, Upstream, UpstreamPool, UpstreamRequest
 from gateway.catalog import UpstreamSnapshot, build_upstream_sources
 from gateway.config import TriadConfig
 from gateway.errors import InvalidRequest, UnknownName, UpstreamTimeout, UpstreamUnavailable
@@ -397,8 +397,8 @@ class Dispatcher:
             return candidates[0], uri
         raise UnknownName(f"Unknown resource: {uri}")
 
-    async def _forward(self, upstream: Upstream, kind: str, request: Any, *, caller: tuple[str, str] = ("", ""),
-                       **options: Any) -> dict[str, Any]:
+    async def _forward(self, upstream: Upstream, kind: str, request: UpstreamRequest, *,
+                       caller: tuple[str, str] = ("", ""), **options: Any) -> dict[str, Any]:
         """The one place a request leaves for an upstream: timed, counted and logged (`caller`: client, name)."""
         start, outcome = time.perf_counter(), "error"
         record = self.metrics.call_log.start(upstream.name, kind, request, options.get("client"))
