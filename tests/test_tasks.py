@@ -159,7 +159,7 @@ async def test_a_legacy_task_belongs_to_its_client_and_its_status_reaches_only_i
         tg.cancel_scope.cancel()
 
 
-async def test_a_legacy_task_is_cancelled_by_its_owner_only(procs: list[Proc], tmp_path: Path) -> None:
+async def test_a_legacy_task_is_cancelled_by_its_owner_session_only(procs: list[Proc], tmp_path: Path) -> None:
     url = start_triad(procs, everything_config(tmp_path, "shared"), wait_ready=1)
     async with httpx2.AsyncClient(timeout=60) as http:
         ada = await Client(http, url, ADA).open({"tasks": {}})
@@ -167,6 +167,10 @@ async def test_a_legacy_task_is_cancelled_by_its_owner_only(procs: list[Proc], t
         task_id = (await ada.ask("tools/call", {"name": RESEARCH, "arguments": {"topic": "x"},
                                                 "task": {}}))["result"]["task"]["taskId"]
         assert (await bob.ask("tasks/cancel", {"taskId": task_id}))["error"]["code"] == -32602
+        # 2025-11-25 tasks live in an upstream session: another session of the same client has none of them
+        ada_again = await Client(http, url, ADA).open({"tasks": {}})
+        assert (await ada_again.ask("tasks/cancel", {"taskId": task_id}))["error"]["code"] == -32602
+        assert (await ada_again.ask("tasks/list", {}))["result"]["tasks"] == []
         assert (await ada.ask("tasks/get", {"taskId": task_id}))["result"]["status"] == "working"
         cancelled = (await ada.ask("tasks/cancel", {"taskId": task_id}))["result"]
         assert (cancelled["taskId"], cancelled["status"]) == (task_id, "cancelled")
