@@ -166,20 +166,24 @@ async def test_a_clients_cancellation_reason_reaches_the_upstream(procs: list[Pr
         tg.cancel_scope.cancel()
 
 
-@pytest.mark.parametrize("downstream", ["stdio", "sse", "sdk-http"])
+@pytest.mark.parametrize(("downstream", "upstream"), [("stdio", "http"), ("sse", "http"), ("sdk-http", "http"),
+                                                      ("sdk-http", "stdio")])
 async def test_a_clients_cancellation_reason_reaches_the_upstream_from_every_downstream(
-        procs: list[Proc], tmp_path: Path, downstream: str) -> None:
+        procs: list[Proc], tmp_path: Path, downstream: str, upstream: str) -> None:
     """The SDK's server cancels a request itself and keeps no reason: Triad keeps it for the upstream's
-    cancellation, from `triad stdio`, a legacy SSE session and streamable HTTP served by the SDK's handlers."""
-    upstream = start_raw(procs, "http")
-    watched = procs[-1]
-    config = write_config(tmp_path, {"upstreams": {TAGS["http"]: {"url": upstream}},
+    cancellation, from `triad stdio`, a legacy SSE session and streamable HTTP served by the SDK's handlers; sent
+    by Triad's direct HTTP hop (http) and by the SDK's session (stdio)."""
+    tag = TAGS[upstream]
+    settings = {"command": PYTHON, "args": stdio_command()[1:]} if upstream == "stdio" else \
+        {"url": start_raw(procs, "http")}
+    config = write_config(tmp_path, {"upstreams": {tag: settings},
                                      "listen": {"lean_path": downstream != "sdk-http"}})
-    call = request("tools/call", {"name": f"wait_{TAGS['http']}", "arguments": {}})
+    call = request("tools/call", {"name": f"wait_{tag}", "arguments": {}})
     cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled",
               "params": {"requestId": call["id"], "reason": f"stopped on {downstream}"}}
     with anyio.fail_after(60):
         if downstream == "stdio":
+            watched = procs[-1]
             async with stdio_peer([*TRIAD, "stdio", "-c", str(config)]) as peer:
                 await peer.send(call)
                 await watched.until("WAITING")
@@ -187,6 +191,7 @@ async def test_a_clients_cancellation_reason_reaches_the_upstream_from_every_dow
                 await watched.until(f"CANCELLED stopped on {downstream}")
             return
         url = start_triad(procs, config, wait_ready=1)
+        watched = procs[-1] if upstream == "stdio" else procs[-2]  # a stdio child's stderr goes to Triad's log
         async with AsyncExitStack() as stack, anyio.create_task_group() as tg:
             peer: Any = await stack.enter_async_context(
                 sse_peer(url.removesuffix("/mcp") + "/sse") if downstream == "sse" else http_peer(url))
