@@ -104,8 +104,9 @@ class ClientSessions:
             origin.on_close(lambda: self._close(origin))
             self._task_group.start_soon(self._own, link, name=f"client-session:{self._upstream}")
         timeout = self._config().connect_timeout
-        with anyio.move_on_after(timeout):
-            await link.opened.wait()
+        if not link.opened.is_set():  # no cancel scope once open: this runs on every call
+            with anyio.move_on_after(timeout):
+                await link.opened.wait()
         if link.channel is None:
             if self._links.get(origin) is link:
                 del self._links[origin]

@@ -19,7 +19,7 @@ from typing import Any
 
 import anyio
 import mcp_types as types
-from anyio.abc import TaskGroup
+from anyio.abc import TaskGroup, TaskStatus
 from mcp import ClientSession
 from mcp.client.session import ClientRequestContext
 from mcp.shared.exceptions import MCPError
@@ -102,11 +102,13 @@ class Upstream:
 
     # -- owner task ---------------------------------------------------------------------------------------------
 
-    async def run(self) -> None:
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Connect, serve, reconnect; until `stop()` or cancellation. Never raises for an upstream failure.
-        Per-client upstream sessions live in a task group of this task, across reconnects of the shared one."""
+        Per-client upstream sessions live in a task group of this task, across reconnects of the shared one.
+        Started (`task_status`) once it takes requests: they fail as "not connected" until the first connection."""
         async with anyio.create_task_group() as tg:
             await tg.start(self._clients.run)
+            task_status.started()
             await self._keep_connected()
             tg.cancel_scope.cancel()
 

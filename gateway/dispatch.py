@@ -123,7 +123,9 @@ class Dispatcher:
             self._stale = False
             snapshots = {name: UpstreamSnapshot(up.catalog, up.state.value, up.reason)
                          for name, up in self.pool.upstreams.items()}
-            built = build_upstream_sources(self.config, snapshots, names=self.names)
+            # Triad's own tools' names are never an upstream tool's, whatever mode a client is in: a name stays
+            # the same for every client, and a search-mode client's `search_tools` is always Triad's.
+            built = build_upstream_sources(self.config, snapshots, reserved=TRIAD_TOOLS, names=self.names)
             registry = build_registry(self._snapshot.registry.version + 1, built.sources, built.context,
                                       built.uri_owners)
             self._snapshot = Snapshot(registry, self.pipeline)
