@@ -10,6 +10,9 @@ naming the SDK version when one no longer holds.
 - `declare_as_client`: the capabilities a `ClientSession` declares are built by `ClientSession._build_capabilities`
   from which callbacks it has (elicitation always with both form and url modes), with no way to pass a client's
   own declaration through.
+- `send_raw` of a `tools/call` as a task (2025-11-25): `ClientSession.send_request` checks every result against the
+  spec's result type of its method, and refuses the `CreateTaskResult` such a call is answered with; the request
+  is stamped as `send_request` stamps it (`_stamp`) and sent with the session's dispatcher (`_dispatcher`).
 - `CONTEXT_ATTRIBUTE`: the SDK's dispatcher reads the sender's contextvars from its read stream's `last_context`
   (how the current downstream crosses into callbacks over streamable HTTP); a wrapper must pass it through.
 """
@@ -21,7 +24,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import mcp_types as types
 from mcp import ClientSession
-from mcp.shared.dispatcher import ProgressFnT
+from mcp.shared.dispatcher import CallOptions, ProgressFnT
 from pydantic import TypeAdapter
 
 if TYPE_CHECKING:
@@ -40,6 +43,13 @@ async def send_raw(session: ClientSession, request: UpstreamRequest,
                    progress: Callable[[float, float | None, str | None], Awaitable[None]] | None = None
                    ) -> dict[str, Any]:
     """Send `request` on `session`; its result as a raw dict."""
+    if request.method == "tools/call" and getattr(request.params, "task", None) is not None:
+        data = request.model_dump(by_alias=True, mode="json", exclude_none=True)
+        options: CallOptions = {}
+        session._stamp(data, options)
+        answer: dict[str, Any] = await session._dispatcher.send_raw_request(data["method"], data.get("params"),
+                                                                           options)
+        return answer
     on_progress = cast(ProgressFnT | None, progress)  # a plain callable of the Protocol's shape
     result: dict[str, Any] = await session.send_request(request, RAW,  # type: ignore[type-var]
                                                         progress_callback=on_progress)

@@ -240,7 +240,8 @@ class ClientSessions:
             with anyio.CancelScope() as opening:
                 opening.deadline = anyio.current_time() + config.connect_timeout
                 async with open_channel(self._upstream, config, self._cwd, link.relays, on_message,
-                                        declare=capabilities.keys(), tls=self._tls) as channel:
+                                        declare=capabilities.keys(), tls=self._tls,
+                                        on_notification=self._on_notification) as channel:
                     declare_as_client(channel.session, capabilities)
                     init = await channel.session.initialize()
                     channel.use_hop(channel.session.protocol_version or "", on_notification)

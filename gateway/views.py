@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from consumers import OwnLists
-from gateway.catalog import SERVING, upstream_of_key
+from gateway.catalog import SERVING, TAKES_TASKS_KEY, upstream_of_key
 from gateway.config import ToolsMode
 from gateway.errors import StaleCursor
 from gateway.naming import expose_uri
@@ -69,7 +69,10 @@ def build_view(registry: Registry, identity: Identity, pipeline: Pipeline, profi
                ) -> ClientView:
     """`schemas` caches normalised input schemas by (profile, tool) for this registry version; in `search` mode,
     `always_list` (globs and groups, `tool_groups` expanding) picks the tools still listed."""
-    plan = build_plan(registry.tools.values(), registry.context)
+    # whether the caller takes tasks is a fact of the caller, not of the registry (`gateway.catalog.TAKES_TASKS`)
+    context = dataclasses.replace(registry.context, values={**registry.context.values,
+                                                            TAKES_TASKS_KEY: identity.tasks})
+    plan = build_plan(registry.tools.values(), context)
     allowed: list[PlanEntry] = []
     denied: list[tuple[ToolDescriptor, Decision]] = []
     for entry in plan.visible:
