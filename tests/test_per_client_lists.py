@@ -20,6 +20,7 @@ import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 
 from consumers._sdk import declare_as_client
 from tests.conftest import NODE_DIR, RUN_MARKER, Proc, node_bin, start_triad, write_config
@@ -180,3 +181,26 @@ async def resource_uris(session: ClientSession) -> set[str]:
         uris |= {r["uri"] for r in page["resources"]}
         if not (cursor := page.get("nextCursor")):
             return uris
+
+
+async def test_tool_search_finds_only_what_the_clients_own_session_lists(procs: list[Proc], tmp_path: Path) -> None:
+    """In search mode a client finds, and may call through `call_tool`, only the tools its own session lists."""
+    upstream = start_everything(procs, "stdio")
+    config = write_config(tmp_path, {"upstreams": {"everything": upstream}, "naming": {"prefix": "never"},
+                                     "search": {"tools_mode": "search"}})
+    url = start_triad(procs, config, wait_ready=1)
+
+    async def found(session: ClientSession) -> set[str]:
+        result = await session.send_request(types.CallToolRequest(params=types.CallToolRequestParams(
+            name="search_tools", arguments={"query": "trigger a sampling request from the client", "limit": 50})), RAW)
+        return {tool["name"] for tool in result["structuredContent"]["tools"]}
+
+    with anyio.fail_after(90):
+        async with AsyncExitStack() as stack:
+            full = await connect(stack, {"url": url}, "full")
+            plain = await connect(stack, {"url": url}, "plain")
+            assert "trigger-sampling-request" in await found(full)
+            assert "trigger-sampling-request" not in await found(plain)
+            with pytest.raises(MCPError, match=r"^Unknown tool: trigger-sampling-request$"):  # as if it did not exist
+                await plain.send_request(types.CallToolRequest(params=types.CallToolRequestParams(
+                    name="call_tool", arguments={"name": "trigger-sampling-request", "arguments": {}})), RAW)
