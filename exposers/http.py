@@ -229,6 +229,7 @@ def build_app(server: GatewayServer, dispatcher: Dispatcher, notifier: Notifier,
             body["reload"] = reloader.status.as_dict()
         if cluster is not None:
             body["cluster"] = cluster.view()
+            body["ready"] = body["ready"] and not cluster.draining
         status = 200 if body["ready"] else 503
         if not await authorised(request):  # the verdict only: upstream names and errors are for clients
             return JSONResponse({"ready": body["ready"]}, status_code=status)

@@ -199,6 +199,10 @@ class ClusterConfig(_Model):
     the address it listens on."""
     heartbeat: Duration = Field(default=1.0, gt=0)
     """How often this replica tells Redis it is alive; one missing for three beats counts as gone."""
+    drain_delay: Duration = Field(default=2.0, gt=0)
+    """On SIGTERM, how long the replica answers `/readyz` with 503 (and is gone from the cluster's view) before it
+    stops listening: the load balancer's health check takes it out first, so no request meets a closing socket.
+    Calls in flight then get `listen.shutdown_grace` as on one replica."""
 
 
 class TriadConfig(_Model):

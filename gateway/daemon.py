@@ -192,13 +192,24 @@ def _stopper(userver: uvicorn.Server, gw: Gateway) -> Callable[[], None]:
     """The first signal stops listening and drains the calls in flight (`listen.shutdown_grace`), answering those
     still running after it with an error; uvicorn waits for those answers to be sent. A second one stops at once."""
     def stop() -> None:
-        if userver.should_exit:
-            userver.force_exit = True  # a second signal: stop waiting for open connections
+        if userver.should_exit or (gw.cluster is not None and gw.cluster.draining):
+            userver.should_exit = userver.force_exit = True  # a second signal: stop waiting for open connections
             return
+        if gw.cluster is not None:  # out of the load balancer first (`cluster.drain_delay`), then stop
+            gw.task_group.start_soon(leave_then_stop, name="leave-cluster")
+            return
+        stop_now()
+
+    def stop_now() -> None:
         grace = gw.dispatcher.config.listen.shutdown_grace
         userver.config.timeout_graceful_shutdown = math.ceil(grace + ANSWER_TIME)
         userver.should_exit = True
         gw.task_group.start_soon(gw.pool.drain, grace, SHUTDOWN_REASON, name="drain")
+
+    async def leave_then_stop() -> None:
+        await gw.cluster.leave()
+        if not userver.should_exit:
+            stop_now()
     return stop
 
 

@@ -38,6 +38,8 @@ class Cluster:
         self.sessions = Sessions(self.link, config.replica_id)
         self._buckets = RedisBuckets(self.link)
         self._pins: dict[str, RedisPins] = {}
+        self.draining = False
+        """Stopping: `/readyz` answers 503 so the load balancer takes this replica out (`leave`)."""
 
     # -- SharedState ---------------------------------------------------------------------------------------------
 
@@ -78,11 +80,17 @@ class Cluster:
         """What `/readyz` shows of the cluster: this replica, whether Redis answers, and the replicas alive at the
         last heartbeat (with their age)."""
         now = time.time()
-        return {"replica": self.replica_id, "redis": "up" if self.link.up else "down",
+        return {"replica": self.replica_id, "redis": "up" if self.link.up else "down", "draining": self.draining,
                 "replicas": {name: {"address": record.get("address"),
                                     "last_beat_s": round(now - float(record.get("beat", now)), 2),
                                     **{k: v for k, v in record.items() if k in ("sessions", "ready", "version")}}
                              for name, record in self.replicas.alive.items()}}
+
+    async def leave(self) -> None:
+        """Before stopping: not ready any more, gone from the cluster's view, for `drain_delay` seconds."""
+        self.draining = True
+        await self.replicas.leave(stop_beating=True)
+        await anyio.sleep(self.config.drain_delay)
 
     # -- running -------------------------------------------------------------------------------------------------
 

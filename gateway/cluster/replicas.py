@@ -35,15 +35,18 @@ class Replicas:
         self.alive: dict[str, dict[str, Any]] = {}
         """The last view read from Redis: replica id -> its record (kept as it was while Redis is unreachable)."""
         self.last_read: float | None = None
+        self._left = False
 
     async def run(self) -> None:
-        while True:
+        while not self._left:
             with contextlib.suppress(RedisDown):
                 await self.beat()
             await anyio.sleep(self._beat)
 
     async def beat(self) -> None:
         client = self._link.client
+        if self._left:
+            return
         record = {"address": self.address, "started": self.started, "beat": time.time(), **self.facts()}
         ttl_ms = int(self._beat * MISSED_BEATS * 1000)
         await self._link.run(client.set(record_key(self.replica_id), json.dumps(record), px=ttl_ms))
@@ -67,8 +70,9 @@ class Replicas:
         address = record.get("address") if record is not None else None
         return address if isinstance(address, str) else None
 
-    async def leave(self) -> None:
+    async def leave(self, stop_beating: bool = False) -> None:
         """On a clean stop: gone at once, not after three missed beats."""
+        self._left = self._left or stop_beating
         client = self._link.client
         try:
             await self._link.run(client.delete(record_key(self.replica_id)))
