@@ -96,6 +96,7 @@ class ClusterRouter:
         query = scope.get("query_string", b"").decode()
         url = f"{address}{scope['path']}" + (f"?{query}" if query else "")
         request = self._client.build_request(scope["method"], url, headers=headers, content=body)
+        logger.debug("cluster: forwarded a request to replica at %s", address)
         try:
             response = await self._client.send(request, stream=True)
         except httpx2.TransportError as exc:  # the owner is gone: answered here, as on one replica
