@@ -316,16 +316,17 @@ class PinDefinitions:
         self.options = self.Options(**options)
         self.priority = self.options.priority
         self.store = PinStore(Path(self.options.state))
-        self._pins: Pins = FilePins(self.store)
+        self.pins: Pins = FilePins(self.store)
+        """Where approvals are kept: the state file, or with `cluster:` the cluster's (`share`)."""
 
     def share(self, state: SharedState) -> None:
-        """Keep approvals where every replica sees them (`triad approve` writes there too)."""
-        self._pins = state.pins(self.options.state)
+        """Keep approvals where every replica sees them (`triad approve` and the console write there too)."""
+        self.pins = state.pins(self.options.state)
 
     async def before_call(self, ctx: CallContext) -> Block | None:
         if ctx.definition is None:
             return None
-        verdict = await self._pins.check(ctx.upstream, ctx.raw_name, ctx.definition, self.options.trust_new)
+        verdict = await self.pins.check(ctx.upstream, ctx.raw_name, ctx.definition, self.options.trust_new)
         if verdict is None:
             return None
         return Block(f"Tool {ctx.name} is blocked: {verdict}. An operator must review it and run "

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 import anyio
 
-from gateway.pinning import PinStore
+from gateway.pinning import PinStatus, PinStore
 
 __all__ = ["Buckets", "FilePins", "LocalBuckets", "Pins", "SharedState"]
 
@@ -36,6 +36,10 @@ class Pins(Protocol):
 
     async def approve(self, upstream: str, raw: str, definition: Mapping[str, Any]) -> bool:
         """Pin the current definition; True if that changed what was approved."""
+        ...
+
+    async def status(self, upstream: str, raw: str, definition: Mapping[str, Any]) -> PinStatus:
+        """Where `definition` stands against the approved one; changes nothing."""
         ...
 
 
@@ -78,3 +82,6 @@ class FilePins:
 
     async def approve(self, upstream: str, raw: str, definition: Mapping[str, Any]) -> bool:
         return await anyio.to_thread.run_sync(self.store.approve, upstream, raw, definition)
+
+    async def status(self, upstream: str, raw: str, definition: Mapping[str, Any]) -> PinStatus:
+        return await anyio.to_thread.run_sync(self.store.status, upstream, raw, definition)

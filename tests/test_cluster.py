@@ -7,20 +7,22 @@ say which; every upstream call is counted by the upstream itself (tests/servers/
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
 import mcp_types as types
 import pytest
+from pydantic import SecretStr
 
 from tests.cluster_env import CLUSTER_KEY, TOKENS, TriadCluster, handshake_session, http_for, modern_client, wait_until
-from tests.conftest import Proc
+from tests.conftest import TRIAD, Proc
 from tests.raw_clients import HandshakeSession, answer_of, dumps
 
 pytestmark = pytest.mark.anyio
@@ -38,6 +40,14 @@ async def sample(_ctx: Any, params: Any) -> types.CreateMessageResult:
     asked = params.messages[0].content.text
     return types.CreateMessageResult(role="assistant", content=types.TextContent(text=f"sampled: {asked}"),
                                      model="test-model")
+
+
+async def eventually(check: Callable[[], bool]) -> None:
+    """Until `check()` holds (the caller bounds the wait)."""
+    while True:
+        if check():
+            return
+        await anyio.sleep(0.05)
 
 
 def text_of(result: Any) -> str:
@@ -244,19 +254,16 @@ async def test_killing_a_replica_under_load(procs: list[Proc], tmp_path: Path) -
             tg.start_soon(modern_worker, worker)
         with anyio.fail_after(EVENT_WAIT):
             await opened.wait()
-            while len(succeeded) < 40:
-                await anyio.sleep(0.05)
+            await eventually(lambda: len(succeeded) >= 40)
         # the replica that owns the handshake client's session (HAProxy chose it)
         [victim] = [name for name, records in cluster.served_by().items()
                     if any(r["client"] == "alice" for r in records)]
         cluster.replicas[victim].popen.send_signal(signal.SIGTERM)
         with anyio.fail_after(EVENT_WAIT):
             await reopened.wait()
-            while cluster.replicas[victim].popen.poll() is None:
-                await anyio.sleep(0.05)
+            await eventually(lambda: cluster.replicas[victim].popen.poll() is not None)
             mark = len(succeeded)
-            while len(succeeded) < mark + 40:
-                await anyio.sleep(0.05)
+            await eventually(lambda: len(succeeded) >= mark + 40)
         stop.set()
     assert failures == [], failures
     # its session was gone (404, which the SDK reports as "Session not found"): it opened a new one
@@ -294,15 +301,13 @@ async def test_redis_restarted_under_load(procs: list[Proc], tmp_path: Path) -> 
         for n in range(3):
             tg.start_soon(worker, n)
         with anyio.fail_after(EVENT_WAIT):
-            while done < 20:
-                await anyio.sleep(0.05)
+            await eventually(lambda: done >= 20)
         await anyio.to_thread.run_sync(cluster.redis.terminate)
         await anyio.to_thread.run_sync(lambda: wait_until(
             lambda: all(cluster.cluster_view(name)["redis"] == "down" for name in cluster.ports), "redis: down"))
         mark = done
         with anyio.fail_after(EVENT_WAIT):
-            while done < mark + 20:
-                await anyio.sleep(0.05)
+            await eventually(lambda: done >= mark + 20)
         await anyio.to_thread.run_sync(cluster.start_redis)
         await anyio.to_thread.run_sync(lambda: wait_until(
             lambda: all(cluster.cluster_view(name)["redis"] == "up"
@@ -310,8 +315,7 @@ async def test_redis_restarted_under_load(procs: list[Proc], tmp_path: Path) -> 
                         for name in cluster.ports), "every replica back in the cluster"))
         mark = done
         with anyio.fail_after(EVENT_WAIT):
-            while done < mark + 20:
-                await anyio.sleep(0.05)
+            await eventually(lambda: done >= mark + 20)
         stop.set()
     assert failures == [], failures
     # the event channel is back: a reload asked of one replica reaches the other
@@ -321,8 +325,7 @@ async def test_redis_restarted_under_load(procs: list[Proc], tmp_path: Path) -> 
         async with http_for("ops") as ops:
             await ops.post(cluster.replica_url("r1").replace("/mcp", "/admin/reload"))
         with anyio.move_on_after(2):
-            while cluster.readyz("r2")["reload"]["reloads"] == before:
-                await anyio.sleep(0.05)
+            await eventually(lambda: cluster.readyz("r2")["reload"]["reloads"] != before)
         return bool(cluster.readyz("r2")["reload"]["reloads"] > before)
 
     with anyio.fail_after(EVENT_WAIT):
@@ -339,3 +342,58 @@ def test_without_a_cluster_section_redis_is_never_imported(tmp_path: Path) -> No
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
 
+
+
+async def test_approvals_of_pinned_definitions_are_the_clusters(procs: list[Proc], tmp_path: Path) -> None:
+    """`pin_definitions` with `trust_new: false`: a tool is blocked on every replica until `triad approve`
+    (run once, against the same config) approves it for all of them; nothing is written to a state file."""
+    pins = tmp_path / "pins.json"
+    cluster = TriadCluster(procs, tmp_path, replicas=2,
+                           hooks=[{"pin_definitions": {"trust_new": False, "state": str(pins)}}]).start()
+    for name in cluster.ports:
+        async with modern_client(cluster.replica_url(name), "alice") as modern:
+            blocked = await modern.call_tool("echo", {"text": "x"})
+        assert blocked.is_error and "has not been approved yet" in text_of(blocked)
+    approved = await anyio.run_process(
+        [*TRIAD, "approve", "-c", str(cluster.config_path), "echo"], check=False,
+        env={**os.environ, "TRIAD_REPLICA_ID": "approver", "TRIAD_CLUSTER_KEY": CLUSTER_KEY})
+    assert approved.returncode == 0, approved.stderr.decode()
+    assert "echo: approved" in approved.stdout.decode()
+    for name in cluster.ports:
+        async with modern_client(cluster.replica_url(name), "alice") as modern:
+            assert text_of(await modern.call_tool("echo", {"text": name})) == name
+            still = await modern.call_tool("structured", {"n": 1})
+            assert still.is_error  # approving echo approved nothing else
+    assert not pins.exists()
+
+
+async def test_secrets_in_redis_are_encrypted_and_bound_to_their_identity(procs: list[Proc],
+                                                                          tmp_path: Path) -> None:
+    from gateway.cluster import Cluster, SecretUnreadable
+    from gateway.config import ClusterConfig
+    from gateway.identity import Identity
+
+    env = TriadCluster(procs, tmp_path)
+    env.start_redis()
+    settings = ClusterConfig(redis=f"redis://127.0.0.1:{env.redis_port}/0", replica_id="r1",
+                             secret_key=CLUSTER_KEY)  # type: ignore[arg-type]
+    cluster, other = Cluster(settings), Cluster(settings.model_copy(update={"secret_key": SecretStr("x" * 40)}))
+    alice = Identity("alice", principal=("https://issuer.example", "user-1"))
+    alice_again = Identity("alice", principal=("https://issuer.example", "user-2"))
+    async with cluster.running(heartbeat=False), other.running(heartbeat=False):
+        await cluster.vault.put(alice, "upstream:search", b"gh-token-secret-value")
+        assert await cluster.vault.get(alice, "upstream:search") == b"gh-token-secret-value"
+        assert await cluster.vault.get(alice_again, "upstream:search") is None  # another subject of the client
+        assert await cluster.vault.get(alice, "upstream:other") is None
+        stored = {key: await cluster.link.client.get(key) for key in await cluster.link.client.keys("triad:secret:*")}
+        assert len(stored) == 1
+        [(key, value)] = stored.items()
+        assert b"gh-token" not in value and b"alice" not in key and b"upstream" not in key
+        # another cluster key neither finds it (identity hashes are keyed too) nor decrypts it
+        assert await other.vault.get(alice, "upstream:search") is None
+        with pytest.raises(SecretUnreadable):
+            other.box.open(value, key.decode())
+        # copied under another identity's key, it does not decrypt there
+        await cluster.link.client.set(cluster.vault._key(alice_again, "upstream:search"), value)
+        with pytest.raises(SecretUnreadable):
+            await cluster.vault.get(alice_again, "upstream:search")

@@ -4,10 +4,12 @@ Imported only when the config has a `cluster:` block (redis-py and cryptography 
 `pip install 'mcp-triad[cluster]'`). What is shared, and what each piece does while Redis is unreachable, is said
 in each module: `buckets` (rate limits), `pins` (approved definitions), `events` (reloads, list changes, resource
 updates), `sessions` (which replica owns a handshake-era session), `replicas` (heartbeats, `/readyz`),
-`secret_box` (encryption of stored secrets, identity hashes).
+`secret_box` (encryption of stored secrets, identity hashes), `vault` (per-identity secrets).
 """
 
+from gateway.cluster._link import RedisDown
 from gateway.cluster.cluster import Cluster
 from gateway.cluster.secret_box import SecretBox, SecretUnreadable
+from gateway.cluster.vault import Vault
 
-__all__ = ["Cluster", "SecretBox", "SecretUnreadable"]
+__all__ = ["Cluster", "RedisDown", "SecretBox", "SecretUnreadable", "Vault"]

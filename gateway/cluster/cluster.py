@@ -18,6 +18,7 @@ from gateway.cluster.pins import RedisPins
 from gateway.cluster.replicas import Replicas
 from gateway.cluster.secret_box import SecretBox
 from gateway.cluster.sessions import Sessions
+from gateway.cluster.vault import Vault
 from gateway.config import ClusterConfig
 from gateway.identity import Identity
 from gateway.shared import Buckets, Pins
@@ -38,6 +39,8 @@ class Cluster:
         self.sessions = Sessions(self.link, config.replica_id)
         self._buckets = RedisBuckets(self.link)
         self._pins: dict[str, RedisPins] = {}
+        self.vault = Vault(self.link, self.box)
+        """Per-identity secrets, encrypted with the cluster key."""
         self.draining = False
         """Stopping: `/readyz` answers 503 so the load balancer takes this replica out (`leave`)."""
 

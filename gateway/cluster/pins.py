@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from gateway.cluster._link import KEY_PREFIX, Link, RedisDown, text
-from gateway.pinning import definition_hash, pinned_fields
+from gateway.pinning import PinStatus, definition_hash, pinned_fields
 
 
 class RedisPins:
@@ -56,3 +56,12 @@ class RedisPins:
         await self._link.run(client.hset(self._definitions, key, json.dumps(pinned_fields(definition), default=str)))
         await self._link.run(client.hset(self._digests, key, digest))
         return True
+
+    async def status(self, upstream: str, raw: str, definition: Mapping[str, Any]) -> PinStatus:
+        key, current = f"{upstream}:{raw}", pinned_fields(definition)
+        pinned = await self._link.run(self._link.client.hget(self._digests, key))
+        if pinned is None:
+            return PinStatus("new", None, current)
+        approved = await self._link.run(self._link.client.hget(self._definitions, key))
+        state: Literal["approved", "changed"] = "approved" if text(pinned) == definition_hash(definition) else "changed"
+        return PinStatus(state, json.loads(approved) if approved is not None else None, current)
