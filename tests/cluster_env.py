@@ -63,8 +63,10 @@ def redis_ping(port: int) -> bool:
 
 
 class TriadCluster:
-    def __init__(self, procs: list[Proc], tmp: Path, replicas: int = 3, hooks: list[Any] | None = None) -> None:
+    def __init__(self, procs: list[Proc], tmp: Path, replicas: int = 3, hooks: list[Any] | None = None,
+                 upstream: Path = LEDGER) -> None:
         self.procs = procs
+        self.upstream_script = upstream
         self.tmp = tmp
         self.redis_port = free_port()
         self.front_port = free_port()
@@ -125,7 +127,8 @@ class TriadCluster:
         require("redis-server")
         require("haproxy")
         self.start_redis()
-        self.upstream = Proc([PYTHON, str(LEDGER), "--name", marker("ledger")])
+        self.upstream = Proc([PYTHON, str(self.upstream_script), "--transport", "http", "--name", marker("ledger")]
+                             if self.upstream_script != LEDGER else [PYTHON, str(LEDGER), "--name", marker("ledger")])
         self.procs.append(self.upstream)
         self.write_config()
         for name in self.ports:

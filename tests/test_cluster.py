@@ -22,11 +22,12 @@ import pytest
 from pydantic import SecretStr
 
 from tests.cluster_env import CLUSTER_KEY, TOKENS, TriadCluster, handshake_session, http_for, modern_client, wait_until
-from tests.conftest import TRIAD, Proc
+from tests.conftest import ROOT, TRIAD, Proc
 from tests.raw_clients import HandshakeSession, answer_of, dumps
 
 pytestmark = pytest.mark.anyio
 
+CONFORMANCE = ROOT / "tests" / "servers" / "conformance_upstream.py"
 EVENT_WAIT = 30.0
 """A generous bound on waiting for something that should take well under a second (the machine is shared)."""
 
@@ -181,6 +182,28 @@ def test_readyz_shows_the_clusters_view(cluster: TriadCluster) -> None:
     # neither the cluster key nor a token shows in a replica's log or readiness answer
     texts = [proc.stderr for proc in cluster.replicas.values()] + [json.dumps(cluster.readyz("r1"))]
     assert not [secret for secret in (CLUSTER_KEY, *TOKENS.values()) if any(secret in text for text in texts)]
+
+
+async def test_an_upstreams_list_change_seen_by_one_replica_reaches_clients_of_all(procs: list[Proc],
+                                                                                  tmp_path: Path) -> None:
+    """The upstream tells only the session that asked it (r1's) that its tools changed: r1 announces it, r2
+    re-lists its own connection, and a client listening on r2 gets `tools/list_changed` with the new tool."""
+    cluster = TriadCluster(procs, tmp_path, replicas=2, upstream=CONFORMANCE).start()
+    changed = anyio.Event()
+
+    async def on_message(message: Any) -> None:
+        if isinstance(getattr(message, "root", message), types.ToolListChangedNotification):
+            changed.set()
+
+    async with handshake_session(cluster.replica_url("r2"), "alice", message_handler=on_message) as listener:
+        before = {tool.name for tool in (await listener.list_tools()).tools}
+        async with handshake_session(cluster.replica_url("r1"), "bob") as caller:
+            assert text_of(await caller.call_tool("test_trigger_tool_change", {})) == "tool list changed"
+        with anyio.fail_after(EVENT_WAIT):
+            await changed.wait()
+        added = {tool.name for tool in (await listener.list_tools()).tools} - before
+    assert added and all(name.startswith("test_added_tool") for name in added), added
+    assert "saw upstream fx change; re-listing it here" in cluster.replicas["r2"].stderr
 
 
 async def test_a_rate_limit_holds_across_the_replicas(procs: list[Proc], tmp_path: Path) -> None:

@@ -47,14 +47,16 @@ def join(cluster: Cluster, pool: UpstreamPool, notifier: _Notified,
 
     def changed(upstream: Upstream) -> None:
         digest = catalog_digest(upstream)
-        if digest is None or known.get(upstream.name) == digest:
+        if digest is None:
             return
-        if upstream.name in asked:
-            asked.discard(upstream.name)
-            known[upstream.name] = digest
+        was_asked = upstream.name in asked
+        asked.discard(upstream.name)
+        if known.get(upstream.name) == digest:
             return
         known[upstream.name] = digest
-        events.send_soon("relist", upstream=upstream.name, digest=digest)
+        if not was_asked:
+            logger.debug("cluster: upstream %s now offers %s; announced", upstream.name, digest[:8])
+            events.send_soon("relist", upstream=upstream.name, digest=digest)
 
     async def relist(event: dict[str, Any]) -> None:
         name, digest = event.get("upstream"), event.get("digest")
@@ -62,7 +64,9 @@ def join(cluster: Cluster, pool: UpstreamPool, notifier: _Notified,
         if upstream is None or not isinstance(digest, str):
             return
         known[upstream.name] = digest
-        if catalog_digest(upstream) != digest:
+        mine = catalog_digest(upstream)
+        # not listed here yet: its first listing is fresh anyway
+        if mine is not None and mine != digest:
             logger.info("cluster: replica %s saw upstream %s change; re-listing it here", event.get("from"), name)
             asked.add(upstream.name)
             upstream.request_relist()
