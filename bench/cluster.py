@@ -56,7 +56,7 @@ def replica(tmp: Path, config: Path, name: str, port: int) -> Process:
 
 def haproxy(tmp: Path, servers: dict[str, int]) -> tuple[Process, str]:
     front = free_port()
-    lines = "".join(f"    server {name} 127.0.0.1:{port} check inter 250 fall 1 rise 1\n"
+    lines = "".join(f"    server {name} 127.0.0.1:{port} check inter 500 fall 2 rise 1\n"
                     for name, port in servers.items())
     text = ((ROOT / "deploy" / "haproxy.cfg.in").read_text().replace("@FRONT_PORT@", str(front))
             .replace("@STATS_SOCKET@", str(tmp / f"haproxy-{front}.sock")).replace("@SERVERS@\n", lines))

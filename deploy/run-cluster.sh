@@ -27,7 +27,7 @@ for i in 1 2 3; do
     port=$((FRONT + i))
     TRIAD_REPLICA_ID="r$i" "$TRIAD" serve -c deploy/cluster.yaml --port "$port" 2>"$RUN/r$i.log" &
     PIDS="$PIDS $!"
-    SERVERS="$SERVERS    server r$i 127.0.0.1:$port check inter 250 fall 1 rise 2\n"
+    SERVERS="$SERVERS    server r$i 127.0.0.1:$port check inter 500 fall 2 rise 1\n"
 done
 awk -v front="$FRONT" -v sock="$RUN/haproxy.sock" -v servers="$SERVERS" \
     '{ gsub("@FRONT_PORT@", front); gsub("@STATS_SOCKET@", sock); if ($0 == "@SERVERS@") printf "%s", servers; else print }' \

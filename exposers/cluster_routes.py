@@ -25,8 +25,9 @@ from typing import Any
 
 import anyio
 import httpx2
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
+from exposers._wire import read_body, replay
 from exposers.input_rounds import STATE_PREFIX, round_owner
 from exposers.server import IDENTITY_SCOPE_KEY
 from gateway.identity import Identity
@@ -65,20 +66,16 @@ class ClusterRouter:
             if address is None:
                 await self.app(scope, receive, send)
                 return
-            body = await _read_body(receive, self._max_body) if scope["method"] == "POST" else b""
-            await self._forward_or_serve(scope, body, receive, send, address)
+            await self._forward_or_serve(scope, receive, send, lambda _body: address)
             return
         if scope["method"] != "POST":
             await self.app(scope, receive, send)
             return
-        body = await _read_body(receive, self._max_body)
-        address = self._round_address(body) if MARKER in body else None
-        if address is None:
-            await self.app(scope, _replay(body, receive), send)
-            return
-        await self._forward_or_serve(scope, body, receive, send, address)
+        await self._forward_or_serve(scope, receive, send, self._round_address)
 
     def _round_address(self, body: bytes) -> str | None:
+        if MARKER not in body:
+            return None
         try:
             message = json.loads(body)
         except ValueError:
@@ -90,7 +87,18 @@ class ClusterRouter:
         address: str | None = self._cluster.replicas.address_of(owner)
         return address
 
-    async def _forward_or_serve(self, scope: Scope, body: bytes, receive: Receive, send: Send, address: str) -> None:
+    async def _forward_or_serve(self, scope: Scope, receive: Receive, send: Send,
+                                address_of: Callable[[bytes], str | None]) -> None:
+        """Read the body; forward the request to `address_of(body)`, or serve it here (None, a body over the
+        limit, or an owner that cannot be reached)."""
+        read = await read_body(receive, self._max_body) if scope["method"] == "POST" else (b"", False)
+        if read is None:  # the client went away
+            return
+        body, more = read
+        address = address_of(body) if not more else None
+        if address is None:
+            await self.app(scope, replay(body, more, receive), send)
+            return
         headers = [(k, v) for k, v in scope["headers"] if k not in HOP_BY_HOP]
         headers.append((FORWARDED_HEADER, self._cluster.replica_id.encode()))
         query = scope.get("query_string", b"").decode()
@@ -101,7 +109,7 @@ class ClusterRouter:
             response = await self._client.send(request, stream=True)
         except httpx2.TransportError as exc:  # the owner is gone: answered here, as on one replica
             logger.info("cluster: could not forward to %s (%s); served here", address, type(exc).__name__)
-            await self.app(scope, _replay(body, receive), send)
+            await self.app(scope, replay(body, False, receive), send)
             return
         try:
             await send({"type": "http.response.start", "status": response.status_code,
@@ -118,36 +126,6 @@ class ClusterRouter:
         finally:
             with anyio.CancelScope(shield=True):
                 await response.aclose()
-
-
-async def _read_body(receive: Receive, limit: int) -> bytes:
-    """The request's body (at most `limit` + 1 bytes are kept: the app behind refuses a body over its limit)."""
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            break
-        chunk = message.get("body", b"")
-        if size <= limit:
-            chunks.append(chunk)
-        size += len(chunk)
-        if not message.get("more_body", False):
-            break
-    return b"".join(chunks)
-
-
-def _replay(body: bytes, receive: Receive) -> Receive:
-    sent = False
-
-    async def replay() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replay
 
 
 async def _cancel_on_disconnect(receive: Receive, scope: anyio.CancelScope) -> None:

@@ -114,7 +114,7 @@ class TriadCluster:
         return proc
 
     def start_haproxy(self) -> None:
-        servers = "".join(f"    server {name} 127.0.0.1:{port} check inter 100 fall 1 rise 1\n"
+        servers = "".join(f"    server {name} 127.0.0.1:{port} check inter 100 fall 2 rise 1\n"
                           for name, port in self.ports.items())
         text = (TEMPLATE.read_text().replace("@FRONT_PORT@", str(self.front_port))
                 .replace("@STATS_SOCKET@", str(self.tmp / "haproxy.sock")).replace("@SERVERS@\n", servers))
