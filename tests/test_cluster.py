@@ -23,7 +23,7 @@ from pydantic import SecretStr
 
 from tests.cluster_env import CLUSTER_KEY, TOKENS, TriadCluster, handshake_session, http_for, modern_client, wait_until
 from tests.conftest import ROOT, TRIAD, Proc
-from tests.raw_clients import HandshakeSession, answer_of, dumps
+from tests.raw_clients import HandshakeSession, answer_of, call, dumps, sse_session
 
 pytestmark = pytest.mark.anyio
 
@@ -100,6 +100,18 @@ async def test_clients_of_both_eras_call_list_sample_and_elicit_across_the_repli
     assert any("forwarded a request to replica" in proc.stderr for proc in cluster.replicas.values())
     calls = Counter(cluster.ledger())
     assert calls['ask {"question": "q0"}'] == 1 and calls['sample {"prompt": "p2"}'] == 1
+
+
+async def test_legacy_sse_clients_through_haproxy(cluster: TriadCluster) -> None:
+    """A legacy SSE session's stream and its posts meet on one replica (HAProxy hashes `Authorization` for
+    `/sse` and `/messages/`), for clients of different tokens at once: a post that reached another replica than
+    its stream would be refused there (unknown session)."""
+    async with http_for("alice") as alice, http_for("bob") as bob, \
+            sse_session(alice, cluster.url) as first, sse_session(bob, cluster.url) as second:
+        for i in range(4):
+            for session, who in ((first, "alice"), (second, "bob")):
+                answered = await session.request(call(i + 10, "echo", {"text": f"{who}{i}"}))
+                assert answered["result"]["content"][0]["text"] == f"{who}{i}"
 
 
 async def test_a_session_answers_only_its_opener_on_every_replica(cluster: TriadCluster) -> None:
