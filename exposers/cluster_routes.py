@@ -51,6 +51,9 @@ class ClusterRouter:
         self._max_body = max_body
         self._client = httpx2.AsyncClient(timeout=httpx2.Timeout(CONNECT_TIMEOUT, read=None), trust_env=False)
 
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = dict(scope["headers"]) if scope["type"] == "http" else {}
         if not headers or FORWARDED_HEADER in headers:

@@ -254,15 +254,20 @@ def build_app(server: GatewayServer, dispatcher: Dispatcher, notifier: Notifier,
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
         async with manager.run():
-            yield
+            try:
+                yield
+            finally:
+                if router is not None:
+                    await router.aclose()
 
     mcp: ASGIApp = FastPath(StrictJson(StreamableHTTPASGIApp(manager), MAX_REQUEST_BODY), dispatcher, notifier,
                             manager, security, MAX_REQUEST_BODY, rounds, server.server_info_stamp)
+    router = None
     if cluster is not None:
         from exposers.cluster_routes import ClusterRouter
 
-        mcp = ClusterRouter(mcp, cluster, lambda session_id: session_transport(manager, session_id) is not None,
-                            MAX_REQUEST_BODY)
+        mcp = router = ClusterRouter(mcp, cluster, lambda sid: session_transport(manager, sid) is not None,
+                                     MAX_REQUEST_BODY)
     app = Starlette(
         routes=[
             Route("/mcp", endpoint=BearerAuth(mcp, dispatcher, gate)),
