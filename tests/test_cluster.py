@@ -432,3 +432,39 @@ async def test_secrets_in_redis_are_encrypted_and_bound_to_their_identity(procs:
         await cluster.link.client.set(cluster.vault._key(alice_again, "upstream:search"), value)
         with pytest.raises(SecretUnreadable):
             await cluster.vault.get(alice_again, "upstream:search")
+
+
+async def test_while_redis_is_down_approvals_fail_closed_and_limits_count_per_replica(procs: list[Proc],
+                                                                                     tmp_path: Path) -> None:
+    """What the shared state does without Redis (README, "While Redis is unreachable"): a definition this replica
+    saw approved still passes, any other is blocked saying why; a bucket counts in this replica alone; once Redis
+    is back both are the cluster's again, with nothing restarted."""
+    from gateway.cluster import Cluster
+    from gateway.config import ClusterConfig
+
+    env = TriadCluster(procs, tmp_path)
+    env.start_redis()
+    cluster = Cluster(ClusterConfig(redis=f"redis://127.0.0.1:{env.redis_port}/0", replica_id="r1",
+                                    secret_key=CLUSTER_KEY))  # type: ignore[arg-type]
+    pins, buckets = cluster.pins("pins"), cluster.buckets()
+    seen, unseen = {"description": "seen"}, {"description": "never seen here"}
+    async with cluster.running(heartbeat=False):
+        assert await pins.check("fx", "echo", seen, True) is None  # first use pins it, for the cluster
+        assert [await buckets.take("client:a:2/m", 2, 2 / 60) is None for _ in range(3)] == [True, True, False]
+        assert env.redis is not None
+        await anyio.to_thread.run_sync(env.redis.terminate)
+        assert await pins.check("fx", "echo", seen, True) is None
+        refused = await pins.check("fx", "other", unseen, True)
+        assert refused is not None and "Redis is unreachable" in refused
+        # this replica's own bucket: full again (the cluster's was spent), and limited
+        assert [await buckets.take("client:a:2/m", 2, 2 / 60) is None for _ in range(3)] == [True, True, False]
+        assert cluster.view()["redis"] == "down"
+        await anyio.to_thread.run_sync(env.start_redis)  # an empty Redis: nothing was persisted
+        with anyio.fail_after(EVENT_WAIT):  # reconnected by itself (after its 1 s of counting Redis as down)
+            while True:
+                if await pins.check("fx", "other", unseen, True) is None:
+                    break
+                await anyio.sleep(0.1)
+        assert cluster.view()["redis"] == "up"
+        assert await buckets.take("client:b:1/m", 1, 1 / 60) is None
+        assert await buckets.take("client:b:1/m", 1, 1 / 60) is not None
