@@ -87,8 +87,9 @@ async def running_gateway(config: TriadConfig, host: str | None = None, *, watch
         cluster_changed = join(cluster, pool, notifier, reloader)
         notifier.sessions_seen = cluster
         cluster.replicas.address = config.cluster.address if config.cluster and config.cluster.address else address
-        cluster.replicas.facts = lambda: {"sessions": notifier.open_sessions, "version": dispatcher.registry.version,
-                                          "tools": len(dispatcher.registry.tools)}
+        cluster.replicas.facts = lambda: {
+            "sessions": notifier.open_sessions, "version": dispatcher.registry.version,
+            "upstreams_ready": sum(up.state is UpstreamState.READY for up in pool.upstreams.values())}
     dispatcher.metrics.watch(lambda: {
         "upstreams": {name: up.state.value for name, up in pool.upstreams.items()},
         "states": [state.value for state in UpstreamState],

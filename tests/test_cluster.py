@@ -191,6 +191,8 @@ def test_readyz_shows_the_clusters_view(cluster: TriadCluster) -> None:
     assert view["replica"] == "r1" and view["redis"] == "up" and not view["draining"]
     assert set(view["replicas"]) == set(cluster.ports)
     assert view["replicas"]["r2"]["address"] == f"http://127.0.0.1:{cluster.ports['r2']}"
+    wait_until(lambda: cluster.cluster_view("r1")["replicas"]["r3"]["upstreams_ready"] == 1,
+               "r3's heartbeat to say its upstream is ready")
     # neither the cluster key nor a token shows in a replica's log or readiness answer
     texts = [proc.stderr for proc in cluster.replicas.values()] + [json.dumps(cluster.readyz("r1"))]
     assert not [secret for secret in (CLUSTER_KEY, *TOKENS.values()) if any(secret in text for text in texts)]

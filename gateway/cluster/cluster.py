@@ -83,10 +83,11 @@ class Cluster:
         """What `/readyz` shows of the cluster: this replica, whether Redis answers, and the replicas alive at the
         last heartbeat (with their age)."""
         now = time.time()
+        shown = ("sessions", "upstreams_ready", "version")
         return {"replica": self.replica_id, "redis": "up" if self.link.up else "down", "draining": self.draining,
                 "replicas": {name: {"address": record.get("address"),
                                     "last_beat_s": round(now - float(record.get("beat", now)), 2),
-                                    **{k: v for k, v in record.items() if k in ("sessions", "ready", "version")}}
+                                    **{k: v for k, v in record.items() if k in shown}}
                              for name, record in self.replicas.alive.items()}}
 
     async def leave(self) -> None:
