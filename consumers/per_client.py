@@ -143,7 +143,8 @@ class ClientSessions:
             with anyio.CancelScope() as opening:
                 opening.deadline = anyio.current_time() + config.connect_timeout
                 async with open_channel(self._upstream, config, self._cwd, link.relays, self._on_message,
-                                        declare=capabilities.keys(), tls=self._tls) as channel:
+                                        declare=capabilities.keys(), tls=self._tls,
+                                        on_notification=self._on_notification) as channel:
                     await channel.session.initialize()
                     channel.use_hop(channel.session.protocol_version or "", self._on_notification)
                     # A server may tell only the session that made a change (a list_changed after a call): the

@@ -79,6 +79,7 @@ async def running_gateway(config: TriadConfig, host: str | None = None, *, watch
                             names=NameLedger.for_config(config, persist=watch), shared=cluster)
     notifier = Notifier(dispatcher)
     pool.on_updated = notifier.resource_updated
+    pool.on_task_status = notifier.task_status
     rounds = InputRounds(cluster.replica_id if cluster is not None else None)
     reloader = Reloader(config.source, config, pool, dispatcher) if config.source is not None else None
     if cluster is not None:
