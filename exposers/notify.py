@@ -19,7 +19,7 @@ import functools
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Hashable, Iterable
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 from anyio.abc import TaskGroup
@@ -56,6 +56,12 @@ changed); more, and the connection is stuck."""
 
 Send = Callable[[], Awaitable[None]]
 TASK_STATUS = "notifications/tasks/status"
+
+
+class SessionRecords(Protocol):
+    def opened(self, session_id: str, identity: Identity) -> None: ...
+
+    def closed(self, session_id: str) -> None: ...
 
 
 class _Outbox:
@@ -133,6 +139,8 @@ class Notifier:
         """`run()`'s task group: the outboxes' drain tasks."""
         self.close_session: Callable[[Any], Coroutine[Any, Any, None]] = _keep
         """Closes a session that stopped reading (the HTTP app sets it: the client then gets 404 and opens anew)."""
+        self.sessions_seen: SessionRecords | None = None
+        """With `cluster:`, told of each handshake-era HTTP session opened and closed here (its owner record)."""
         dispatcher.add_listener(self._on_registry)
 
     @property
@@ -150,6 +158,9 @@ class Notifier:
         if connection.session_id is not None:
             self._sessions[connection.session_id] = connection
             connection.exit_stack.callback(self._sessions.pop, connection.session_id, None)
+            if self.sessions_seen is not None:
+                self.sessions_seen.opened(connection.session_id, identity)
+                connection.exit_stack.callback(self.sessions_seen.closed, connection.session_id)
 
     def session(self, session_id: str) -> tuple[Any, Identity] | None:
         """The connection of a live handshake-era HTTP session and the identity it was opened with; None for a

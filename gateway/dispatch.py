@@ -37,6 +37,7 @@ from gateway.page_meta import with_page_meta
 from gateway.registry import EMPTY_REGISTRY, Registry, ToolDescriptor, build_registry
 from gateway.search import SearchIndexes, load_ranker
 from gateway.search_tools import TRIAD_TOOLS, call_triad_tool, settings_for
+from gateway.shared import SharedState
 from gateway.snapshot import Snapshot
 from gateway.task_relay import TaskRelay
 from gateway.tasks import EXTENSION, TaskBook, offers_extension, offers_legacy_tasks
@@ -69,13 +70,15 @@ def _pipeline(config: TriadConfig, remote: bool) -> Pipeline:
 
 class Dispatcher:
     def __init__(self, config: TriadConfig, pool: UpstreamPool, *, remote: bool = False,
-                 names: NameLedger | None = None) -> None:
+                 names: NameLedger | None = None, shared: SharedState | None = None) -> None:
         self.config = config
+        self.shared = shared
+        """With `cluster:`, the state hooks share with the other replicas (each chain a reload builds gets it)."""
         self.names = names if names is not None else NameLedger()
         self.pool = pool
         self._remote = remote
         self.pipeline = _pipeline(config, remote)
-        self.hooks: HookChain = build_chain(config.hooks)
+        self.hooks: HookChain = build_chain(config.hooks, shared)
         self._snapshot = Snapshot(EMPTY_REGISTRY, self.pipeline)
         """The registry of the moment and its caches: replaced whole, by one assignment."""
         self.search = SearchIndexes(load_ranker(config.search.ranker))
