@@ -24,7 +24,7 @@ from pydantic import SecretStr
 
 from tests.cluster_env import CLUSTER_KEY, TOKENS, TriadCluster, handshake_session, http_for, modern_client, wait_until
 from tests.conftest import ROOT, TRIAD, Proc
-from tests.raw_clients import HandshakeSession, answer_of, call, dumps, sse_session
+from tests.raw_clients import HandshakeSession, answer_of, call, dumps, modern_headers, modern_post, sse_session
 
 pytestmark = pytest.mark.anyio
 
@@ -135,6 +135,19 @@ async def test_a_session_answers_only_its_opener_on_every_replica(cluster: Triad
         assert "echo" in {tool["name"] for tool in answer_of(answered)["result"]["tools"]}
         assert (await on_second(bob)).status_code == 404
         assert (await bob.post(cluster.replica_url(first), content=listing, headers=headers)).status_code == 404
+
+
+async def test_a_deeply_nested_body_naming_a_round_gets_a_parse_error(cluster: TriadCluster) -> None:
+    """The router reads a body that names a round's state before anything else parses it: nesting past the limit
+    is a parse error there as on one replica (`exposers._wire.parse_json`), never an exception in the app (a 500
+    and a traceback)."""
+    nested = (b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "echo", '
+              b'"requestState": "triad-round:r2.x", "arguments": {"a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}}}")
+    async with http_for("alice") as alice:
+        answered = await modern_post(alice, cluster.replica_url("r1"), nested, modern_headers("tools/call", "echo"))
+    assert answered.status_code == 400, answered.text
+    assert answered.json()["error"]["code"] == -32700
+    assert "Traceback" not in cluster.replicas["r1"].stderr
 
 
 async def test_a_reload_reaches_a_listening_client_on_every_replica(cluster: TriadCluster) -> None:
