@@ -1,6 +1,7 @@
 """Upstream connections: one owner task per upstream, transports, the pool keyed by name, and the relay seam."""
 
 from consumers._errors import describe_failure
+from consumers.channel import TASK_STATUS
 from consumers.lifecycle import UpstreamState
 from consumers.listing import Catalog
 from consumers.per_client import OwnLists
@@ -10,6 +11,7 @@ from consumers.upstream import Upstream
 
 __all__ = [
     "CURRENT_DOWNSTREAM",
+    "TASK_STATUS",
     "Catalog",
     "ClientOrigin",
     "Downstream",

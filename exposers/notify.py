@@ -34,6 +34,7 @@ from mcp.server.subscriptions import (
 )
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from consumers import TASK_STATUS
 from exposers.relay import SessionRelay
 from gateway.dispatch import Dispatcher
 from gateway.errors import InvalidRequest
@@ -55,7 +56,6 @@ OUTBOX_SIZE = 1024
 changed); more, and the connection is stuck."""
 
 Send = Callable[[], Awaitable[None]]
-TASK_STATUS = "notifications/tasks/status"
 
 
 class SessionRecords(Protocol):

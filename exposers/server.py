@@ -51,7 +51,15 @@ from gateway.dispatch import LEGACY_TASKS, SUBSCRIBE, Dispatcher
 from gateway.errors import TriadError, UpstreamRefused
 from gateway.hooks import Session
 from gateway.identity import Identity, narrowed
-from gateway.tasks import EXTENSION, LEGACY_METHODS, METHODS, MODERN_METHODS, TaskRequestParams, declares_extension
+from gateway.tasks import (
+    EXTENSION,
+    LEGACY_METHODS,
+    METHODS,
+    MODERN_METHODS,
+    TaskRequestParams,
+    declares_extension,
+    missing_extension_data,
+)
 from gateway.tracing import tracing_enabled
 from gateway.views import SessionLists
 
@@ -172,7 +180,7 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
             if not declares_extension(envelope_capabilities(ctx.params)):
                 raise MCPError(types.MISSING_REQUIRED_CLIENT_CAPABILITY, f"{ctx.method} needs the {EXTENSION} "
                                "extension declared in the request's client capabilities",
-                               data={"requiredCapabilities": {"extensions": {EXTENSION: {}}}})
+                               data=missing_extension_data())
             headers = ctx.request.headers if isinstance(ctx.request, Request) else None
             named = headers.get("mcp-name") if headers is not None else None
             if named is not None and named.strip() != (ctx.params or {}).get("taskId"):
