@@ -484,3 +484,23 @@ async def test_while_redis_is_down_approvals_fail_closed_and_limits_count_per_re
         assert cluster.view()["redis"] == "up"
         assert await buckets.take("client:b:1/m", 1, 1 / 60) is None
         assert await buckets.take("client:b:1/m", 1, 1 / 60) is not None
+
+
+async def test_rate_limit_buckets_in_redis_name_no_client_and_no_tool(procs: list[Proc], tmp_path: Path) -> None:
+    """A bucket's Redis key is a keyed hash of what it counts (README: client ids never appear in Redis), and two
+    replicas with the same cluster key still count in the same bucket."""
+    from gateway.cluster import Cluster
+    from gateway.config import ClusterConfig
+
+    env = TriadCluster(procs, tmp_path)
+    env.start_redis()
+    settings = ClusterConfig(redis=f"redis://127.0.0.1:{env.redis_port}/0", replica_id="r1",
+                             secret_key=CLUSTER_KEY)  # type: ignore[arg-type]
+    first, second = Cluster(settings), Cluster(settings.model_copy(update={"replica_id": "r2"}))
+    async with first.running(heartbeat=False), second.running(heartbeat=False):
+        key = "client:alice-of-accounting:2/m"
+        taken = [await replica.buckets().take(key, 2, 2 / 60) is None for replica in (first, second, first)]
+        assert taken == [True, True, False]
+        await first.buckets().take("tool:payroll_export:9/m", 9, 9 / 60)
+        keys = await first.link.client.keys("*")
+        assert keys and not [k for k in keys if b"alice-of-accounting" in k or b"payroll_export" in k], keys
