@@ -49,8 +49,8 @@ SEND_TIMEOUT = 10.0
 """How long handing one notification to a connection may take. A client that reads its stream takes
 microseconds; one that takes this long has stopped reading, and gets no more notifications."""
 MAX_SUBSCRIPTIONS = 256
-"""Resource subscriptions one session may hold at once: each costs an entry here and, for a new URI, one at the
-upstream, so a client cannot grow either without bound."""
+"""Resource subscriptions one session (or one 2026-07-28 listen stream) may hold at once: each costs an entry here
+and, for a new URI, one at the upstream, so a client cannot grow either without bound."""
 OUTBOX_SIZE = 1024
 """Distinct notifications waiting for one connection (list changes, and one per subscribed resource that
 changed); more, and the connection is stuck."""
@@ -231,9 +231,13 @@ class Notifier:
         inner = ListenHandler(self.bus)
 
         async def listen(ctx: Any, params: Any) -> Any:
+            uris = params.notifications.resource_subscriptions or ()
+            if len(uris) > MAX_SUBSCRIPTIONS:  # each is made at its upstream: bounded as a session's are
+                raise InvalidRequest(f"a listen stream may hold at most {MAX_SUBSCRIPTIONS} resource subscriptions; "
+                                     f"this one asks for {len(uris)}")
             held: list[tuple[str, str, str]] = []
             try:
-                for uri in params.notifications.resource_subscriptions or ():
+                for uri in uris:
                     try:
                         owner, raw = await self._dispatcher.subscribe(identity_of(ctx), {"uri": uri})
                     except Exception as exc:  # that URI gets no updates; the stream still serves
