@@ -27,7 +27,7 @@ import mcp_types as types
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
-from consumers._errors import HopBroken, HopUnavailable, SessionGone
+from consumers._errors import UNAVAILABLE_STATUSES, HopBroken, HopUnavailable, SessionGone
 from consumers._http_rules import HTTP_RULES, env_proxy
 from consumers.relay import Downstream, ProgressFn, UpstreamRequest, ask_wire
 
@@ -41,8 +41,6 @@ DEFAULT_RETRY_MS = 1000
 """The wait before taking up a reply stream again when the upstream named none (SSE `retry:`)."""
 MAX_RETRY_MS = 30_000
 MAX_RESUMES = 5
-UNAVAILABLE_STATUSES = frozenset({502, 503, 504})
-"""Statuses that say the upstream (or a proxy in front of it) is not reachable: connection-level failures."""
 """How often a reply stream that ends before its result is taken up again (each bounded by the call's deadline)."""
 
 
