@@ -192,8 +192,10 @@ def keep_cancel_reason(connection: Connection, params: Any) -> None:
     """A client's `notifications/cancelled`: the SDK's server cancels the request itself and keeps no reason, so
     the reason is kept here (in the session's state, bounded) for the upstream's cancellation, which the SDK's
     client sends after this runs (the SDK hands the notification on before the cancelled call unwinds)."""
-    reason, request_id = (params or {}).get("reason"), (params or {}).get("requestId")
-    if not isinstance(reason, str) or request_id is None:
+    found = params if isinstance(params, dict) else {}
+    reason, request_id = found.get("reason"), found.get("requestId")
+    # unvalidated here: anything but a JSON-RPC id (a string or an integer) names no request
+    if not isinstance(reason, str) or not isinstance(request_id, str | int) or isinstance(request_id, bool):
         return
     reasons = connection.state.setdefault(CANCEL_REASONS_STATE_KEY, {})
     reasons[request_id] = reason
