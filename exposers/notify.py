@@ -219,7 +219,10 @@ class Notifier:
         and clients poll."""
         found = self._dispatcher.tasks.book.gateway_id(upstream, params.get("taskId"))
         back = getattr(found[1].session, "back", None) if found is not None else None
-        if found is None or not isinstance(back, SessionRelay) or self._tg is None:
+        # a task outlives its session: once the session ended there is nobody to tell (and an outbox made for its
+        # connection now would never be forgotten: its exit stack has run)
+        if found is None or not isinstance(back, SessionRelay) or self._tg is None \
+                or back.connection not in self._connections:
             return
         connection, status = back.connection, with_task_id(params, found[0])
         self._send(connection, ("task", found[0], status.get("status")),
