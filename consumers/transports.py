@@ -26,6 +26,7 @@ from consumers.config import UpstreamConfig
 
 if TYPE_CHECKING:
     from consumers.http_hop import HttpLink
+    from consumers.oauth_client import Asker
 
 logger = logging.getLogger("triad.upstream")
 
@@ -36,11 +37,12 @@ SSE_READ_TIMEOUT = 300.0
 
 @asynccontextmanager
 async def open_transport(name: str, config: UpstreamConfig, cwd: str | None, output: ChildOutput | None = None,
-                         tls: Callable[[], ssl.SSLContext] | None = None
+                         tls: Callable[[], ssl.SSLContext] | None = None, ask: Asker | None = None
                          ) -> AsyncIterator[tuple[Any, Any, HttpLink | None]]:
     """`output`: where a stdio child's last stderr lines and exit code are kept (the upstream's state). `tls`:
     the TLS context to verify HTTPS upstreams with, made once and shared (making one loads the CA bundle: tens of
-    milliseconds of CPU, which a per-client session would otherwise pay at every opening)."""
+    milliseconds of CPU, which a per-client session would otherwise pay at every opening). `ask`: how to show a
+    person an authorization URL, for an upstream with `auth` (`triad login`; else `auth.browser`, or no one)."""
     kind = config.kind
     if kind == "stdio":
         assert config.command is not None
@@ -60,13 +62,21 @@ async def open_transport(name: str, config: UpstreamConfig, cwd: str | None, out
 
     timeout = httpx2.Timeout(HTTP_CONNECT_TIMEOUT, read=max(config.timeout, SSE_READ_TIMEOUT))
     transport = _DrainingTransport(httpx2.AsyncHTTPTransport(verify=tls() if tls is not None else True))
+    oauth = None
+    if config.auth is not None:
+        from consumers.oauth_client import UpstreamOAuth
+
+        oauth = UpstreamOAuth(name, config.url, config.auth, ask)
     async with (
-        open_link(config.url, headers, HTTP_CONNECT_TIMEOUT) as link,
+        open_link(config.url, headers, HTTP_CONNECT_TIMEOUT, oauth) as link,
         httpx2.AsyncClient(headers=headers, timeout=timeout, follow_redirects=HTTP_RULES.follow_redirects,
-                           trust_env=HTTP_RULES.trust_env, transport=transport) as http,
+                           trust_env=HTTP_RULES.trust_env, transport=transport,
+                           auth=oauth.http_auth if oauth is not None else None) as http,
         streamable_http_client(config.url, http_client=http) as (read, write),
     ):
         transport.link = link
+        if oauth is not None:
+            oauth.bind(http)
         yield read, write, link
 
 

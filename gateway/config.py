@@ -231,7 +231,25 @@ class TriadConfig(_Model):
         return hide_values(message, {name: value.get_secret_value() for name, value in self._variables.items()})
 
     def enabled_upstreams(self) -> dict[str, UpstreamConfig]:
-        return {name: up for name, up in self.upstreams.items() if up.enabled}
+        return {name: self._with_token_store(name, up) for name, up in self.upstreams.items() if up.enabled}
+
+    def state_directory(self) -> Path | None:
+        """Where state across restarts is kept: `state_dir` (relative to the config file), else the config
+        file's directory; None for a config that has no file."""
+        if self.source is None:
+            return None
+        base = self.source.parent
+        return base / Path(self.state_dir).expanduser() if self.state_dir is not None else base
+
+    def _with_token_store(self, name: str, upstream: UpstreamConfig) -> UpstreamConfig:
+        """An OAuth upstream's tokens go to `<state dir>/<config name>.tokens/<upstream>.json` unless its
+        `auth.token_store` says otherwise (relative to the config file)."""
+        directory = self.state_directory()
+        if upstream.auth is None or directory is None or self.source is None:
+            return upstream
+        store = directory / f"{self.source.stem}.tokens" / f"{name}.json" if upstream.auth.token_store is None \
+            else self.source.parent / Path(upstream.auth.token_store).expanduser()
+        return upstream.model_copy(update={"auth": upstream.auth.model_copy(update={"token_store": str(store)})})
 
     def resolve_cwd(self, upstream: UpstreamConfig) -> str | None:
         """A relative `cwd` is taken relative to the config file, so a config works from any directory."""

@@ -1,0 +1,290 @@
+"""Triad as an OAuth 2.1 client of an upstream that requires it (MCP authorization, 2025-11-25 and 2026-07-28).
+
+The MCP SDK's `OAuthClientProvider` does the protocol: discovery from the upstream's 401 (protected resource
+metadata, then authorization server metadata or OIDC discovery, with the 2026 issuer checks), registration
+(pre-registered credentials, a client ID metadata document, or dynamic registration), authorization code with
+PKCE S256 and the RFC 9207 `iss` check, refresh, and scope step-up on 403 `insufficient_scope`; its
+client-credentials provider does the machine-to-machine grant. This module adds what a gateway needs around it:
+
+- one token source for both of Triad's HTTP clients: the SDK's httpx2 client gets it as its `auth`
+  (`UpstreamOAuth.http_auth`), the direct HTTP path (`consumers.http_hop`) asks it for the `Authorization` value
+  and tells it of a 401 or 403 (`authorization`, `challenged`);
+- a refresh before the token expires (`REFRESH_MARGIN`), and once on a 401 before asking a person again (the SDK
+  alone goes straight to a new authorization);
+- the person: an authorization code comes back on a loopback redirect (`consumers._loopback`); the URL is shown
+  by `triad login`, or given to the configured `browser` command; without either the daemon does not wait for
+  anyone and the upstream fails with `UpstreamAuthorizationRequired`, naming `triad login`.
+
+Tokens live in a `TokenStorage` (`consumers._token_store`); they never reach a log line, an error or a metric.
+One `UpstreamOAuth` per upstream connection (per credential); `open_transport` creates it and it dies with it.
+"""
+
+from __future__ import annotations
+
+import logging
+import shlex
+import time
+import warnings
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from pathlib import Path
+
+import anyio
+import httpx2
+from mcp.client.auth import (
+    AuthorizationCodeResult,
+    OAuthClientProvider,
+    OAuthFlowError,
+    OAuthRegistrationError,
+    OAuthTokenError,
+)
+from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
+from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
+from pydantic import AnyUrl
+
+from consumers._loopback import LoopbackRedirect, redirect_uri
+from consumers._token_store import MemoryTokens, TokenFile, TokenStorage
+from consumers.config import UpstreamAuthConfig
+from consumers.errors import UpstreamUnavailable
+
+logger = logging.getLogger("triad.upstream")
+
+Asker = Callable[[str], Awaitable[None]]
+"""Shows an authorization URL to a person (`triad login` prints it; the daemon runs `auth.browser`)."""
+
+REFRESH_MARGIN = 60.0
+"""A token this close to its expiry is refreshed before use, so that no request goes out with a dying token."""
+AUTHORIZATION_WAIT = 300.0
+"""How long an authorization waits for the person to come back on the loopback redirect."""
+BROWSER_WAIT = 60.0
+"""How long the `browser` command may run (a real one hands the URL to a browser and exits)."""
+
+
+class UpstreamAuthorizationRequired(UpstreamUnavailable):
+    """The upstream needs a person to authorize Triad, and the daemon has no way to ask one."""
+
+
+class UpstreamAuthorizationFailed(UpstreamUnavailable):
+    """Discovery, registration or a token request at the upstream's authorization server failed."""
+
+
+class _Preregistered:
+    """A store that answers the configured client registration until the flow records another one."""
+
+    def __init__(self, inner: TokenStorage, client: OAuthClientInformationFull) -> None:
+        self._inner = inner
+        self._client = client
+        self.get_tokens = inner.get_tokens
+        self.set_tokens = inner.set_tokens
+        self.set_client_info = inner.set_client_info
+
+    async def get_client_info(self) -> OAuthClientInformationFull | None:
+        stored = await self._inner.get_client_info()
+        return stored if stored is not None and stored.client_id == self._client.client_id else self._client
+
+
+def token_store(config: UpstreamAuthConfig) -> TokenFile | MemoryTokens:
+    return TokenFile(Path(config.token_store)) if config.token_store is not None else MemoryTokens()
+
+
+class UpstreamOAuth:
+    """One credential towards one upstream: the SDK provider, its store, and the person to ask."""
+
+    def __init__(self, upstream: str, url: str, config: UpstreamAuthConfig, ask: Asker | None = None,
+                 store: TokenFile | MemoryTokens | None = None) -> None:
+        self.upstream = upstream
+        self._config = config
+        self._ask = ask
+        self.store = store if store is not None else token_store(config)
+        self._seeded = False
+        self._http: httpx2.AsyncClient | None = None
+        self.provider = self._provider(url)
+
+    def __repr__(self) -> str:
+        return f"UpstreamOAuth({self.upstream!r}, {self.store!r})"
+
+    def _provider(self, url: str) -> OAuthClientProvider:
+        config = self._config
+        secret = config.client_secret.get_secret_value() if config.client_secret is not None else None
+        scope = " ".join(config.scopes) or None
+        if config.grant == "client_credentials":
+            assert config.client_id is not None and secret is not None
+            method = config.token_endpoint_auth_method if config.token_endpoint_auth_method != "none" else None
+            with warnings.catch_warnings():  # without `issuer` the SDK warns once: the config says it is optional
+                warnings.simplefilter("ignore")
+                return ClientCredentialsOAuthProvider(url, self.store, config.client_id, secret,
+                                                      method or "client_secret_basic", scope, config.issuer)
+        redirect = redirect_uri(config.redirect_port)
+        storage: TokenStorage = self.store
+        if config.client_id is not None:
+            method = config.token_endpoint_auth_method or ("client_secret_basic" if secret else "none")
+            storage = _Preregistered(self.store, OAuthClientInformationFull(
+                client_id=config.client_id, client_secret=secret, token_endpoint_auth_method=method,
+                redirect_uris=[AnyUrl(redirect)], issuer=config.issuer))
+        metadata = OAuthClientMetadata(redirect_uris=[AnyUrl(redirect)], client_name=config.client_name, scope=scope)
+        self._pending: LoopbackRedirect | None = None
+        return OAuthClientProvider(url, metadata, storage, self._redirect, self._callback,
+                                   client_metadata_url=config.client_metadata_url)
+
+    def bind(self, http: httpx2.AsyncClient) -> None:
+        """The client the direct path's authorization requests go out on (the SDK's, sent without auth)."""
+        self._http = http
+
+    @property
+    def http_auth(self) -> httpx2.Auth:
+        return _RefreshingAuth(self)
+
+    # -- the direct HTTP path ------------------------------------------------------------------------------------
+
+    async def authorization(self) -> str | None:
+        """The `Authorization` value for the next request (refreshed first when it is about to expire)."""
+        return await self._drive(None)
+
+    async def challenged(self, status: int, www_authenticate: str | None, rejected: str | None) -> str | None:
+        """The upstream answered `status` (401, or 403 `insufficient_scope`) to a request sent with `rejected`:
+        the value to retry with, or None (nothing better to send)."""
+        current = self.provider.context.current_tokens
+        if current is not None and f"Bearer {current.access_token}" != rejected:
+            return f"Bearer {current.access_token}"  # another request already renewed it
+        if status == 401 and self.provider.context.can_refresh_token():
+            self._force_refresh()
+            renewed = await self._drive(None)
+            if renewed is not None and renewed != rejected:
+                return renewed
+        headers = {"www-authenticate": www_authenticate} if www_authenticate else {}
+        return await self._drive(httpx2.Response(status, headers=headers))
+
+    async def _drive(self, answer: httpx2.Response | None) -> str | None:
+        """Run the SDK's flow for a stand-in request: its discovery, registration and token requests go out on
+        the bound client; `answer` is what the stand-in got (None: stop as soon as it is ready to go)."""
+        assert self._http is not None, "UpstreamOAuth.bind() was not called"
+        await self._seed()
+        self._refresh_if_due()
+        probe = httpx2.Request("POST", str(self.provider.context.server_url))
+        flow = self.provider.async_auth_flow(probe)
+        try:
+            with _mapped(self.upstream):
+                outgoing = await flow.__anext__()
+                while True:
+                    if outgoing is probe:
+                        if answer is None:
+                            return probe.headers.get("authorization")
+                        response, answer = answer, None
+                        response.request = probe
+                    else:
+                        response = await self._http.send(outgoing, auth=None)
+                        await response.aread()
+                    outgoing = await flow.asend(response)
+        except StopAsyncIteration:
+            return None
+        finally:
+            await flow.aclose()
+
+    # -- shared by both paths ------------------------------------------------------------------------------------
+
+    async def _seed(self) -> None:
+        """The stored tokens' expiry, which the SDK does not keep across restarts (it knows only `expires_in`)."""
+        if self._seeded:
+            return
+        self._seeded = True
+        context = self.provider.context
+        tokens = await self.store.get_tokens()
+        if tokens is not None and context.current_tokens is None:
+            context.current_tokens = tokens
+            context.token_expiry_time = self.store.expires_at
+
+    def _refresh_if_due(self) -> None:
+        context = self.provider.context
+        if context.token_expiry_time is not None and context.can_refresh_token() \
+                and time.time() >= context.token_expiry_time - REFRESH_MARGIN:
+            self._force_refresh()
+
+    def _force_refresh(self) -> None:
+        self.provider.context.token_expiry_time = 1.0  # expired: the SDK's flow refreshes before anything else
+
+    @property
+    def tokens(self) -> OAuthToken | None:
+        return self.provider.context.current_tokens
+
+    # -- the person ----------------------------------------------------------------------------------------------
+
+    async def _redirect(self, url: str) -> None:
+        if self._ask is None and self._config.browser is None:
+            raise UpstreamAuthorizationRequired(
+                self.upstream, f"upstream {self.upstream!r} needs authorization: run `triad login {self.upstream}` "
+                "(or set auth.browser)")
+        pending = LoopbackRedirect(self._config.redirect_port)
+        await pending.open()
+        self._pending = pending
+        try:
+            if self._ask is not None:
+                await self._ask(url)
+            else:
+                assert self._config.browser is not None
+                logger.info("upstream %s: asking for authorization through auth.browser", self.upstream)
+                with anyio.move_on_after(BROWSER_WAIT):
+                    await anyio.run_process([*shlex.split(self._config.browser), url], check=False)
+        except BaseException:
+            self._pending = None
+            await pending.close()
+            raise
+
+    async def _callback(self) -> AuthorizationCodeResult:
+        pending, self._pending = self._pending, None
+        assert pending is not None
+        try:
+            return await pending.result(AUTHORIZATION_WAIT)
+        except TimeoutError:
+            raise UpstreamAuthorizationRequired(
+                self.upstream, f"upstream {self.upstream!r}: no authorization came back within "
+                f"{AUTHORIZATION_WAIT:g}s") from None
+        finally:
+            await pending.close()
+
+
+class _RefreshingAuth(httpx2.Auth):
+    """The SDK client's auth: the provider's flow, refreshed before expiry, and refreshed once on a 401 before the
+    provider's own answer to a 401 (a new authorization) is tried."""
+
+    def __init__(self, owner: UpstreamOAuth) -> None:
+        self._owner = owner
+
+    async def async_auth_flow(self, request: httpx2.Request) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
+        owner = self._owner
+        await owner._seed()
+        owner._refresh_if_due()
+        context = owner.provider.context
+        refreshed = False
+        flow = owner.provider.async_auth_flow(request)
+        try:
+            with _mapped(owner.upstream):
+                outgoing = await flow.__anext__()
+                while True:
+                    response = yield outgoing
+                    if outgoing is request and response.status_code == 401 and not refreshed \
+                            and context.can_refresh_token():
+                        refreshed = True
+                        await flow.aclose()
+                        owner._force_refresh()
+                        flow = owner.provider.async_auth_flow(request)
+                        outgoing = await flow.__anext__()
+                        continue
+                    outgoing = await flow.asend(response)
+        except StopAsyncIteration:
+            return
+        finally:
+            await flow.aclose()
+
+
+class _mapped:
+    """The SDK's OAuth failures as Triad's upstream errors (their messages carry no token)."""
+
+    def __init__(self, upstream: str) -> None:
+        self._upstream = upstream
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, _tb: object) -> None:
+        if isinstance(exc, OAuthFlowError | OAuthTokenError | OAuthRegistrationError | httpx2.HTTPError | OSError):
+            raise UpstreamAuthorizationFailed(
+                self._upstream, f"upstream {self._upstream!r}: authorization failed: {exc}") from exc
