@@ -70,7 +70,10 @@ def oauth_settings(context: dict[str, Any]) -> dict[str, Any]:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     settings: dict[str, Any] = {"type": "oauth", "redirect_port": port, "browser": f"{sys.executable} {BROWSER}"}
-    if "client_id" in context:
+    if "client-credentials" in context.get("name", "") and "client_secret" in context:
+        settings = {"type": "oauth", "grant": "client_credentials", "client_id": context["client_id"],
+                    "client_secret": context["client_secret"]}
+    elif "client_id" in context:
         settings.update({key: context[key] for key in ("client_id", "client_secret", "issuer") if key in context})
     else:
         settings["client_metadata_url"] = CIMD_URL
