@@ -2,6 +2,7 @@
 
 from consumers._errors import describe_failure
 from consumers.listing import Catalog
+from consumers.login import LoginError, login
 from consumers.pool import UpstreamPool
 from consumers.relay import CURRENT_DOWNSTREAM, ClientOrigin, Downstream, ProgressFn
 from consumers.upstream import Upstream, UpstreamState
@@ -11,9 +12,11 @@ __all__ = [
     "Catalog",
     "ClientOrigin",
     "Downstream",
+    "LoginError",
     "ProgressFn",
     "Upstream",
     "UpstreamPool",
     "UpstreamState",
     "describe_failure",
+    "login",
 ]

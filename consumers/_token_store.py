@@ -26,6 +26,7 @@ class MemoryTokens:
     def __init__(self) -> None:
         self._tokens: OAuthToken | None = None
         self._client: OAuthClientInformationFull | None = None
+        self._discovery: dict[str, Any] = {}
         self.expires_at: float | None = None
 
     async def get_tokens(self) -> OAuthToken | None:
@@ -35,6 +36,15 @@ class MemoryTokens:
         self._tokens = tokens
         self.expires_at = _expiry(tokens)
 
+    async def forget_tokens(self) -> None:
+        self._tokens = self.expires_at = None
+
+    async def get_discovery(self) -> dict[str, Any]:
+        return self._discovery
+
+    async def set_discovery(self, discovery: dict[str, Any]) -> None:
+        self._discovery = discovery
+
     async def get_client_info(self) -> OAuthClientInformationFull | None:
         return self._client
 
@@ -43,7 +53,7 @@ class MemoryTokens:
 
 
 class TokenFile:
-    """`{"tokens": ..., "client": ..., "expires_at": ...}` in one JSON file, readable by its owner only."""
+    """`{"tokens", "client", "expires_at", "discovery"}` in one JSON file, readable by its owner only."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -62,6 +72,20 @@ class TokenFile:
         self.expires_at = _expiry(tokens)
         await anyio.to_thread.run_sync(self._update, {"tokens": tokens.model_dump(mode="json", exclude_none=True),
                                                       "expires_at": self.expires_at})
+
+    async def forget_tokens(self) -> None:
+        """Drop the tokens, keep the registration (`triad login` asks anew)."""
+        self.expires_at = None
+        await anyio.to_thread.run_sync(self._update, {"tokens": None, "expires_at": None})
+
+    async def get_discovery(self) -> dict[str, Any]:
+        """What discovery found (the resource's and the authorization server's metadata), so that a restarted
+        Triad refreshes at the right token endpoint before any 401 made it discover them again."""
+        found = (await anyio.to_thread.run_sync(self._read)).get("discovery")
+        return found if isinstance(found, dict) else {}
+
+    async def set_discovery(self, discovery: dict[str, Any]) -> None:
+        await anyio.to_thread.run_sync(self._update, {"discovery": discovery})
 
     async def get_client_info(self) -> OAuthClientInformationFull | None:
         found = (await anyio.to_thread.run_sync(self._read)).get("client")

@@ -38,7 +38,13 @@ from mcp.client.auth import (
     OAuthTokenError,
 )
 from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
-from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
+from mcp.shared.auth import (
+    OAuthClientInformationFull,
+    OAuthClientMetadata,
+    OAuthMetadata,
+    OAuthToken,
+    ProtectedResourceMetadata,
+)
 from pydantic import AnyUrl
 
 from consumers._loopback import LoopbackRedirect, redirect_uri
@@ -96,6 +102,7 @@ class UpstreamOAuth:
         self._ask = ask
         self.store = store if store is not None else token_store(config)
         self._seeded = False
+        self._discovered: OAuthMetadata | None = None
         self._http: httpx2.AsyncClient | None = None
         self.provider = self._provider(url)
 
@@ -178,6 +185,7 @@ class UpstreamOAuth:
             return None
         finally:
             await flow.aclose()
+            await self._remember()
 
     # -- shared by both paths ------------------------------------------------------------------------------------
 
@@ -191,6 +199,23 @@ class UpstreamOAuth:
         if tokens is not None and context.current_tokens is None:
             context.current_tokens = tokens
             context.token_expiry_time = self.store.expires_at
+        discovery = await self.store.get_discovery()
+        if context.oauth_metadata is None and isinstance(discovery.get("server"), dict):
+            context.oauth_metadata = self._discovered = OAuthMetadata.model_validate(discovery["server"])
+            context.auth_server_url = discovery.get("server_url")
+            if isinstance(discovery.get("resource"), dict):
+                context.protected_resource_metadata = ProtectedResourceMetadata.model_validate(discovery["resource"])
+
+    async def _remember(self) -> None:
+        context = self.provider.context
+        if context.oauth_metadata is None or context.oauth_metadata is self._discovered:
+            return
+        self._discovered = context.oauth_metadata
+        resource = context.protected_resource_metadata
+        await self.store.set_discovery({
+            "server": context.oauth_metadata.model_dump(mode="json", exclude_none=True),
+            "server_url": context.auth_server_url,
+            "resource": resource.model_dump(mode="json", exclude_none=True) if resource is not None else None})
 
     def _refresh_if_due(self) -> None:
         context = self.provider.context
@@ -273,6 +298,7 @@ class _RefreshingAuth(httpx2.Auth):
             return
         finally:
             await flow.aclose()
+            await owner._remember()
 
 
 class _mapped:

@@ -1,0 +1,138 @@
+"""Triad as an OAuth 2.1 client of an upstream that requires it, against real components: oidc-provider
+(`tests/node/oauth_as.mjs` with `AS_LOGIN=1`: dynamic registration, authorization code with PKCE, rotated refresh
+tokens, interactions approved at once) and an SDK server with the SDK's server auth pieces
+(`tests/servers/oauth_upstream.py`: its `whoami` tool answers with the subject and `jti` of the token it got).
+
+The person's browser is httpx following the authorization server's redirects until Triad's loopback redirect.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+from pathlib import Path
+import httpx2
+import pytest
+
+from tests.conftest import NODE_DIR, PYTHON, ROOT, TRIAD, Proc, marker, node_bin, start_triad, write_config
+from tests.test_fast_path import Raw, call, events
+from tests.test_oauth import free_port, signing_key
+
+pytestmark = pytest.mark.anyio
+
+UPSTREAM = ROOT / "tests" / "servers" / "oauth_upstream.py"
+
+
+class Protected:
+    """oidc-provider and an upstream that accepts its tokens for the upstream's own URL."""
+
+    def __init__(self, procs: list[Proc], tmp_path: Path, ttl: int = 600) -> None:
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}/mcp"
+        as_port = free_port()
+        self.issuer = f"http://127.0.0.1:{as_port}"
+        _key, jwk = signing_key("login-key")
+        procs.append(auth := Proc([node_bin(), str(NODE_DIR / "oauth_as.mjs"), marker("oauth-as")],
+                                  env={"AS_PORT": str(as_port), "AS_RESOURCES": json.dumps([self.url]),
+                                       "AS_KEYS": json.dumps([jwk]), "AS_LOGIN": "1", "AS_TTL": str(ttl)}))
+        auth.wait_for(r"READY \d+")
+        procs.append(upstream := Proc([PYTHON, str(UPSTREAM), "--issuer", self.issuer, "--port", str(port),
+                                       marker("oauth-upstream")]))
+        upstream.wait_for(r"READY \d+")
+        self.upstream = upstream
+        self.procs, self.tmp_path = procs, tmp_path
+        self.config = write_config(tmp_path, {"upstreams": {"up": {"url": self.url, "auth": {
+            "type": "oauth", "redirect_port": free_port()}}}})
+        self.tokens = tmp_path / "triad.tokens" / "up.json"
+
+    def login(self) -> None:
+        """`triad login up`, with httpx as the browser that opens the URL it prints."""
+        proc = Proc([*TRIAD, "login", "up", "-c", str(self.config)], env={"TRIAD_TEST_MARK": marker("login")},
+                    stdin=None)
+        self.procs.append(proc)
+        url = proc.wait_for(r"^\s+(http://\S+)$").group(1)
+        with httpx2.Client(follow_redirects=True, timeout=30) as browser:
+            landing = browser.get(url)
+        assert landing.status_code == 200 and "Triad received" in landing.text, landing.text
+        assert proc.popen.wait(60) == 0, proc.stderr
+
+
+async def whoami(url: str) -> str:
+    async with httpx2.AsyncClient(timeout=30) as http:
+        session = await Raw(http, url).open()
+        response = await session.post(call(1, "whoami", {}))
+    found = events(response.text) if response.headers["content-type"].startswith("text/event-stream") \
+        else [response.json()]
+    result = found[-1]["result"]
+    assert not result.get("isError"), result
+    return str(result["content"][0]["text"])
+
+
+async def test_login_keeps_tokens_in_a_private_file_that_the_daemon_uses(procs: list[Proc], tmp_path: Path) -> None:
+    protected = Protected(procs, tmp_path)
+    protected.login()
+    assert stat.S_IMODE(os.stat(protected.tokens).st_mode) == 0o600
+    tokens = json.loads(protected.tokens.read_text())["tokens"]
+    assert tokens["access_token"] and tokens["refresh_token"]
+    url = start_triad(procs, protected.config, wait_ready=1)
+    subject, _jti = (await whoami(url)).split()
+    assert subject == "test-user"
+
+
+async def test_tokens_are_never_logged_nor_shown_in_readyz_metrics_or_errors(procs: list[Proc],
+                                                                             tmp_path: Path) -> None:
+    protected = Protected(procs, tmp_path)
+    protected.login()
+    url = start_triad(procs, protected.config, wait_ready=1)
+    await whoami(url)
+    base = url.removesuffix("/mcp")
+    async with httpx2.AsyncClient(timeout=30) as http:
+        pages = [(await http.get(f"{base}{path}")).text for path in ("/readyz", "/metrics", "/healthz")]
+        session = await Raw(http, url).open()
+        pages.append((await session.post(call(2, "nonexistent", {}))).text)
+    triad = procs[-1]
+    document = json.loads(protected.tokens.read_text())
+    secrets = [document["tokens"]["access_token"], document["tokens"]["refresh_token"]]
+    client_secret = (document.get("client") or {}).get("client_secret")
+    secrets += [client_secret] if client_secret else []
+    login_output = "".join(proc.stderr for proc in procs if "login" in proc.args)
+    for secret in secrets:
+        for where, text in [("triad's log", triad.stderr), ("login's output", login_output),
+                            *((f"page {i}", page) for i, page in enumerate(pages))]:
+            assert secret not in text, f"a token appears in {where}"
+
+
+async def test_a_token_near_its_expiry_is_refreshed_before_use(procs: list[Proc], tmp_path: Path) -> None:
+    """Tokens live 30 s, less than the refresh margin: every use refreshes first, and no request is refused."""
+    protected = Protected(procs, tmp_path, ttl=30)
+    protected.login()
+    before = json.loads(protected.tokens.read_text())["tokens"]
+    url = start_triad(procs, protected.config, wait_ready=1)
+    first = (await whoami(url)).split()
+    second = (await whoami(url)).split()
+    assert first[0] == second[0] == "test-user"
+    assert first[1] != second[1], "each call should have gone out with a freshly refreshed token"
+    after = json.loads(protected.tokens.read_text())["tokens"]
+    assert after["access_token"] != before["access_token"], "the refreshed token was not kept"
+
+
+async def test_without_a_login_the_upstream_is_down_with_a_message_naming_triad_login(procs: list[Proc],
+                                                                                       tmp_path: Path) -> None:
+    protected = Protected(procs, tmp_path)
+    proc = Proc([*TRIAD, "serve", "-c", str(protected.config), "--port", "0", "--log-level", "DEBUG"],
+                env={"TRIAD_TEST_MARK": marker("triad")})
+    procs.append(proc)
+    proc.wait_for(r"needs authorization: run `triad login up`")
+
+
+def test_check_names_the_auth_key_of_a_bad_block(tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"upstreams": {"up": {"url": "http://127.0.0.1:1/mcp", "auth": {
+        "type": "oauth", "grant": "client_credentials", "client_id": "x"}}}})
+    import subprocess
+
+    done = subprocess.run([*TRIAD, "check", "-c", str(config)], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 1
+    assert "upstreams.up.auth" in done.stderr and "client_secret" in done.stderr, done.stderr
+    assert sys.executable
