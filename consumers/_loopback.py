@@ -40,9 +40,8 @@ class LoopbackRedirect:
                           f"({exc.strerror}); set auth.redirect_port") from None
         self._runner = runner
 
-    async def result(self, timeout: float) -> AuthorizationCodeResult:
-        with anyio.fail_after(timeout):
-            await self._received.wait()
+    async def result(self) -> AuthorizationCodeResult:
+        await self._received.wait()
         assert self._result is not None
         return self._result
 

@@ -155,6 +155,9 @@ class UpstreamAuthConfig(_Model):
     def _check_grant(self) -> UpstreamAuthConfig:
         if self.grant == "client_credentials" and (self.client_id is None or self.client_secret is None):
             raise ValueError("grant client_credentials needs client_id and client_secret")
+        if self.grant == "client_credentials" and self.token_endpoint_auth_method == "none":
+            raise ValueError("grant client_credentials authenticates the client: token_endpoint_auth_method "
+                             "cannot be none")
         if self.client_secret is not None and self.client_id is None:
             raise ValueError("client_secret needs client_id")
         if self.client_metadata_url is not None and not re.match(r"^https://[^/\s]+/\S", self.client_metadata_url):

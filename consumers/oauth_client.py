@@ -115,11 +115,12 @@ class UpstreamOAuth:
         scope = " ".join(config.scopes) or None
         if config.grant == "client_credentials":
             assert config.client_id is not None and secret is not None
-            method = config.token_endpoint_auth_method if config.token_endpoint_auth_method != "none" else None
+            post = config.token_endpoint_auth_method == "client_secret_post"
             with warnings.catch_warnings():  # without `issuer` the SDK warns once: the config says it is optional
                 warnings.simplefilter("ignore")
                 return ClientCredentialsOAuthProvider(url, self.store, config.client_id, secret,
-                                                      method or "client_secret_basic", scope, config.issuer)
+                                                      "client_secret_post" if post else "client_secret_basic",
+                                                      scope, config.issuer)
         redirect = redirect_uri(config.redirect_port)
         storage: TokenStorage = self.store
         if config.client_id is not None:
@@ -257,7 +258,8 @@ class UpstreamOAuth:
         pending, self._pending = self._pending, None
         assert pending is not None
         try:
-            return await pending.result(AUTHORIZATION_WAIT)
+            with anyio.fail_after(AUTHORIZATION_WAIT):
+                return await pending.result()
         except TimeoutError:
             raise UpstreamAuthorizationRequired(
                 self.upstream, f"upstream {self.upstream!r}: no authorization came back within "

@@ -1,5 +1,5 @@
-"""The `triad` command line: serve, stdio, check, plan, explain, search, approve, login, import, init. Bad input: a clear
-error, exit 1."""
+"""The `triad` command line: serve, stdio, check, plan, explain, search, approve, login, import, init. Bad input: a
+clear error, exit 1."""
 
 from __future__ import annotations
 

@@ -13,6 +13,7 @@ import os
 import stat
 import sys
 from pathlib import Path
+
 import httpx2
 import pytest
 

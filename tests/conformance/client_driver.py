@@ -5,8 +5,9 @@
 
 It writes a config with the scenario server as Triad's only upstream (2026-07-28 scenarios: `protocol: auto`;
 `auth/*` scenarios: OAuth, with `browser.py` as the person who approves, and the credentials the scenario's
-context gives, if any), starts `triad stdio` under the Python SDK client, lists the tools and calls each one with arguments made from its
-schema, answering elicitation with the schema's defaults. What the suite checks is what Triad sent upstream.
+context gives, if any), starts `triad stdio` under the Python SDK client, lists the tools and calls each one with
+arguments made from its schema, answering elicitation with the schema's defaults. What the suite checks is what
+Triad sent upstream.
 """
 
 from __future__ import annotations
