@@ -130,6 +130,11 @@ class UpstreamAuthConfig(_Model):
     in Triad's state directory and refreshed. `grant: client_credentials` needs `client_id` and `client_secret`."""
 
     type: Literal["oauth"] = "oauth"
+    mode: Literal["gateway", "per_user"] = "gateway"
+    """`gateway`: one credential, Triad's, for every client. `per_user`: each client identity (each OAuth subject)
+    calls with a token of its own, obtained by its own authorization (URL-mode elicitation to its client, or
+    `triad login <upstream> --client <id>`); Triad's credential only lists the upstream's catalog. Needs
+    `sessions: per_client` (the default for streamable HTTP)."""
     grant: Literal["authorization_code", "client_credentials"] = "authorization_code"
     client_id: str | None = Field(default=None, min_length=1)
     client_secret: SecretStr | None = None
@@ -232,6 +237,8 @@ class UpstreamConfig(_Model):
     def _check_target(self) -> UpstreamConfig:
         if self.auth is not None and self.kind != "streamable-http":
             raise ValueError("auth: OAuth is supported on streamable-http upstreams only")
+        if self.auth is not None and self.auth.mode == "per_user" and self.session_mode != "per_client":
+            raise ValueError("auth: mode per_user needs sessions: per_client (one upstream session per client)")
         if self.auth is not None and any(key.lower() == "authorization" for key in self.headers):
             raise ValueError("auth: give either auth or an Authorization header, not both")
         if self.command is not None:

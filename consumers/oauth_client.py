@@ -21,7 +21,9 @@ One `UpstreamOAuth` per upstream connection (per credential); `open_transport` c
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import secrets
 import shlex
 import time
 import warnings
@@ -30,6 +32,7 @@ from pathlib import Path
 
 import anyio
 import httpx2
+import mcp_types as types
 from mcp.client.auth import (
     AuthorizationCodeResult,
     OAuthClientProvider,
@@ -50,7 +53,8 @@ from pydantic import AnyUrl
 from consumers._loopback import LoopbackRedirect, redirect_uri
 from consumers._token_store import MemoryTokens, TokenFile, TokenStorage
 from consumers.config import UpstreamAuthConfig
-from consumers.errors import UpstreamUnavailable
+from consumers.errors import UpstreamAuthorizationFailed, UpstreamAuthorizationRequired
+from consumers.relay import Downstream
 
 logger = logging.getLogger("triad.upstream")
 
@@ -63,14 +67,6 @@ AUTHORIZATION_WAIT = 300.0
 """How long an authorization waits for the person to come back on the loopback redirect."""
 BROWSER_WAIT = 60.0
 """How long the `browser` command may run (a real one hands the URL to a browser and exits)."""
-
-
-class UpstreamAuthorizationRequired(UpstreamUnavailable):
-    """The upstream needs a person to authorize Triad, and the daemon has no way to ask one."""
-
-
-class UpstreamAuthorizationFailed(UpstreamUnavailable):
-    """Discovery, registration or a token request at the upstream's authorization server failed."""
 
 
 class _Preregistered:
@@ -88,19 +84,46 @@ class _Preregistered:
         return stored if stored is not None and stored.client_id == self._client.client_id else self._client
 
 
-def token_store(config: UpstreamAuthConfig) -> TokenFile | MemoryTokens:
-    return TokenFile(Path(config.token_store)) if config.token_store is not None else MemoryTokens()
+def token_store(config: UpstreamAuthConfig, user: str | None = None) -> TokenFile | MemoryTokens:
+    """Triad's own credential (`user` None), or one user's: `<store>.users/<hash of the user>.json` beside it."""
+    if config.token_store is None:
+        return MemoryTokens()
+    path = Path(config.token_store)
+    if user is None:
+        return TokenFile(path)
+    digest = hashlib.sha256(user.encode()).hexdigest()[:32]
+    return TokenFile(path.with_name(f"{path.stem}.users") / f"{digest}.json")
+
+
+def link_asker(downstream: Downstream | None) -> Asker | None:
+    """For `auth: per_user`: the user's own client shows them the authorization link (URL-mode elicitation), if
+    it declared it can; None otherwise."""
+    elicitation = ((downstream.capabilities or {}).get("elicitation") if downstream is not None else None) or {}
+    if downstream is None or "url" not in elicitation:
+        return None
+
+    async def ask(url: str) -> None:
+        assert downstream is not None
+        answer = await downstream.ask(types.ElicitRequest(params=types.ElicitRequestURLParams(
+            message="An upstream server asks you to authorize Triad to act for you there.", url=url,
+            elicitation_id=secrets.token_urlsafe(12))), types.ElicitResult)
+        if isinstance(answer, types.ErrorData) or answer.action != "accept":
+            raise UpstreamAuthorizationRequired("", "the authorization was declined")
+
+    return ask
 
 
 class UpstreamOAuth:
     """One credential towards one upstream: the SDK provider, its store, and the person to ask."""
 
     def __init__(self, upstream: str, url: str, config: UpstreamAuthConfig, ask: Asker | None = None,
-                 store: TokenFile | MemoryTokens | None = None) -> None:
+                 user: str | None = None) -> None:
+        """`user`: whose credential this is (`auth: per_user`); None for Triad's own."""
         self.upstream = upstream
         self._config = config
         self._ask = ask
-        self.store = store if store is not None else token_store(config)
+        self._user = user
+        self.store = token_store(config, user)
         self._seeded = False
         self._discovered: OAuthMetadata | None = None
         self._http: httpx2.AsyncClient | None = None
@@ -234,6 +257,11 @@ class UpstreamOAuth:
     # -- the person ----------------------------------------------------------------------------------------------
 
     async def _redirect(self, url: str) -> None:
+        if self._user is not None and self._ask is None:  # never the operator's browser for a user's credential
+            raise UpstreamAuthorizationRequired(
+                self.upstream, f"upstream {self.upstream!r} needs your own authorization, and your client cannot "
+                "open a link (URL-mode elicitation): ask the operator to run "
+                f"`triad login {self.upstream} --client <your client id>`")
         if self._ask is None and self._config.browser is None:
             raise UpstreamAuthorizationRequired(
                 self.upstream, f"upstream {self.upstream!r} needs authorization: run `triad login {self.upstream}` "
@@ -243,7 +271,11 @@ class UpstreamOAuth:
         self._pending = pending
         try:
             if self._ask is not None:
-                await self._ask(url)
+                try:
+                    await self._ask(url)
+                except UpstreamAuthorizationRequired as exc:
+                    raise UpstreamAuthorizationRequired(self.upstream, f"upstream {self.upstream!r}: "
+                                                        f"{exc.message}") from None
             else:
                 assert self._config.browser is not None
                 logger.info("upstream %s: asking for authorization through auth.browser", self.upstream)

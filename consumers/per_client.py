@@ -39,7 +39,7 @@ from consumers.transports import open_transport
 if TYPE_CHECKING:
     from consumers.http_hop import HttpHop
 from consumers.config import UpstreamConfig
-from consumers.errors import UpstreamTimeout, UpstreamUnavailable
+from consumers.errors import UpstreamAuthorizationRequired, UpstreamTimeout, UpstreamUnavailable
 
 logger = logging.getLogger("triad.upstream")
 
@@ -47,6 +47,18 @@ LISTEN_WAIT = 2.0
 """How long a new client session over streamable HTTP waits for its GET stream before its first request goes."""
 CLOSE_TIMEOUT = 5.0
 """How long closing one client's upstream session may take (an HTTP DELETE, a child's exit)."""
+
+
+def _credential(upstream: str, config: UpstreamConfig, link: ClientLink) -> dict[str, Any]:
+    """With `auth: per_user`, the session opens with its user's own credential, asked of the user's client."""
+    if config.auth is None or config.auth.mode != "per_user":
+        return {}
+    from consumers.oauth_client import link_asker
+
+    if link.origin.user is None:
+        raise UpstreamAuthorizationRequired(upstream, f"upstream {upstream!r} is per-user, and this session's "
+                                            "caller is not known")
+    return {"user": link.origin.user, "ask": link_asker(link.origin.back)}
 
 
 @dataclass(eq=False)
@@ -152,7 +164,8 @@ class ClientSessions:
             with anyio.CancelScope() as opening:
                 opening.deadline = anyio.current_time() + config.connect_timeout
                 async with (
-                    open_transport(self._upstream, config, self._cwd, tls=self._tls) as (read, write, http),
+                    open_transport(self._upstream, config, self._cwd, tls=self._tls,
+                                   **_credential(self._upstream, config, link)) as (read, write, http),
                     ClientSession(watch := EOFWatch(read, relays.progress.deliver), CallWrites(write, relays.progress),
                                   client_info=self._client_info,
                                   message_handler=self._on_message, logging_callback=relays.on_log,

@@ -37,12 +37,13 @@ SSE_READ_TIMEOUT = 300.0
 
 @asynccontextmanager
 async def open_transport(name: str, config: UpstreamConfig, cwd: str | None, output: ChildOutput | None = None,
-                         tls: Callable[[], ssl.SSLContext] | None = None, ask: Asker | None = None
-                         ) -> AsyncIterator[tuple[Any, Any, HttpLink | None]]:
+                         tls: Callable[[], ssl.SSLContext] | None = None, ask: Asker | None = None,
+                         user: str | None = None) -> AsyncIterator[tuple[Any, Any, HttpLink | None]]:
     """`output`: where a stdio child's last stderr lines and exit code are kept (the upstream's state). `tls`:
     the TLS context to verify HTTPS upstreams with, made once and shared (making one loads the CA bundle: tens of
     milliseconds of CPU, which a per-client session would otherwise pay at every opening). `ask`: how to show a
-    person an authorization URL, for an upstream with `auth` (`triad login`; else `auth.browser`, or no one)."""
+    person an authorization URL, for an upstream with `auth` (`triad login`; else `auth.browser`, or no one);
+    `user`: whose credential to use (`auth: per_user`; None: Triad's own)."""
     kind = config.kind
     if kind == "stdio":
         assert config.command is not None
@@ -66,7 +67,7 @@ async def open_transport(name: str, config: UpstreamConfig, cwd: str | None, out
     if config.auth is not None:
         from consumers.oauth_client import UpstreamOAuth
 
-        oauth = UpstreamOAuth(name, config.url, config.auth, ask)
+        oauth = UpstreamOAuth(name, config.url, config.auth, ask, user)
     async with (
         open_link(config.url, headers, HTTP_CONNECT_TIMEOUT, oauth) as link,
         httpx2.AsyncClient(headers=headers, timeout=timeout, follow_redirects=HTTP_RULES.follow_redirects,

@@ -34,7 +34,7 @@ from consumers._streams import EOFWatch
 from consumers.channel import Channel, SdkChannel
 from consumers.child_process import ChildOutput
 from consumers.config import UpstreamConfig
-from consumers.errors import UpstreamRefused, UpstreamTimeout, UpstreamUnavailable
+from consumers.errors import UpstreamAuthorizationRequired, UpstreamRefused, UpstreamTimeout, UpstreamUnavailable
 from consumers.listing import Catalog, list_catalog
 from consumers.modern import ModernLink
 from consumers.per_client import ClientSessions
@@ -350,6 +350,9 @@ class Upstream:
             raise UpstreamUnavailable(self.name, f"upstream {self.name!r} is failing: {self._breaker.failures} calls "
                                       f"in a row failed to reach it; the next try is in {wait:.0f}s (circuit breaker)")
         own = client if client is not None and client.back is not None and self._per_client else None
+        if own is None and self.config.auth is not None and self.config.auth.mode == "per_user":
+            raise UpstreamAuthorizationRequired(self.name, f"upstream {self.name!r} is per-user: a request without a "
+                                                "session of its own would go out with Triad's credential")
         reached: bool | None = None  # what the outcome says of the connection (None: nothing, as for a timeout)
         try:
             session, relays, hop = await self._session_for(own)

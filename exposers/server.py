@@ -43,7 +43,7 @@ from exposers.request import ClientRequest, acting_identity, serve
 from gateway.dispatch import SUBSCRIBE, Dispatcher
 from gateway.errors import TriadError, UpstreamRefused
 from gateway.hooks import Session
-from gateway.identity import Identity, narrowed
+from gateway.identity import Identity, credential_owner, narrowed
 from gateway.tracing import tracing_enabled
 
 logger = logging.getLogger("triad.exposer")
@@ -253,6 +253,8 @@ def hook_session(connection: Connection) -> Session:
         found = Session(session_label(connection), back=None if modern else SessionRelay(connection))
         connection.state[SESSION_STATE_KEY] = found
         connection.exit_stack.push_async_callback(found.close)
+    if found.user is None and (owner := session_identity(connection)) is not None:
+        found.user = credential_owner(owner)
     return found
 
 

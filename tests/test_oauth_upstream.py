@@ -13,6 +13,7 @@ import os
 import stat
 import sys
 from pathlib import Path
+from typing import Any
 
 import httpx2
 import pytest
@@ -29,7 +30,7 @@ UPSTREAM = ROOT / "tests" / "servers" / "oauth_upstream.py"
 class Protected:
     """oidc-provider and an upstream that accepts its tokens for the upstream's own URL."""
 
-    def __init__(self, procs: list[Proc], tmp_path: Path, ttl: int = 600) -> None:
+    def __init__(self, procs: list[Proc], tmp_path: Path, ttl: int = 600, **triad: Any) -> None:
         port = free_port()
         self.url = f"http://127.0.0.1:{port}/mcp"
         as_port = free_port()
@@ -44,30 +45,37 @@ class Protected:
         upstream.wait_for(r"READY \d+")
         self.upstream = upstream
         self.procs, self.tmp_path = procs, tmp_path
-        self.config = write_config(tmp_path, {"upstreams": {"up": {"url": self.url, "auth": {
-            "type": "oauth", "redirect_port": free_port()}}}})
+        auth = {"type": "oauth", "redirect_port": free_port(), **triad.pop("auth", {})}
+        self.config = write_config(tmp_path, {"upstreams": {"up": {"url": self.url, "auth": auth}}, **triad})
         self.tokens = tmp_path / "triad.tokens" / "up.json"
 
-    def login(self) -> None:
-        """`triad login up`, with httpx as the browser that opens the URL it prints."""
-        proc = Proc([*TRIAD, "login", "up", "-c", str(self.config)], env={"TRIAD_TEST_MARK": marker("login")},
-                    stdin=None)
+    def login(self, client: str | None = None, account: str = "test-user") -> None:
+        """`triad login up [--client CLIENT]`, with httpx as the browser that opens the URL it prints and logs in
+        at the authorization server as `account`."""
+        proc = Proc([*TRIAD, "login", "up", "-c", str(self.config), *(["--client", client] if client else [])],
+                    env={"TRIAD_TEST_MARK": marker("login")})
         self.procs.append(proc)
         url = proc.wait_for(r"^\s+(http://\S+)$").group(1)
-        with httpx2.Client(follow_redirects=True, timeout=30) as browser:
+        with httpx2.Client(follow_redirects=True, timeout=30, cookies={"as_account": account}) as browser:
             landing = browser.get(url)
         assert landing.status_code == 200 and "Triad received" in landing.text, landing.text
         assert proc.popen.wait(60) == 0, proc.stderr
 
 
-async def whoami(url: str) -> str:
+async def whoami(url: str, token: str | None = None) -> str:
+    """The `whoami` tool's answer through Triad (an error's message instead, prefixed `error:`)."""
     async with httpx2.AsyncClient(timeout=30) as http:
-        session = await Raw(http, url).open()
-        response = await session.post(call(1, "whoami", {}))
+        session = Raw(http, url)
+        if token is not None:
+            session.headers["Authorization"] = f"Bearer {token}"
+        response = await (await session.open()).post(call(1, "whoami", {}))
     found = events(response.text) if response.headers["content-type"].startswith("text/event-stream") \
         else [response.json()]
+    if "error" in found[-1]:
+        return f"error: {found[-1]['error']['message']}"
     result = found[-1]["result"]
-    assert not result.get("isError"), result
+    if result.get("isError"):
+        return f"error: {result['content'][0]['text']}"
     return str(result["content"][0]["text"])
 
 
@@ -137,3 +145,22 @@ def test_check_names_the_auth_key_of_a_bad_block(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert "upstreams.up.auth" in done.stderr and "client_secret" in done.stderr, done.stderr
     assert sys.executable
+
+
+CLIENTS = {name: {"token": f"{name}-token-0123456789abcdef"} for name in ("alice", "bob", "carol")}
+
+
+async def test_per_user_clients_each_call_with_their_own_upstream_identity(procs: list[Proc], tmp_path: Path) -> None:
+    """Triad's own login lists the catalog; alice and bob each logged in as themselves; carol did not."""
+    protected = Protected(procs, tmp_path, auth={"mode": "per_user"}, clients=CLIENTS)
+    protected.login(account="triad-service")
+    protected.login("alice", account="alice")
+    protected.login("bob", account="bob")
+    url = start_triad(procs, protected.config, wait_ready=1)
+    answers = {name: (await whoami(url, spec["token"])).split()[0] for name, spec in CLIENTS.items()
+               if name != "carol"}
+    assert answers == {"alice": "alice", "bob": "bob"}
+    assert (await whoami(url, CLIENTS["alice"]["token"])).split()[0] == "alice"  # a new session: the same identity
+    refused = await whoami(url, CLIENTS["carol"]["token"])
+    assert refused.startswith("error:") and "triad login up --client" in refused, refused
+    assert "triad-service" not in refused

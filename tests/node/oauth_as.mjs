@@ -7,7 +7,7 @@
 // (secret: `<id>-secret`, client_secret_basic) may ask for `mcp:read` and `mcp:write`.
 // AS_LOGIN=1 adds the authorization code flow for a browser-less test: dynamic registration, `offline_access`
 // (refresh tokens, rotated), and interactions approved at once (login as AS_ACCOUNT, default `test-user`, and
-// consent to what was asked). AS_TTL: access token lifetime in seconds (default 600).
+// consent to what was asked; the browser names another account by an `as_account` cookie). AS_TTL: access token lifetime in seconds (default 600).
 // Prints `READY <port>` on stderr once it listens; stops on SIGTERM.
 import http from 'node:http';
 import Provider, { errors } from 'oidc-provider';
@@ -50,8 +50,9 @@ async function approve(req, res) {
   const details = await provider.interactionDetails(req, res);
   const { prompt, params } = details;
   if (prompt.name === 'login') {
-    return provider.interactionFinished(req, res, { login: { accountId: process.env.AS_ACCOUNT || 'test-user' } },
-                                        { mergeWithLastSubmission: false });
+    const cookie = /(?:^|;\s*)as_account=([^;]+)/.exec(req.headers.cookie ?? '');
+    const accountId = cookie ? decodeURIComponent(cookie[1]) : (process.env.AS_ACCOUNT || 'test-user');
+    return provider.interactionFinished(req, res, { login: { accountId } }, { mergeWithLastSubmission: false });
   }
   const grant = details.grantId ? await provider.Grant.find(details.grantId)
     : new provider.Grant({ accountId: details.session.accountId, clientId: params.client_id });
