@@ -130,10 +130,11 @@ async def test_a_token_near_its_expiry_is_refreshed_before_use(procs: list[Proc]
 async def test_without_a_login_the_upstream_is_down_with_a_message_naming_triad_login(procs: list[Proc],
                                                                                        tmp_path: Path) -> None:
     protected = Protected(procs, tmp_path)
-    proc = Proc([*TRIAD, "serve", "-c", str(protected.config), "--port", "0", "--log-level", "DEBUG"],
-                env={"TRIAD_TEST_MARK": marker("triad")})
-    procs.append(proc)
-    proc.wait_for(r"needs authorization: run `triad login up`")
+    url = start_triad(procs, protected.config)
+    await procs[-1].until(r"needs authorization: run `triad login up`")
+    async with httpx2.AsyncClient(timeout=30) as http:
+        ready = (await http.get(url.removesuffix("/mcp") + "/readyz")).json()
+    assert "triad login up" in ready["upstreams"]["up"]["reason"], ready
 
 
 @pytest.mark.parametrize(("upstream", "expected"), [
