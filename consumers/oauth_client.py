@@ -108,9 +108,13 @@ def link_asker(downstream: Downstream | None) -> Asker | None:
             message="An upstream server asks you to authorize Triad to act for you there.", url=url,
             elicitation_id=secrets.token_urlsafe(12))), types.ElicitResult)
         if isinstance(answer, types.ErrorData) or answer.action != "accept":
-            raise UpstreamAuthorizationRequired("", "the authorization was declined")
+            raise _Declined
 
     return ask
+
+
+class _Declined(Exception):
+    """The user's client did not accept to open the authorization link."""
 
 
 class UpstreamOAuth:
@@ -127,6 +131,8 @@ class UpstreamOAuth:
         self._seeded = False
         self._discovered: OAuthMetadata | None = None
         self._http: httpx2.AsyncClient | None = None
+        self._pending: LoopbackRedirect | None = None
+        """The loopback redirect of the authorization under way (opened by `_redirect`, closed by `_callback`)."""
         self.provider = self._provider(url)
 
     def __repr__(self) -> str:
@@ -152,7 +158,6 @@ class UpstreamOAuth:
                 client_id=config.client_id, client_secret=secret, token_endpoint_auth_method=method,
                 redirect_uris=[AnyUrl(redirect)], issuer=config.issuer))
         metadata = OAuthClientMetadata(redirect_uris=[AnyUrl(redirect)], client_name=config.client_name, scope=scope)
-        self._pending: LoopbackRedirect | None = None
         return OAuthClientProvider(url, metadata, storage, self._redirect, self._callback,
                                    client_metadata_url=config.client_metadata_url)
 
@@ -167,7 +172,12 @@ class UpstreamOAuth:
     # -- the direct HTTP path ------------------------------------------------------------------------------------
 
     async def authorization(self) -> str | None:
-        """The `Authorization` value for the next request (refreshed first when it is about to expire)."""
+        """The `Authorization` value for the next request (refreshed first when it is about to expire). A valid
+        token that is not due is answered at once: driving the SDK's flow costs about 0.24 ms of CPU a request."""
+        context = self.provider.context
+        tokens = context.current_tokens
+        if self._seeded and tokens is not None and context.is_token_valid() and not self._due():
+            return f"Bearer {tokens.access_token}"
         return await self._drive(None)
 
     async def challenged(self, status: int, www_authenticate: str | None, rejected: str | None) -> str | None:
@@ -242,10 +252,13 @@ class UpstreamOAuth:
             "resource": resource.model_dump(mode="json", exclude_none=True) if resource is not None else None})
 
     def _refresh_if_due(self) -> None:
-        context = self.provider.context
-        if context.token_expiry_time is not None and context.can_refresh_token() \
-                and time.time() >= context.token_expiry_time - REFRESH_MARGIN:
+        if self._due():
             self._force_refresh()
+
+    def _due(self) -> bool:
+        context = self.provider.context
+        return context.token_expiry_time is not None and context.can_refresh_token() \
+            and time.time() >= context.token_expiry_time - REFRESH_MARGIN
 
     def _force_refresh(self) -> None:
         self.provider.context.token_expiry_time = 1.0  # expired: the SDK's flow refreshes before anything else
@@ -273,9 +286,9 @@ class UpstreamOAuth:
             if self._ask is not None:
                 try:
                     await self._ask(url)
-                except UpstreamAuthorizationRequired as exc:
-                    raise UpstreamAuthorizationRequired(self.upstream, f"upstream {self.upstream!r}: "
-                                                        f"{exc.message}") from None
+                except _Declined:
+                    raise UpstreamAuthorizationRequired(
+                        self.upstream, f"upstream {self.upstream!r}: the authorization was declined") from None
             else:
                 assert self._config.browser is not None
                 logger.info("upstream %s: asking for authorization through auth.browser", self.upstream)
