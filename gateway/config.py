@@ -144,6 +144,18 @@ def _duration_or_zero(value: Any) -> float:
 DurationOrZero = Annotated[float, BeforeValidator(_duration_or_zero)]
 
 
+class IntrospectionConfig(_Model):
+    """`auth.oauth.introspection`: how Triad asks the authorization server about an opaque token (RFC 7662)."""
+
+    endpoint: str | None = Field(default=None, pattern=r"^https?://")
+    """Default: `introspection_endpoint` of the issuer's metadata."""
+    client_id: str = Field(min_length=1)
+    client_secret: SecretStr
+    """Triad's credentials at the endpoint (HTTP Basic)."""
+    cache: Duration = 60.0
+    """How long an active answer is reused (never past the token's `exp`); inactive answers are not kept."""
+
+
 class OAuthConfig(_Model):
     """Triad as an OAuth 2.1 protected resource (`auth.oauth`): which access tokens it accepts, and who they make
     the caller. Tokens are JWTs checked locally (`gateway.oauth`) against the issuer's published keys."""
@@ -177,6 +189,11 @@ class OAuthConfig(_Model):
     """How long fetched keys are used before they are fetched again."""
     jwks_refetch_interval: DurationOrZero = Field(default=30.0, ge=0)
     """A token signed with an unknown `kid` refetches the keys once, at most this often (key rotation)."""
+    token_type: Literal["any", "at+jwt"] = "any"
+    """`at+jwt`: a JWT must say it is an access token (header `typ: at+jwt`, RFC 9068 §4), so that an ID token
+    or another JWT the issuer signed is never taken for one."""
+    introspection: IntrospectionConfig | None = None
+    """Opaque (non-JWT) tokens are checked at the issuer's introspection endpoint (RFC 7662); unset: refused."""
 
 
 class AuthConfig(_Model):

@@ -6,8 +6,10 @@
 // the rest are still published: restart with a new first key to rotate). Clients `alice-app` and `bob-app`
 // (secret: `<id>-secret`, client_secret_basic) may ask for `mcp:read` and `mcp:write`.
 // AS_LOGIN=1 adds the authorization code flow for a browser-less test: dynamic registration, `offline_access`
-// (refresh tokens, rotated), and interactions approved at once (login as AS_ACCOUNT, default `test-user`, and
-// consent to what was asked; the browser names another account by an `as_account` cookie). AS_TTL: access token lifetime in seconds (default 600).
+// (refresh tokens), and interactions approved at once (login as AS_ACCOUNT, default `test-user`, and
+// consent to what was asked; the browser names another account by an `as_account` cookie). AS_OPAQUE=1: access
+// tokens are opaque, and any client may introspect them (RFC 7662, at /token/introspection).
+// AS_TTL: access token lifetime in seconds (default 600).
 // Prints `READY <port>` on stderr once it listens; stops on SIGTERM.
 import http from 'node:http';
 import Provider, { errors } from 'oidc-provider';
@@ -23,6 +25,7 @@ const client = (id) => ({
 
 const login = process.env.AS_LOGIN === '1';
 const ttl = Number(process.env.AS_TTL || 600);
+const opaque = process.env.AS_OPAQUE === '1';
 const provider = new Provider(issuer, {
   jwks: { keys },
   clients: [client('alice-app'), client('bob-app')],
@@ -31,6 +34,7 @@ const provider = new Provider(issuer, {
     devInteractions: { enabled: false },
     clientCredentials: { enabled: true },
     registration: { enabled: login },
+    introspection: { enabled: opaque, allowedPolicy: async () => true },
     resourceIndicators: {
       enabled: true,
       defaultResource: async () => resources[0],
@@ -38,7 +42,7 @@ const provider = new Provider(issuer, {
       getResourceServerInfo: async (_ctx, indicator) => {
         if (!resources.includes(indicator)) throw new errors.InvalidTarget();
         return { scope: 'mcp:read mcp:write', audience: indicator, accessTokenTTL: ttl,
-                 accessTokenFormat: 'jwt', jwt: { sign: { alg: 'RS256' } } };
+                 accessTokenFormat: opaque ? 'opaque' : 'jwt', jwt: { sign: { alg: 'RS256' } } };
       },
     },
   },
