@@ -1,18 +1,21 @@
-"""Inbound OAuth leftovers, against the real authorization server (`tests/node/oauth_as.mjs`): opaque access
-tokens checked by introspection (RFC 7662, `auth.oauth.introspection`), and `token_type: at+jwt` (RFC 9068)."""
+"""Inbound OAuth, against the real authorization server (`tests/node/oauth_as.mjs`): opaque access tokens
+checked by introspection (RFC 7662, `auth.oauth.introspection`), `token_type: at+jwt` (RFC 9068), and the
+TypeScript SDK client's own OAuth flow against Triad."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
+import anyio
 import httpx2
 import jwt
 import pytest
 
 from gateway.config import OAuthConfig
 from gateway.oauth import TokenRejected, TokenValidator
-from tests.conftest import TRIAD, Proc, marker, start_fixture, write_config
+from tests.conftest import NODE_DIR, TRIAD, Proc, marker, node_bin, start_fixture, write_config
 from tests.test_fast_path import Raw, call
 from tests.test_oauth import OTHER_RESOURCE, AuthServer, free_port, signing_key
 
@@ -95,3 +98,25 @@ async def test_token_type_at_jwt_refuses_a_jwt_that_does_not_say_it_is_an_access
     with pytest.raises(TokenRejected, match="not an access token"):
         await validator.claims(id_token_like)
     assert (await TokenValidator(OAuthConfig(issuer=server.issuer, audience=RESOURCE)).claims(id_token_like))["sub"]
+
+
+async def test_the_typescript_sdk_client_authorizes_itself_and_calls_through_triad(procs: list[Proc],
+                                                                                  tmp_path: Path) -> None:
+    """The TS SDK client's whole flow: Triad's 401 and metadata, the authorization server's discovery, dynamic
+    registration, authorization code with PKCE (the browser step: a redirect loop), the token, then calls."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/mcp"
+    server = AuthServer(procs, url, env={"AS_LOGIN": "1"})
+    server.start(signing_key("ts-key")[1])
+    config = write_config(tmp_path, {
+        "upstreams": {"fx": {"url": start_fixture(procs, "http", "ts-oauth")}},
+        "auth": {"oauth": {"issuer": server.issuer, "audience": url, "scopes": ["mcp:read"]}}})
+    procs.append(triad := Proc([*TRIAD, "serve", "-c", str(config), "--port", str(port), "--log-level", "DEBUG"],
+                               env={"TRIAD_TEST_MARK": marker("triad")}))
+    triad.wait_for(r"upstream \S+ ready")
+    done = await anyio.run_process([node_bin(), str(NODE_DIR / "oauth_client.mjs"), url, "echo", '{"text": "hi"}'],
+                                   check=False)
+    assert done.returncode == 0, done.stderr.decode()
+    answer = json.loads(done.stdout.decode().strip().splitlines()[-1])
+    assert answer["authorized"] is True
+    assert "echo" in answer["tools"] and answer["result"]["content"][0]["text"] == "hi"
