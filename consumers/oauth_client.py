@@ -16,7 +16,8 @@ client-credentials provider does the machine-to-machine grant. This module adds 
   anyone and the upstream fails with `UpstreamAuthorizationRequired`, naming `triad login`.
 
 Tokens live in a `TokenStorage` (`consumers._token_store`); they never reach a log line, an error or a metric.
-One `UpstreamOAuth` per upstream connection (per credential); `open_transport` creates it and it dies with it.
+One `UpstreamOAuth` per credential (Triad's, or one user's), shared by every connection that uses it
+(`consumers._credentials`); it holds no connection: the direct path's flows use a client of their own.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from mcp.shared.auth import (
 )
 from pydantic import AnyUrl
 
+from consumers._http_rules import HTTP_RULES
 from consumers._loopback import LoopbackRedirect, redirect_uri
 from consumers._token_store import MemoryTokens, TokenFile, TokenStorage
 from consumers.config import UpstreamAuthConfig
@@ -65,6 +67,8 @@ REFRESH_MARGIN = 60.0
 """A token this close to its expiry is refreshed before use, so that no request goes out with a dying token."""
 AUTHORIZATION_WAIT = 300.0
 """How long an authorization waits for the person to come back on the loopback redirect."""
+AUTH_REQUEST_TIMEOUT = 30.0
+"""Seconds for one discovery, registration or token request of the direct path's flows."""
 BROWSER_WAIT = 60.0
 """How long the `browser` command may run (a real one hands the URL to a browser and exits)."""
 
@@ -124,13 +128,14 @@ class UpstreamOAuth:
                  user: str | None = None) -> None:
         """`user`: whose credential this is (`auth: per_user`); None for Triad's own."""
         self.upstream = upstream
+        self._url = url
         self._config = config
-        self._ask = ask
+        self.ask = ask
+        """How to show a person the authorization URL (None: `auth.browser`, or no one)."""
         self._user = user
         self.store = token_store(config, user)
         self._seeded = False
         self._discovered: OAuthMetadata | None = None
-        self._http: httpx2.AsyncClient | None = None
         self._pending: LoopbackRedirect | None = None
         """The loopback redirect of the authorization under way (opened by `_redirect`, closed by `_callback`)."""
         self.provider = self._provider(url)
@@ -161,9 +166,8 @@ class UpstreamOAuth:
         return OAuthClientProvider(url, metadata, storage, self._redirect, self._callback,
                                    client_metadata_url=config.client_metadata_url)
 
-    def bind(self, http: httpx2.AsyncClient) -> None:
-        """The client the direct path's authorization requests go out on (the SDK's, sent without auth)."""
-        self._http = http
+    def serves(self, url: str, config: UpstreamAuthConfig) -> bool:
+        return (url, config) == (self._url, self._config)
 
     @property
     def http_auth(self) -> httpx2.Auth:
@@ -197,24 +201,26 @@ class UpstreamOAuth:
     async def _drive(self, answer: httpx2.Response | None) -> str | None:
         """Run the SDK's flow for a stand-in request: its discovery, registration and token requests go out on
         the bound client; `answer` is what the stand-in got (None: stop as soon as it is ready to go)."""
-        assert self._http is not None, "UpstreamOAuth.bind() was not called"
         await self._seed()
         self._refresh_if_due()
         probe = httpx2.Request("POST", str(self.provider.context.server_url))
         flow = self.provider.async_auth_flow(probe)
         try:
-            with _mapped(self.upstream):
-                outgoing = await flow.__anext__()
-                while True:
-                    if outgoing is probe:
-                        if answer is None:
-                            return probe.headers.get("authorization")
-                        response, answer = answer, None
-                        response.request = probe
-                    else:
-                        response = await self._http.send(outgoing, auth=None)
-                        await response.aread()
-                    outgoing = await flow.asend(response)
+            # A client of its own (the flow runs rarely: a refresh, a challenge), following no redirect itself.
+            async with httpx2.AsyncClient(timeout=AUTH_REQUEST_TIMEOUT, follow_redirects=False,
+                                          trust_env=HTTP_RULES.trust_env) as http:
+                with _mapped(self.upstream):
+                    outgoing = await flow.__anext__()
+                    while True:
+                        if outgoing is probe:
+                            if answer is None:
+                                return probe.headers.get("authorization")
+                            response, answer = answer, None
+                            response.request = probe
+                        else:
+                            response = await http.send(outgoing)
+                            await response.aread()
+                        outgoing = await flow.asend(response)
         except StopAsyncIteration:
             return None
         finally:
@@ -270,12 +276,12 @@ class UpstreamOAuth:
     # -- the person ----------------------------------------------------------------------------------------------
 
     async def _redirect(self, url: str) -> None:
-        if self._user is not None and self._ask is None:  # never the operator's browser for a user's credential
+        if self._user is not None and self.ask is None:  # never the operator's browser for a user's credential
             raise UpstreamAuthorizationRequired(
                 self.upstream, f"upstream {self.upstream!r} needs your own authorization, and your client cannot "
                 "open a link (URL-mode elicitation): ask the operator to run "
                 f"`triad login {self.upstream} --client <your client id>`")
-        if self._ask is None and self._config.browser is None:
+        if self.ask is None and self._config.browser is None:
             raise UpstreamAuthorizationRequired(
                 self.upstream, f"upstream {self.upstream!r} needs authorization: run `triad login {self.upstream}` "
                 "(or set auth.browser)")
@@ -283,9 +289,9 @@ class UpstreamOAuth:
         await pending.open()
         self._pending = pending
         try:
-            if self._ask is not None:
+            if self.ask is not None:
                 try:
-                    await self._ask(url)
+                    await self.ask(url)
                 except _Declined:
                     raise UpstreamAuthorizationRequired(
                         self.upstream, f"upstream {self.upstream!r}: the authorization was declined") from None

@@ -37,6 +37,7 @@ from consumers.relay import CURRENT_DOWNSTREAM, ClientOrigin, InFlight
 from consumers.transports import open_transport
 
 if TYPE_CHECKING:
+    from consumers._credentials import Credentials
     from consumers.http_hop import HttpHop
 from consumers.config import UpstreamConfig
 from consumers.errors import UpstreamAuthorizationRequired, UpstreamTimeout, UpstreamUnavailable
@@ -79,9 +80,11 @@ class ClientSessions:
     def __init__(self, upstream: str, config: Callable[[], UpstreamConfig], cwd: str | None,
                  client_info: types.Implementation, on_message: MessageHandlerFnT,
                  on_notification: Callable[[str, dict[str, Any]], None],
-                 tls: Callable[[], ssl.SSLContext] | None = None) -> None:
+                 tls: Callable[[], ssl.SSLContext] | None = None,
+                 credentials: Credentials | None = None) -> None:
         self._upstream = upstream
         self._tls = tls
+        self._credentials = credentials
         self._on_notification = on_notification
         self._on_message = on_message
         """What the upstream says on a client's session besides logs (list changes, resource updates) concerns
@@ -164,7 +167,7 @@ class ClientSessions:
             with anyio.CancelScope() as opening:
                 opening.deadline = anyio.current_time() + config.connect_timeout
                 async with (
-                    open_transport(self._upstream, config, self._cwd, tls=self._tls,
+                    open_transport(self._upstream, config, self._cwd, tls=self._tls, credentials=self._credentials,
                                    **_credential(self._upstream, config, link)) as (read, write, http),
                     ClientSession(watch := EOFWatch(read, relays.progress.deliver), CallWrites(write, relays.progress),
                                   client_info=self._client_info,

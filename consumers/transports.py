@@ -25,6 +25,7 @@ from consumers.child_process import ChildOutput, open_child
 from consumers.config import UpstreamConfig
 
 if TYPE_CHECKING:
+    from consumers._credentials import Credentials
     from consumers.http_hop import HttpLink
     from consumers.oauth_client import Asker
 
@@ -38,12 +39,14 @@ SSE_READ_TIMEOUT = 300.0
 @asynccontextmanager
 async def open_transport(name: str, config: UpstreamConfig, cwd: str | None, output: ChildOutput | None = None,
                          tls: Callable[[], ssl.SSLContext] | None = None, ask: Asker | None = None,
-                         user: str | None = None) -> AsyncIterator[tuple[Any, Any, HttpLink | None]]:
+                         user: str | None = None, credentials: Credentials | None = None
+                         ) -> AsyncIterator[tuple[Any, Any, HttpLink | None]]:
     """`output`: where a stdio child's last stderr lines and exit code are kept (the upstream's state). `tls`:
     the TLS context to verify HTTPS upstreams with, made once and shared (making one loads the CA bundle: tens of
     milliseconds of CPU, which a per-client session would otherwise pay at every opening). `ask`: how to show a
     person an authorization URL, for an upstream with `auth` (`triad login`; else `auth.browser`, or no one);
-    `user`: whose credential to use (`auth: per_user`; None: Triad's own)."""
+    `user`: whose credential to use (`auth: per_user`; None: Triad's own), from `credentials`, the upstream's
+    token sources shared by its connections (None: one made for this connection only, as `triad login` does)."""
     kind = config.kind
     if kind == "stdio":
         assert config.command is not None
@@ -67,7 +70,8 @@ async def open_transport(name: str, config: UpstreamConfig, cwd: str | None, out
     if config.auth is not None:
         from consumers.oauth_client import UpstreamOAuth
 
-        oauth = UpstreamOAuth(name, config.url, config.auth, ask, user)
+        oauth = credentials.get(config.url, config.auth, user, ask) if credentials is not None \
+            else UpstreamOAuth(name, config.url, config.auth, ask, user)
     async with (
         open_link(config.url, headers, HTTP_CONNECT_TIMEOUT, oauth) as link,
         httpx2.AsyncClient(headers=headers, timeout=timeout, follow_redirects=HTTP_RULES.follow_redirects,
@@ -76,8 +80,6 @@ async def open_transport(name: str, config: UpstreamConfig, cwd: str | None, out
         streamable_http_client(config.url, http_client=http) as (read, write),
     ):
         transport.link = link
-        if oauth is not None:
-            oauth.bind(http)
         yield read, write, link
 
 

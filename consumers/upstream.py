@@ -27,6 +27,7 @@ from mcp_types import LOG_LEVEL_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from consumers._breaker import CircuitBreaker
+from consumers._credentials import Credentials
 from consumers._errors import UpstreamConnectionFailed, UpstreamSessionGone, call_failure, describe_failure
 from consumers._health import probe
 from consumers._progress import CallWrites
@@ -89,6 +90,8 @@ class Upstream:
                  tls: Callable[[], ssl.SSLContext] | None = None) -> None:
         self.name = name
         self.tls = tls or TlsContext()
+        self.credentials = Credentials(name)
+        """OAuth token sources (`auth`), shared by every connection to this upstream, client sessions included."""
         """The TLS context for HTTPS (the pool shares one among its upstreams)."""
         self.config = config
         """Replaced in place by a reload that keeps the connection (timeouts, tool filters)."""
@@ -124,7 +127,7 @@ class Upstream:
         self._on_updated = on_updated
         """Told (upstream name, raw URI) when a subscribed resource changed."""
         self._clients = ClientSessions(name, lambda: self.config, cwd, CLIENT_INFO, self._on_message,
-                                       self._on_notification, self.tls)
+                                       self._on_notification, self.tls, self.credentials)
         """With `sessions: per_client`: each downstream session's own upstream session."""
         self._modern = ModernLink(name, self.request_relist, on_updated, lambda: self.subscriptions.uris())
         self.subscriptions = Subscriptions(name, self.request, lambda: self.modern, self._modern)
@@ -213,7 +216,8 @@ class Upstream:
     async def _connect_and_serve(self) -> None:
         with anyio.CancelScope() as connect_scope:
             connect_scope.deadline = anyio.current_time() + self.config.connect_timeout
-            async with open_transport(self.name, self.config, self.cwd, self.child, self.tls) as (read, write, link):
+            async with open_transport(self.name, self.config, self.cwd, self.child, self.tls,
+                                      credentials=self.credentials) as (read, write, link):
                 watch = EOFWatch(read, self._relays.progress.deliver)
                 async with ClientSession(watch, CallWrites(write, self._relays.progress), client_info=CLIENT_INFO,
                                          message_handler=self._on_message,
