@@ -11,13 +11,27 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 from mcp.client.auth import TokenStorage
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 
-__all__ = ["MemoryTokens", "TokenFile", "TokenStorage"]
+__all__ = ["CredentialStore", "MemoryTokens", "TokenFile", "TokenStorage"]
+
+
+class CredentialStore(TokenStorage, Protocol):
+    """What Triad keeps of one credential: the SDK's `TokenStorage` (tokens, client registration), the tokens'
+    expiry, and what discovery found. The seam for another backend (a store shared by several Triads)."""
+
+    expires_at: float | None
+    """When the stored access token expires (epoch seconds), as of the last `get_tokens`/`set_tokens`."""
+
+    async def forget_tokens(self) -> None: ...
+
+    async def get_discovery(self) -> dict[str, Any]: ...
+
+    async def set_discovery(self, discovery: dict[str, Any]) -> None: ...
 
 
 class MemoryTokens:

@@ -53,7 +53,7 @@ from pydantic import AnyUrl
 
 from consumers._http_rules import HTTP_RULES
 from consumers._loopback import LoopbackRedirect, redirect_uri
-from consumers._token_store import MemoryTokens, TokenFile, TokenStorage
+from consumers._token_store import CredentialStore, MemoryTokens, TokenFile, TokenStorage
 from consumers.config import UpstreamAuthConfig
 from consumers.errors import UpstreamAuthorizationFailed, UpstreamAuthorizationRequired
 from consumers.relay import Downstream
@@ -88,7 +88,7 @@ class _Preregistered:
         return stored if stored is not None and stored.client_id == self._client.client_id else self._client
 
 
-def token_store(config: UpstreamAuthConfig, user: str | None = None) -> TokenFile | MemoryTokens:
+def token_store(config: UpstreamAuthConfig, user: str | None = None) -> CredentialStore:
     """Triad's own credential (`user` None), or one user's: `<store>.users/<hash of the user>.json` beside it."""
     if config.token_store is None:
         return MemoryTokens()
