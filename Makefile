@@ -61,6 +61,14 @@ bench/.venv-fastmcp/.installed:
 	bench/.venv-fastmcp/bin/pip install --quiet fastmcp==4.2.3
 	touch $@
 
-bench: $(VENV)/.installed bench/.venv-mcp-proxy/.installed bench/.venv-fastmcp/.installed
+# ContextForge: the newest release that runs on Python 3.11 (1.0.8 and later need 3.12+). When it cannot be installed,
+# the bench runs without it and says so.
+bench/.venv-contextforge/.installed:
+	$(PYTHON) -m venv bench/.venv-contextforge
+	bench/.venv-contextforge/bin/pip install --quiet mcp-contextforge-gateway==1.0.7.post20260921 && touch $@ || \
+		echo "make: ContextForge (mcp-contextforge-gateway) could not be installed in bench/.venv-contextforge"
+
+bench: $(VENV)/.installed bench/.venv-mcp-proxy/.installed bench/.venv-fastmcp/.installed \
+		bench/.venv-contextforge/.installed
 	$(BIN)/pip install --quiet 'uvicorn[standard]'
 	$(BIN)/python bench/run.py

@@ -1,7 +1,10 @@
-"""Triad's benchmark: the gateway against direct calls, a transparent pipe, and peer proxies. Loopback only.
+"""Triad's benchmark: the gateway against direct calls, a transparent pipe, and peer gateways. Loopback only.
 
     make bench              (sets up bench/.venv-* for the peers, then runs this script)
-    python bench/run.py [--calls N] [--skip-peers] [--out bench/results]
+    python bench/run.py [--calls N] [--skip-peers] [--skip-contextforge] [--skip-fleet] [--out bench/results]
+
+The peers: mcp-proxy, a FastMCP proxy, and IBM ContextForge (its default multi-worker server and one worker, each
+with a virtual server over the same echo upstream; bench/peers/contextforge.py says how it is set up).
 
 Prints a Markdown table and writes JSON rows to bench/results/. Every process it starts is stopped at the end.
 Figures per row: sequential p50/p99 (raw JSON-RPC driver), calls/s with 8 and 32 concurrent sessions, the proxy
@@ -15,9 +18,11 @@ Triad's RSS with 1,000 idle HTTP sessions.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
+import signal
 import socket
 import statistics
 import subprocess
@@ -33,6 +38,7 @@ from typing import Any
 import anyio
 import httpx2
 import yaml
+from peers import contextforge
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -49,33 +55,64 @@ def free_port() -> int:
 
 
 class Process:
-    def __init__(self, args: list[str], log: Path, env: dict[str, str] | None = None) -> None:
-        self.log = log
+    """A process the bench started. With `tree`, its CPU time and memory are those of it and its children (a
+    multi-worker server's master and workers; each worker's peak RSS counts the pages it shares with the others)."""
+
+    def __init__(self, args: list[str], log: Path, env: dict[str, str] | None = None, cwd: Path = ROOT,
+                 tree: bool = False, stdout_to_log: bool = False) -> None:
+        self.log, self.tree = log, tree
         self.started = time.perf_counter()
-        self.popen = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=log.open("w"), stdin=subprocess.DEVNULL,
-                                      env={**os.environ, **(env or {})}, cwd=ROOT)
+        stderr = log.open("w")
+        self.popen = subprocess.Popen(args, stdout=stderr if stdout_to_log else subprocess.DEVNULL, stderr=stderr,
+                                      stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})}, cwd=cwd)
 
     @property
     def pid(self) -> int:
         return self.popen.pid
 
+    def pids(self) -> list[int]:
+        if not self.tree:
+            return [self.pid]
+        children = Path(f"/proc/{self.pid}/task/{self.pid}/children").read_text().split()
+        return [self.pid, *map(int, children)]
+
     def cpu_seconds(self) -> float:
-        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / CLK_TCK
+        total = 0
+        for pid in self.pids():
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+        return total / CLK_TCK
 
     def memory(self, key: str) -> float:
         """VmHWM (peak) or VmRSS, in MB."""
-        match = re.search(rf"^{key}:\s+(\d+) kB", Path(f"/proc/{self.pid}/status").read_text(), re.M)
-        return int(match.group(1)) / 1024 if match else float("nan")
+        total = 0
+        for pid in self.pids():
+            match = re.search(rf"^{key}:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text(), re.M)
+            if not match:
+                return float("nan")
+            total += int(match.group(1))
+        return total / 1024
+
+    def pss_mb(self) -> float:
+        """Proportional set size now, in MB: what a process tree really holds (shared pages split between them)."""
+        total = 0
+        for pid in self.pids():
+            match = re.search(r"^Pss:\s+(\d+) kB", Path(f"/proc/{pid}/smaps_rollup").read_text(), re.M)
+            total += int(match.group(1)) if match else 0
+        return total / 1024
 
     def stop(self) -> None:
         if self.popen.poll() is None:
+            children = self.pids()[1:]
             self.popen.terminate()
             try:
                 self.popen.wait(10)
             except subprocess.TimeoutExpired:
                 self.popen.kill()
                 self.popen.wait()
+            for pid in children:  # workers a killed master left behind
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
 
 
 MODERN = "2026-07-28"
@@ -86,10 +123,14 @@ MODERN_META = {"io.modelcontextprotocol/protocolVersion": MODERN,
 
 class RawSession:
     """A lean JSON-RPC-over-HTTP client: one keep-alive connection, one parse per response. A handshake-era session
-    (2025-11-25), or with `modern` a stateless 2026-07-28 client (its envelope in `_meta` and routing headers)."""
+    (2025-11-25), or with `modern` a stateless 2026-07-28 client (its envelope in `_meta` and routing headers).
+    `headers` go on every request (a peer's bearer token); `tools` maps the echo tools' names to the ones the target
+    gives them (a peer's prefix)."""
 
-    def __init__(self, http: httpx2.AsyncClient, url: str, modern: bool = False) -> None:
-        self.http, self.url, self.headers, self.next_id, self.modern = http, url, dict(ACCEPT), 0, modern
+    def __init__(self, http: httpx2.AsyncClient, url: str, modern: bool = False, headers: dict[str, str] | None = None,
+                 tools: dict[str, str] | None = None) -> None:
+        self.http, self.url, self.next_id, self.modern = http, url, 0, modern
+        self.headers, self.tools = {**ACCEPT, **(headers or {})}, tools or {}
 
     async def request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
         self.next_id += 1
@@ -124,7 +165,7 @@ class RawSession:
         return self
 
     async def call(self, tool: str) -> None:
-        result = await self.request("tools/call", {"name": tool, "arguments": {"text": "hello"}})
+        result = await self.request("tools/call", {"name": self.tools.get(tool, tool), "arguments": {"text": "hello"}})
         assert result["content"][0]["text"] == "hello", result
 
 
@@ -193,6 +234,12 @@ class Target:
     modern: bool = False
     sdk: bool = False
     """Also measure with the Python SDK client."""
+    headers: dict[str, str] | None = None
+    tools: dict[str, str] | None = None
+    """As in RawSession."""
+
+    def session(self, http: httpx2.AsyncClient) -> RawSession:
+        return RawSession(http, self.url, self.modern, self.headers, self.tools)
 
 
 ROUNDS = 5
@@ -208,8 +255,8 @@ async def measure(targets: list[Target], calls: int) -> list[dict[str, Any]]:
     forwarded = dict.fromkeys(fast, 0)
     limits = httpx2.Limits(max_connections=64, max_keepalive_connections=64)
     async with httpx2.AsyncClient(limits=limits, timeout=60) as http:
-        alone = {t.name: await RawSession(http, t.url, t.modern).open() for t in targets}
-        crowds = {(t.name, n): [await RawSession(http, t.url, t.modern).open() for _ in range(n)]
+        alone = {t.name: await t.session(http).open() for t in targets}
+        crowds = {(t.name, n): [await t.session(http).open() for _ in range(n)]
                   for t in targets for n in (8, 32)}
         for t in targets:
             await timed(alone[t.name], "echo", 20)  # warm-up
@@ -239,6 +286,9 @@ async def measure(targets: list[Target], calls: int) -> list[dict[str, Any]]:
         if t.proxy is not None:
             row["cpu_ms_per_call"] = cpu[t.name] * 1000 / forwarded[t.name]
             row["peak_rss_mb"] = t.proxy.memory("VmHWM")
+            if t.proxy.tree:
+                row["processes"] = len(t.proxy.pids())
+                row["pss_mb"] = t.proxy.pss_mb()
         if t.sdk:
             row["sdk_p50_ms"] = await sdk_sequential(t.url, "echo", max(calls // 3, 50))
         rows.append(row)
@@ -268,7 +318,31 @@ def processes() -> Iterator[list[Process]]:
             proc.stop()
 
 
-async def call_rows(tmp: Path, calls: int, skip_peers: bool) -> list[dict[str, Any]]:
+async def contextforge_targets(tmp: Path, upstream: str, started: list[Process]) -> list[Target]:
+    """ContextForge's default multi-worker server and a one-worker one, each with a database of its own, a gateway
+    for `upstream` and a virtual server over its tools (bench/peers/contextforge.py says what is changed and why)."""
+    servers = {f"ContextForge -> HTTP ({contextforge.default_workers()} workers)": contextforge.default_workers(),
+               "ContextForge -> HTTP, 1 worker": None}
+    launched = []
+    for name, workers in servers.items():
+        workdir = tmp / f"contextforge-{len(launched)}"
+        workdir.mkdir()
+        port = free_port()
+        env = contextforge.environment(workdir, port)
+        proc = Process(contextforge.command(port, workers), workdir / "contextforge.log", env, cwd=workdir,
+                       tree=workers is not None, stdout_to_log=True)
+        started.append(proc)
+        launched.append((name, proc, env, f"http://127.0.0.1:{port}"))
+    targets = []
+    for name, proc, env, base in launched:  # both start (and migrate their databases) at once
+        await contextforge.wait_healthy(base, proc.popen, proc.log)
+        token = contextforge.mint_token(env)
+        url, tools = await contextforge.publish(base, upstream, token)
+        targets.append(Target(name, url, proc, headers={"Authorization": f"Bearer {token}"}, tools=tools))
+    return targets
+
+
+async def call_rows(tmp: Path, calls: int, skip_peers: bool, skip_contextforge: bool) -> list[dict[str, Any]]:
     with processes() as started:
         up_port = free_port()
         started.append(Process([PY, str(HERE / "echo_upstream.py"), "--http", str(up_port)], tmp / "upstream.log"))
@@ -319,6 +393,12 @@ async def call_rows(tmp: Path, calls: int, skip_peers: bool) -> list[dict[str, A
             started.append(proxy)
             await wait_listening(f"http://127.0.0.1:{port}/mcp")
             targets.append(Target("FastMCP proxy -> HTTP", f"http://127.0.0.1:{port}/mcp", proxy))
+        if not skip_peers and not skip_contextforge:
+            if contextforge.installed():
+                targets += await contextforge_targets(tmp, upstream, started)
+            else:
+                print(f"ContextForge is not installed in {contextforge.BIN.parent} (`make bench` installs it): "
+                      "its rows are left out", file=sys.stderr)
         return await measure(targets, calls)
 
 
@@ -521,20 +601,29 @@ def table(rows: list[dict[str, Any]]) -> str:
                      f"x{(r['slow_p50_ms'] - base['slow_p50_ms']) / pipe_slow_added:.2f}), CPU/call "
                      f"x{r['cpu_ms_per_call'] / pipe['cpu_ms_per_call']:.2f}, calls/s at 32 "
                      f"x{r['rps_32'] / pipe['rps_32']:.2f}, p50 vs direct x{r['p50_ms'] / base['p50_ms']:.2f}")
+    trees = [r for r in rows if "processes" in r]
+    if trees:
+        lines += ["", "Multi-process rows (CPU and peak RSS summed over the master and its workers; shared pages count "
+                  "in each worker's RSS):", ""]
+    for r in trees:
+        lines.append(f"- {r['row']}: {r['processes']} processes, proportional set size (PSS) at the end "
+                     f"{r['pss_mb']:.0f} MB")
     return "\n".join(lines)
 
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--calls", type=int, default=300, help="sequential calls per row (default 300)")
-    parser.add_argument("--skip-peers", action="store_true", help="leave out mcp-proxy and FastMCP")
+    parser.add_argument("--skip-peers", action="store_true", help="leave out mcp-proxy, FastMCP and ContextForge")
+    parser.add_argument("--skip-contextforge", action="store_true",
+                        help="leave out ContextForge (the slowest peer to start)")
     parser.add_argument("--skip-fleet", action="store_true")
     parser.add_argument("--out", type=Path, default=HERE / "results")
     args = parser.parse_args()
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="triad-bench-") as tmp_name:
         tmp = Path(tmp_name)
-        rows = await call_rows(tmp, args.calls, args.skip_peers)
+        rows = await call_rows(tmp, args.calls, args.skip_peers, args.skip_contextforge)
         per_client = await per_client_rows(tmp)
         fleet = {} if args.skip_fleet else await fleet_rows(tmp)
     print(table(rows))

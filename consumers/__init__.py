@@ -1,11 +1,12 @@
 """Upstream connections: one owner task per upstream, transports, the pool keyed by name, and the relay seam."""
 
 from consumers._errors import describe_failure
+from consumers.lifecycle import UpstreamState
 from consumers.listing import Catalog
 from consumers.login import LoginError, login
 from consumers.pool import UpstreamPool
-from consumers.relay import CURRENT_DOWNSTREAM, ClientOrigin, Downstream, ProgressFn
-from consumers.upstream import Upstream, UpstreamState
+from consumers.relay import CURRENT_DOWNSTREAM, ClientOrigin, Downstream, ProgressFn, UpstreamRequest
+from consumers.upstream import Upstream
 
 __all__ = [
     "CURRENT_DOWNSTREAM",
@@ -16,6 +17,7 @@ __all__ = [
     "ProgressFn",
     "Upstream",
     "UpstreamPool",
+    "UpstreamRequest",
     "UpstreamState",
     "describe_failure",
     "login",

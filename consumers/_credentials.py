@@ -9,6 +9,7 @@ tokens stay in their file).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from consumers.config import UpstreamAuthConfig
@@ -39,3 +40,14 @@ class Credentials:
             found.ask = ask
         self._held[user] = found  # most recently used last
         return found
+
+
+@dataclass(frozen=True)
+class CredentialUse:
+    """Which credential a connection to an OAuth upstream uses: from the upstream's `credentials` (None: one made
+    for this connection alone, as `triad login` does), whose (`user`; None: Triad's own), and how to show that
+    person an authorization URL (`ask`; None: `auth.browser`, or no one)."""
+
+    credentials: Credentials | None = None
+    user: str | None = None
+    ask: Asker | None = None

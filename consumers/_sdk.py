@@ -14,11 +14,14 @@ naming the SDK version when one no longer holds.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from mcp import ClientSession
 from mcp.shared.dispatcher import ProgressFnT
 from pydantic import TypeAdapter
+
+if TYPE_CHECKING:
+    from consumers.relay import UpstreamRequest
 
 RAW: TypeAdapter[dict[str, Any]] = TypeAdapter(dict[str, Any])
 """A result as the upstream sent it: the wire dict."""
@@ -29,7 +32,7 @@ Stamp = Callable[[dict[str, Any], Any], None]
 """`(request data, send options) -> None`: what `ClientSession._stamp` is."""
 
 
-async def send_raw(session: ClientSession, request: Any,
+async def send_raw(session: ClientSession, request: UpstreamRequest,
                    progress: Callable[[float, float | None, str | None], Awaitable[None]] | None = None
                    ) -> dict[str, Any]:
     """Send `request` on `session`; its result as a raw dict."""

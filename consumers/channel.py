@@ -1,57 +1,148 @@
-"""One upstream session as the call path sees it: a channel that sends one request and returns its raw result.
+"""One live upstream session as the rest of Triad sees it: the channel requests and notifications go out on.
 
-Two implementations, one per way Triad talks to a live session:
-- `SdkChannel`: the SDK's `ClientSession`. Progress comes by a token of Triad's own, routed off the session's read
+`open_channel` is the one place an upstream session is opened, for the shared session and for each client's own
+(`consumers.per_client`): it enters the transport (`consumers.transports`) and the SDK's `ClientSession`, wired so
+that what the upstream sends reaches the right place (`consumers.relay.InFlight`: during a call, the call's
+downstream; outside calls, the session's own client or Triad's log; list changes and resource updates, the
+upstream's owner). The task that enters it owns it and alone leaves it, which closes the session (anyio requires
+the entering task to exit).
+
+A `SessionChannel` sends a request one of two ways:
+- through the SDK's `ClientSession`. Progress comes by a token of Triad's own, routed off the session's read
   stream (`consumers._progress`), so it keeps every field and number type the upstream sent; a 2026-07-28
   upstream's `input_required` rounds are answered by asking a handshake-era client (a 2026-07-28 client gets the
-  result and retries itself).
-- `consumers.http_hop.HttpHop`: Triad's direct HTTP path on a handshake-era streamable HTTP session the SDK
-  opened (one POST, its reply read as JSON or SSE).
+  result and retries itself);
+- through `consumers.http_hop.HttpHop`, Triad's direct HTTP path on a handshake-era streamable HTTP session the SDK
+  opened (one POST, its reply read as JSON or SSE), once `use_hop` turned it on after the handshake.
 
-Both follow the same HTTP rules (`consumers._http_rules`). The upstream's own requests and notifications during a
-request reach the request's downstream (`consumers.relay`); those outside requests go to the session's owner task.
+Both follow the same HTTP rules (`consumers._http_rules`).
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+import ssl
+from collections.abc import AsyncIterator, Callable, Collection
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any, Protocol
 
+import mcp_types as types
 from mcp import ClientSession
+from mcp.client.session import ListRootsFnT, MessageHandlerFnT
 
+from consumers._progress import CallWrites
 from consumers._sdk import send_raw
+from consumers._streams import EOFWatch
+from consumers.child_process import ChildOutput
+from consumers.config import UpstreamConfig
 from consumers.errors import UpstreamError
-from consumers.relay import Downstream, InFlight, ProgressFn, answer_input_requests, with_params, with_progress_token
+from consumers.relay import (
+    Downstream,
+    InFlight,
+    ProgressFn,
+    UpstreamRequest,
+    answer_input_requests,
+    with_params,
+    with_progress_token,
+)
+from consumers.transports import open_transport
+
+if TYPE_CHECKING:
+    from consumers._credentials import CredentialUse
+    from consumers.http_hop import HttpHop, HttpLink
 
 MAX_INPUT_ROUNDS = 10
 """A bound on `input_required` rounds Triad answers for a handshake-era client, in case an upstream asks forever."""
 
+CLIENT_INFO = types.Implementation(name="triad", version="0.1.0")
+
 
 class Channel(Protocol):
-    async def request(self, request: Any, on_progress: ProgressFn, downstream: Downstream | None) -> dict[str, Any]:
+    """What the call path needs of an upstream session. Receiving is wired when it opens (`open_channel`);
+    closing is its owner task leaving `open_channel`."""
+
+    async def request(self, request: UpstreamRequest, on_progress: ProgressFn,
+                      downstream: Downstream | None) -> dict[str, Any]:
         """Send `request`, report its progress to `on_progress`, put the upstream's questions to `downstream`;
         the raw result (a JSON-RPC error raises the SDK's `MCPError`)."""
         ...
 
+    async def notify(self, notification: types.ClientNotification) -> None:
+        """Send a notification (dropped once the session has closed)."""
+        ...
 
-class SdkChannel:
-    def __init__(self, upstream: str, session: ClientSession, relays: InFlight) -> None:
-        self._upstream = upstream
-        self._session = session
-        self._relays = relays
+    @property
+    def closed(self) -> bool:
+        """The upstream ended the session (its stream is at its end): never send on it again."""
+        ...
 
-    async def request(self, request: Any, on_progress: ProgressFn, downstream: Downstream | None) -> dict[str, Any]:
-        return await self._relays.progress.routed(
+
+class SessionChannel:
+    def __init__(self, upstream: str, session: ClientSession, relays: InFlight, watch: EOFWatch,
+                 link: HttpLink | None) -> None:
+        self.upstream = upstream
+        self.session = session
+        """The SDK's session: the handshake, lists, pings and subscriptions go on it directly."""
+        self.relays = relays
+        self.watch = watch
+        self._link = link
+        self._hop: HttpHop | None = None
+
+    def use_hop(self, protocol_version: str, on_notification: Callable[[str, dict[str, Any]], None]) -> None:
+        """Send requests on Triad's direct HTTP path from now on (a handshake-era streamable-HTTP session, after
+        its handshake); `on_notification` gets what its replies carry that is not about their request."""
+        if self._link is not None:
+            self._hop = self._link.hop(protocol_version, on_notification)
+
+    async def listening(self) -> None:
+        """Return once the upstream's stream for messages outside requests was answered (at once if it has none)."""
+        if self._link is not None:
+            await self._link.listening.wait()
+
+    @property
+    def closed(self) -> bool:
+        return self.watch.closed
+
+    async def notify(self, notification: types.ClientNotification) -> None:
+        await self.session.send_notification(notification)
+
+    async def request(self, request: UpstreamRequest, on_progress: ProgressFn,
+                      downstream: Downstream | None) -> dict[str, Any]:
+        if self._hop is not None:
+            return await self._hop.request(request, on_progress, downstream)
+        return await self.relays.progress.routed(
             on_progress, lambda token: self._rounds(request, token, downstream),
             lambda: downstream.cancel_reason if downstream is not None else None)
 
-    async def _rounds(self, request: Any, token: str, downstream: Downstream | None) -> dict[str, Any]:
+    async def _rounds(self, request: UpstreamRequest, token: str, downstream: Downstream | None) -> dict[str, Any]:
         request = with_progress_token(request, token)
-        result = await send_raw(self._session, request)
+        result = await send_raw(self.session, request)
         for _ in range(MAX_INPUT_ROUNDS):
             if result.get("resultType") != "input_required" or downstream is None or downstream.modern:
                 return result
-            answers = await answer_input_requests(self._upstream, downstream, result.get("inputRequests"))
+            answers = await answer_input_requests(self.upstream, downstream, result.get("inputRequests"))
             request = with_params(request, {"inputResponses": answers, "requestState": result.get("requestState")})
-            result = await send_raw(self._session, request)
-        raise UpstreamError(self._upstream, f"upstream {self._upstream!r} asked for input more than "
+            result = await send_raw(self.session, request)
+        raise UpstreamError(self.upstream, f"upstream {self.upstream!r} asked for input more than "
                             f"{MAX_INPUT_ROUNDS} times in one {request.method}")
+
+
+@asynccontextmanager
+async def open_channel(name: str, config: UpstreamConfig, cwd: str | None, relays: InFlight,
+                       on_message: MessageHandlerFnT, *, declare: Collection[str],
+                       list_roots: ListRootsFnT | None = None, output: ChildOutput | None = None,
+                       tls: Callable[[], ssl.SSLContext] | None = None,
+                       auth: CredentialUse | None = None) -> AsyncIterator[SessionChannel]:
+    """An upstream session before its handshake. `declare`: the client capabilities it declares (of "sampling",
+    "elicitation", "roots"), each relayed through `relays`; `list_roots` answers `roots/list` instead of the
+    relays. `on_message`: the upstream's notifications outside calls and transport errors. `auth`: the OAuth
+    credential to use, for an upstream with `auth` (`consumers.transports.open_transport`)."""
+    if "roots" in declare and list_roots is None:
+        list_roots = relays.on_list_roots
+    async with open_transport(name, config, cwd, output, tls, auth) as (read, write, link):
+        watch = EOFWatch(read, relays.progress.deliver)
+        async with ClientSession(watch, CallWrites(write, relays.progress), client_info=CLIENT_INFO,
+                                 message_handler=on_message, logging_callback=relays.on_log,
+                                 sampling_callback=relays.on_sampling if "sampling" in declare else None,
+                                 elicitation_callback=relays.on_elicitation if "elicitation" in declare else None,
+                                 list_roots_callback=list_roots if "roots" in declare else None) as session:
+            yield SessionChannel(name, session, relays, watch, link)

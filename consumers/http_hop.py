@@ -28,7 +28,7 @@ from pydantic import ValidationError
 
 from consumers._errors import HopBroken, HopUnavailable, SessionGone
 from consumers._http_rules import HTTP_RULES, env_proxy
-from consumers.relay import Downstream, ProgressFn, ask_wire
+from consumers.relay import Downstream, ProgressFn, UpstreamRequest, ask_wire
 
 logger = logging.getLogger("triad.upstream")
 
@@ -99,7 +99,8 @@ class HttpHop:
             headers["authorization"] = self._link.authorization
         return headers
 
-    async def request(self, request: Any, on_progress: ProgressFn, downstream: Downstream | None) -> dict[str, Any]:
+    async def request(self, request: UpstreamRequest, on_progress: ProgressFn,
+                      downstream: Downstream | None) -> dict[str, Any]:
         """Send one request and return its raw result; a JSON-RPC error raises `MCPError`, as the SDK's does."""
         request_id = f"triad-{next(self._ids)}"
         message = request.model_dump(by_alias=True, mode="json", exclude_none=True)

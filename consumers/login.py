@@ -12,6 +12,7 @@ from pathlib import Path
 
 from mcp import ClientSession
 
+from consumers._credentials import CredentialUse
 from consumers._token_store import TokenFile
 from consumers.config import UpstreamConfig
 from consumers.oauth_client import Asker, token_store
@@ -37,7 +38,7 @@ async def login(name: str, config: UpstreamConfig, show: Asker, user: str | None
         raise LoginError(f"upstream {name!r} is not per-user: its one credential is Triad's (login without --client)")
     store = token_store(auth, user)
     await store.forget_tokens()
-    async with open_transport(name, config, None, ask=show, user=user) as (read, write, _link), \
+    async with open_transport(name, config, None, auth=CredentialUse(user=user, ask=show)) as (read, write, _link), \
             ClientSession(read, write) as session:
         await session.initialize()
         await session.list_tools()

@@ -22,25 +22,19 @@ import math
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 import mcp_types as types
 from anyio.abc import TaskGroup, TaskStatus
-from mcp import ClientSession
 from mcp.client.session import MessageHandlerFnT
 
+from consumers._credentials import Credentials, CredentialUse
 from consumers._errors import describe_failure
-from consumers._progress import CallWrites
-from consumers._streams import EOFWatch
-from consumers.relay import CURRENT_DOWNSTREAM, ClientOrigin, InFlight
-from consumers.transports import open_transport
-
-if TYPE_CHECKING:
-    from consumers._credentials import Credentials
-    from consumers.http_hop import HttpHop
+from consumers.channel import SessionChannel, open_channel
 from consumers.config import UpstreamConfig
 from consumers.errors import UpstreamAuthorizationRequired, UpstreamTimeout, UpstreamUnavailable
+from consumers.relay import CURRENT_DOWNSTREAM, ClientOrigin, InFlight
 
 logger = logging.getLogger("triad.upstream")
 
@@ -50,27 +44,13 @@ CLOSE_TIMEOUT = 5.0
 """How long closing one client's upstream session may take (an HTTP DELETE, a child's exit)."""
 
 
-def _credential(upstream: str, config: UpstreamConfig, link: ClientLink) -> dict[str, Any]:
-    """With `auth: per_user`, the session opens with its user's own credential, asked of the user's client."""
-    if config.auth is None or config.auth.mode != "per_user":
-        return {}
-    from consumers.oauth_client import link_asker
-
-    if link.origin.user is None:
-        raise UpstreamAuthorizationRequired(upstream, f"upstream {upstream!r} is per-user, and this session's "
-                                            "caller is not known")
-    return {"user": link.origin.user, "ask": link_asker(link.origin.back)}
-
-
 @dataclass(eq=False)
 class ClientLink:
     """One client's upstream session, while its owner task runs."""
 
     origin: ClientOrigin
     relays: InFlight
-    session: ClientSession | None = None
-    hop: HttpHop | None = None
-    """The direct HTTP path on this session (a handshake-era streamable-HTTP upstream), as for the shared one."""
+    channel: SessionChannel | None = None
     opened: anyio.Event = field(default_factory=anyio.Event)
     closed: anyio.Event = field(default_factory=anyio.Event)
     failure: BaseException | None = None
@@ -78,7 +58,7 @@ class ClientLink:
 
 class ClientSessions:
     def __init__(self, upstream: str, config: Callable[[], UpstreamConfig], cwd: str | None,
-                 client_info: types.Implementation, on_message: MessageHandlerFnT,
+                 on_message: MessageHandlerFnT,
                  on_notification: Callable[[str, dict[str, Any]], None],
                  tls: Callable[[], ssl.SSLContext] | None = None,
                  credentials: Credentials | None = None) -> None:
@@ -91,7 +71,6 @@ class ClientSessions:
         the upstream as a whole: it goes where the shared session's messages go."""
         self._config = config
         self._cwd = cwd
-        self._client_info = client_info
         self._links: dict[ClientOrigin, ClientLink] = {}
         self._task_group: TaskGroup | None = None
 
@@ -109,8 +88,8 @@ class ClientSessions:
             self._task_group = None
             self._links.clear()
 
-    async def session_for(self, origin: ClientOrigin) -> tuple[ClientSession, InFlight, HttpHop | None]:
-        """The client's upstream session (opened now if it has none), its relays and its direct HTTP path."""
+    async def channel_for(self, origin: ClientOrigin) -> SessionChannel:
+        """The client's upstream session (opened now if it has none)."""
         link = self._links.get(origin)
         if link is not None and link.closed.is_set():  # its transport ended: never send on it
             self.forget(origin)
@@ -128,9 +107,10 @@ class ClientSessions:
             origin.on_close(lambda: self._close(origin))
             self._task_group.start_soon(self._own, link, name=f"client-session:{self._upstream}")
         timeout = self._config().connect_timeout
-        with anyio.move_on_after(timeout):
-            await link.opened.wait()
-        if link.session is None:
+        if not link.opened.is_set():  # no cancel scope once open: this runs on every call
+            with anyio.move_on_after(timeout):
+                await link.opened.wait()
+        if link.channel is None:
             if self._links.get(origin) is link:
                 del self._links[origin]
             if not link.opened.is_set():
@@ -140,7 +120,7 @@ class ClientSessions:
             reason = describe_failure(link.failure) if link.failure is not None else "it closed"
             raise UpstreamUnavailable(self._upstream, f"upstream {self._upstream!r} refused a session for this "
                                       f"client: {reason}")
-        return link.session, link.relays, link.hop
+        return link.channel
 
     def forget(self, origin: ClientOrigin) -> None:
         """The client's session is gone (its upstream lost it): the next request opens a new one."""
@@ -151,49 +131,49 @@ class ClientSessions:
     async def roots_changed(self, origin: ClientOrigin) -> None:
         """The client said its roots changed: tell its own upstream session, if it has one."""
         link = self._links.get(origin)
-        if link is not None and link.session is not None:
-            await link.session.send_roots_list_changed()
+        if link is not None and link.channel is not None:
+            await link.channel.notify(types.RootsListChangedNotification())
 
     async def _close(self, origin: ClientOrigin) -> None:
         self.forget(origin)
+
+    def _credential(self, config: UpstreamConfig, link: ClientLink) -> CredentialUse:
+        """With `auth: per_user`, the session opens with its user's own credential, asked of the user's client."""
+        if config.auth is None or config.auth.mode != "per_user":
+            return CredentialUse(self._credentials)
+        from consumers.oauth_client import link_asker  # the SDK's OAuth client: OAuth upstreams only
+
+        if link.origin.user is None:
+            raise UpstreamAuthorizationRequired(self._upstream, f"upstream {self._upstream!r} is per-user, and this "
+                                                "session's caller is not known")
+        return CredentialUse(self._credentials, link.origin.user, link_asker(link.origin.back))
 
     async def _own(self, link: ClientLink) -> None:
         """Enter the client's transport and session, serve until closed, exit both: all in this one task."""
         CURRENT_DOWNSTREAM.set(None)  # this task's context was copied from the request that opened it
         config = self._config()
         capabilities = (link.origin.back.capabilities if link.origin.back is not None else None) or {}
-        relays = link.relays
         try:
             with anyio.CancelScope() as opening:
                 opening.deadline = anyio.current_time() + config.connect_timeout
-                async with (
-                    open_transport(self._upstream, config, self._cwd, tls=self._tls, credentials=self._credentials,
-                                   **_credential(self._upstream, config, link)) as (read, write, http),
-                    ClientSession(watch := EOFWatch(read, relays.progress.deliver), CallWrites(write, relays.progress),
-                                  client_info=self._client_info,
-                                  message_handler=self._on_message, logging_callback=relays.on_log,
-                                  sampling_callback=relays.on_sampling if "sampling" in capabilities else None,
-                                  elicitation_callback=relays.on_elicitation if "elicitation" in capabilities
-                                  else None,
-                                  list_roots_callback=relays.on_list_roots if "roots" in capabilities else None,
-                                  ) as session,
-                ):
-                    await session.initialize()
-                    if http is not None:
-                        link.hop = http.hop(session.protocol_version or "", self._on_notification)
-                        # A server may tell only the session that made a change (a list_changed after a call):
-                        # the client's first request waits until that session's own stream is answered.
-                        with anyio.move_on_after(LISTEN_WAIT):
-                            await http.listening.wait()
-                    watch.on_eof = link.closed.set  # the upstream ended this session: the next request opens anew
+                async with open_channel(self._upstream, config, self._cwd, link.relays, self._on_message,
+                                        declare=capabilities.keys(), tls=self._tls,
+                                        auth=self._credential(config, link)) as channel:
+                    await channel.session.initialize()
+                    channel.use_hop(channel.session.protocol_version or "", self._on_notification)
+                    # A server may tell only the session that made a change (a list_changed after a call): the
+                    # client's first request waits until that session's own stream is answered.
+                    with anyio.move_on_after(LISTEN_WAIT):
+                        await channel.listening()
+                    channel.watch.on_eof = link.closed.set  # the upstream ended it: the next request opens anew
                     opening.deadline = math.inf
-                    link.session = session
+                    link.channel = channel
                     link.opened.set()
                     logger.info("upstream %s: a client session opened (%d open)", self._upstream, len(self._links))
                     try:
                         await link.closed.wait()
                     finally:
-                        link.session = None
+                        link.channel = None
             if opening.cancelled_caught:
                 link.failure = TimeoutError(f"no answer to initialize within {config.connect_timeout:g}s")
         except Exception as exc:  # this client's session only; the upstream and other clients go on

@@ -19,8 +19,9 @@ from anyio.abc import TaskGroup
 from pydantic import SecretStr
 
 from consumers.config import UpstreamConfig
+from consumers.lifecycle import UpstreamState
 from consumers.transports import TlsContext
-from consumers.upstream import Upstream, UpstreamState
+from consumers.upstream import Upstream
 
 logger = logging.getLogger("triad.pool")
 
@@ -74,16 +75,18 @@ class UpstreamPool:
     def get(self, name: str) -> Upstream | None:
         return self._upstreams.get(name)
 
-    def start(self, task_group: TaskGroup) -> None:
+    async def start(self, task_group: TaskGroup) -> None:
+        """Start every upstream's owner task in `task_group`; returns once each takes requests (connecting goes on
+        in the background)."""
         self._task_group = task_group
         for upstream in self._upstreams.values():
-            self._run(upstream)
+            await self._run(upstream)
 
-    def _run(self, upstream: Upstream) -> None:
+    async def _run(self, upstream: Upstream) -> None:
         assert self._task_group is not None, "the pool was not started"
-        self._task_group.start_soon(upstream.run, name=f"upstream:{upstream.name}")
+        await self._task_group.start(upstream.run, name=f"upstream:{upstream.name}")
 
-    def apply(self, config: Fleet) -> dict[str, list[str]]:
+    async def apply(self, config: Fleet) -> dict[str, list[str]]:
         """Make the reload's diff; returns what happened, by kind, for the log."""
         wanted = config.enabled_upstreams()
         diff: dict[str, list[str]] = {"kept": [], "updated": [], "replaced": [], "added": [], "removed": []}
@@ -114,7 +117,7 @@ class UpstreamPool:
                 else:
                     diff["added"].append(name)
                 self._upstreams[name] = fresh
-            self._run(fresh)
+            await self._run(fresh)
         # keep the configured order: names are assigned in config order
         self._upstreams = {name: self._upstreams[name] for name in wanted if name in self._upstreams}
         return diff

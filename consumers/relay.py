@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import mcp_types as types
 from mcp.client.session import ClientRequestContext
@@ -128,13 +128,18 @@ async def answer_input_requests(upstream: str, downstream: Downstream,
     return answers
 
 
-def with_params(request: Any, update: dict[str, Any]) -> Any:
+UpstreamRequest = types.Request[Any, Any]
+"""Any request model Triad sends an upstream (`types.CallToolRequest`, `types.ReadResourceRequest`, ...)."""
+R = TypeVar("R", bound=UpstreamRequest)
+
+
+def with_params(request: R, update: dict[str, Any]) -> R:
     """The request with wire-spelled params replaced (validated again, so the SDK serialises them as usual)."""
     params = request.params.model_dump(by_alias=True, mode="json", exclude_none=True) if request.params else {}
     return type(request).model_validate({"method": request.method, "params": {**params, **update}}, by_name=False)
 
 
-def with_progress_token(request: Any, token: str) -> Any:
+def with_progress_token(request: R, token: str) -> R:
     """The request asking for progress under `token` (a copy: the caller's request is left as it is)."""
     params = request.params if request.params is not None else types.RequestParams()
     meta = {**(params.meta or {}), "progress_token": token}

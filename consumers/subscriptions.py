@@ -17,12 +17,13 @@ from mcp import ClientSession
 from consumers._errors import describe_failure
 from consumers._sdk import send_raw
 from consumers.modern import ModernLink
+from consumers.relay import UpstreamRequest
 
 logger = logging.getLogger("triad.upstream")
 
 
 class Subscriptions:
-    def __init__(self, upstream: str, request: Callable[[Any], Awaitable[Any]], modern: Callable[[], bool],
+    def __init__(self, upstream: str, request: Callable[[UpstreamRequest], Awaitable[Any]], modern: Callable[[], bool],
                  link: ModernLink) -> None:
         self._upstream = upstream
         self._request = request

@@ -20,14 +20,13 @@ import httpx2
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 
+from consumers._credentials import CredentialUse
 from consumers._http_rules import HTTP_RULES
 from consumers.child_process import ChildOutput, open_child
 from consumers.config import UpstreamConfig
 
 if TYPE_CHECKING:
-    from consumers._credentials import Credentials
     from consumers.http_hop import HttpLink
-    from consumers.oauth_client import Asker
 
 logger = logging.getLogger("triad.upstream")
 
@@ -38,15 +37,12 @@ SSE_READ_TIMEOUT = 300.0
 
 @asynccontextmanager
 async def open_transport(name: str, config: UpstreamConfig, cwd: str | None, output: ChildOutput | None = None,
-                         tls: Callable[[], ssl.SSLContext] | None = None, ask: Asker | None = None,
-                         user: str | None = None, credentials: Credentials | None = None
+                         tls: Callable[[], ssl.SSLContext] | None = None, auth: CredentialUse | None = None
                          ) -> AsyncIterator[tuple[Any, Any, HttpLink | None]]:
     """`output`: where a stdio child's last stderr lines and exit code are kept (the upstream's state). `tls`:
     the TLS context to verify HTTPS upstreams with, made once and shared (making one loads the CA bundle: tens of
-    milliseconds of CPU, which a per-client session would otherwise pay at every opening). `ask`: how to show a
-    person an authorization URL, for an upstream with `auth` (`triad login`; else `auth.browser`, or no one);
-    `user`: whose credential to use (`auth: per_user`; None: Triad's own), from `credentials`, the upstream's
-    token sources shared by its connections (None: one made for this connection only, as `triad login` does)."""
+    milliseconds of CPU, which a per-client session would otherwise pay at every opening). `auth`: for an upstream
+    with `auth`, which credential to use (default: Triad's own, made for this connection alone)."""
     kind = config.kind
     if kind == "stdio":
         assert config.command is not None
@@ -70,8 +66,9 @@ async def open_transport(name: str, config: UpstreamConfig, cwd: str | None, out
     if config.auth is not None:
         from consumers.oauth_client import UpstreamOAuth
 
-        oauth = credentials.get(config.url, config.auth, user, ask) if credentials is not None \
-            else UpstreamOAuth(name, config.url, config.auth, ask, user)
+        use = auth or CredentialUse()
+        oauth = use.credentials.get(config.url, config.auth, use.user, use.ask) if use.credentials is not None \
+            else UpstreamOAuth(name, config.url, config.auth, use.ask, use.user)
     async with (
         open_link(config.url, headers, HTTP_CONNECT_TIMEOUT, oauth) as link,
         httpx2.AsyncClient(headers=headers, timeout=timeout, follow_redirects=HTTP_RULES.follow_redirects,

@@ -1,25 +1,25 @@
 """One upstream MCP server: its owner task, its state, its catalog, and the requests sent to it.
 
 Ownership: the pool creates an `Upstream` and runs `Upstream.run()` as one task in the daemon's task group. That
-task alone enters and exits the transport and the `ClientSession` (anyio requires the entering task to exit),
-reconnects with exponential backoff and jitter after a failure, and re-lists the catalog when the upstream says
-a list changed. Other tasks only call `request()`, which uses the live session and maps every failure to an
-`UpstreamError` naming the upstream.
+task alone opens and closes the shared session (`consumers.channel.open_channel`; anyio requires the entering
+task to exit), reconnects with exponential backoff and jitter after a failure, and re-lists the catalog when the
+upstream says a list changed. Other tasks only call `request()`, which uses the live session (or the client's own,
+`consumers.per_client`) and maps every failure to an `UpstreamError` naming the upstream. Its states and calls in
+flight: `consumers.lifecycle`.
 """
 
 from __future__ import annotations
 
-import enum
 import logging
 import math
 import random
 import ssl
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 import mcp_types as types
-from anyio.abc import TaskGroup
+from anyio.abc import TaskGroup, TaskStatus
 from mcp import ClientSession
 from mcp.client.session import ClientRequestContext
 from mcp.shared.exceptions import MCPError
@@ -27,15 +27,14 @@ from mcp_types import LOG_LEVEL_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from consumers._breaker import CircuitBreaker
-from consumers._credentials import Credentials
+from consumers._credentials import Credentials, CredentialUse
 from consumers._errors import UpstreamConnectionFailed, UpstreamSessionGone, call_failure, describe_failure
 from consumers._health import probe
-from consumers._progress import CallWrites
-from consumers._streams import EOFWatch
-from consumers.channel import Channel, SdkChannel
+from consumers.channel import SessionChannel, open_channel
 from consumers.child_process import ChildOutput
 from consumers.config import UpstreamConfig
 from consumers.errors import UpstreamAuthorizationRequired, UpstreamRefused, UpstreamTimeout, UpstreamUnavailable
+from consumers.lifecycle import CallsInFlight, UpstreamState, check_transition
 from consumers.listing import Catalog, list_catalog
 from consumers.modern import ModernLink
 from consumers.per_client import ClientSessions
@@ -44,43 +43,17 @@ from consumers.relay import (
     ClientOrigin,
     InFlight,
     ProgressFn,
+    UpstreamRequest,
     with_params,
 )
 from consumers.subscriptions import Subscriptions
-from consumers.transports import TlsContext, open_transport
-
-if TYPE_CHECKING:
-    from consumers.http_hop import HttpHop
+from consumers.transports import TlsContext
 
 logger = logging.getLogger("triad.upstream")
 
-CLIENT_INFO = types.Implementation(name="triad", version="0.1.0")
 BACKOFF_START = 0.5
 BACKOFF_MAX = 30.0
 PING_TIMEOUT = 10.0
-UNWIND_LIMIT = 5.0
-"""How long calls cancelled at the end of a grace period may take to tell their upstream and answer their caller."""
-
-
-class UpstreamState(enum.StrEnum):
-    STARTING = "starting"
-    READY = "ready"
-    DEGRADED = "degraded"
-    DOWN = "down"
-
-
-TRANSITIONS: dict[UpstreamState, frozenset[UpstreamState]] = {
-    UpstreamState.STARTING: frozenset({UpstreamState.READY, UpstreamState.DOWN}),
-    UpstreamState.READY: frozenset({UpstreamState.DEGRADED, UpstreamState.DOWN}),
-    UpstreamState.DEGRADED: frozenset({UpstreamState.READY, UpstreamState.DOWN}),
-    UpstreamState.DOWN: frozenset({UpstreamState.READY}),
-}
-"""The owner task's state machine: connected (`ready`), failing fast (`degraded`, circuit open), `down` (and
-reconnecting); a state may also stay the same with a new reason. Anything else is a bug, and raises."""
-
-
-class IllegalTransition(Exception):
-    """A state change the machine above does not have (a bug in the owner task, never an upstream's fault)."""
 
 
 class Upstream:
@@ -105,28 +78,20 @@ class Upstream:
         """A stdio child's last stderr lines and exit code, shown with the state (empty for HTTP upstreams)."""
         self.settled = anyio.Event()
         """Set once the first connection attempt has succeeded or failed (what `triad plan` waits for)."""
-        self._session: ClientSession | None = None
-        self._hop: HttpHop | None = None
-        """The lean request path of a handshake-era HTTP upstream, on the live session's connection."""
+        self._channel: SessionChannel | None = None
+        """The live shared session."""
         self._wake = anyio.Event()
         self._relist = False
         self._suspect = False
         self._stopping = False
-        self._retired: str | None = None
-        self._grace_over = False
-        """Set when a retired upstream's grace period ran out: its calls in flight were cancelled."""
-        self._calls: set[anyio.CancelScope] = set()
-        """The deadline scope of each call in flight."""
+        self._calls = CallsInFlight(name)
         self._new_session = anyio.Event()
         """Set (and replaced) whenever the session changes, so a retried call can wait for the next one."""
         self._breaker = CircuitBreaker(config.circuit_breaker.failures, config.circuit_breaker.cooldown)
-        self._in_flight = 0
         self._relays = InFlight(name)
-        self._idle = anyio.Event()
-        self._idle.set()
         self._on_updated = on_updated
         """Told (upstream name, raw URI) when a subscribed resource changed."""
-        self._clients = ClientSessions(name, lambda: self.config, cwd, CLIENT_INFO, self._on_message,
+        self._clients = ClientSessions(name, lambda: self.config, cwd, self._on_message,
                                        self._on_notification, self.tls, self.credentials)
         """With `sessions: per_client`: each downstream session's own upstream session."""
         self._modern = ModernLink(name, self.request_relist, on_updated, lambda: self.subscriptions.uris())
@@ -137,11 +102,13 @@ class Upstream:
 
     # -- owner task ---------------------------------------------------------------------------------------------
 
-    async def run(self) -> None:
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Connect, serve, reconnect; until `stop()` or cancellation. Never raises for an upstream failure.
-        Per-client upstream sessions live in a task group of this task, across reconnects of the shared one."""
+        Per-client upstream sessions live in a task group of this task, across reconnects of the shared one.
+        Started (`task_status`) once it takes requests: they fail as "not connected" until the first connection."""
         async with anyio.create_task_group() as tg:
             await tg.start(self._clients.run)
+            task_status.started()
             await self._keep_connected()
             tg.cancel_scope.cancel()
 
@@ -158,7 +125,7 @@ class Upstream:
                 self._set_state(UpstreamState.DOWN, self.child.explain(reason))
                 logger.warning("upstream %s is down: %s", self.name, self.reason)
             finally:
-                self._set_session(None)
+                self._set_channel(None)
             self.settled.set()
             if self._stopping:
                 break
@@ -179,24 +146,12 @@ class Upstream:
 
         Called by the pool, in a task of its own, when a reload removes or replaces this upstream, or when Triad
         shuts down."""
-        self._retired = reason
-        with anyio.move_on_after(grace):
-            await self._idle.wait()
-        if self._in_flight:
-            logger.warning("upstream %s: %d call(s) still running after the %gs grace period; answering them with "
-                           "an error and closing", self.name, self._in_flight, grace)
-            self._grace_over = True
-            for scope in self._calls:
-                scope.cancel()
-            with anyio.move_on_after(UNWIND_LIMIT):  # each cancelled call tells its upstream, then answers
-                await self._idle.wait()
+        await self._calls.retire(reason, grace)
         self.stop()
 
-    def _set_session(self, session: ClientSession | None) -> None:
-        self._session = session
-        if session is None:
-            self._hop = None
-        if session is not None:
+    def _set_channel(self, channel: SessionChannel | None) -> None:
+        self._channel = channel
+        if channel is not None:
             self._breaker.record(True, anyio.current_time())  # a new connection starts with a closed circuit
         self._new_session.set()
         self._new_session = anyio.Event()
@@ -216,35 +171,30 @@ class Upstream:
     async def _connect_and_serve(self) -> None:
         with anyio.CancelScope() as connect_scope:
             connect_scope.deadline = anyio.current_time() + self.config.connect_timeout
-            async with open_transport(self.name, self.config, self.cwd, self.child, self.tls,
-                                      credentials=self.credentials) as (read, write, link):
-                watch = EOFWatch(read, self._relays.progress.deliver)
-                async with ClientSession(watch, CallWrites(write, self._relays.progress), client_info=CLIENT_INFO,
-                                         message_handler=self._on_message,
-                                         logging_callback=self._relays.on_log,
-                                         sampling_callback=self._relays.on_sampling,
-                                         elicitation_callback=self._relays.on_elicitation,
-                                         list_roots_callback=self._configured_roots if self.config.roots is not None
-                                         else None) as session:
-                    init = await self._negotiate(session)
-                    catalog = await list_catalog(self.name, session, init, None, self._modern.checked_tools)
-                    connect_scope.deadline = math.inf  # connected: from here on only calls have deadlines
-                    self.catalog = catalog
-                    self._hop = link.hop(catalog.protocol_version, self._on_notification) \
-                        if link is not None and not self.modern else None
-                    self._set_session(session)
-                    self._set_state(UpstreamState.READY, "")
-                    self.settled.set()
-                    logger.info("upstream %s ready: %d tools, %d resources, %d prompts (%s)", self.name,
-                                len(catalog.tools), len(catalog.resources), len(catalog.prompts),
-                                catalog.protocol_version)
-                    async with anyio.create_task_group() as tg:
-                        if self.modern:
-                            tg.start_soon(self._modern.listen, session, catalog.capabilities)
-                        elif self.subscriptions.uris():
-                            tg.start_soon(self.subscriptions.renew, session)
-                        await self._serve(session, watch)
-                        tg.cancel_scope.cancel()
+            declare = ("sampling", "elicitation") + (("roots",) if self.config.roots is not None else ())
+            async with open_channel(self.name, self.config, self.cwd, self._relays, self._on_message,
+                                    declare=declare, list_roots=self._configured_roots, output=self.child,
+                                    tls=self.tls, auth=CredentialUse(self.credentials)) as channel:
+                session = channel.session
+                init = await self._negotiate(session)
+                catalog = await list_catalog(self.name, session, init, None, self._modern.checked_tools)
+                connect_scope.deadline = math.inf  # connected: from here on only calls have deadlines
+                self.catalog = catalog
+                if not self.modern:
+                    channel.use_hop(catalog.protocol_version, self._on_notification)
+                self._set_channel(channel)
+                self._set_state(UpstreamState.READY, "")
+                self.settled.set()
+                logger.info("upstream %s ready: %d tools, %d resources, %d prompts (%s)", self.name,
+                            len(catalog.tools), len(catalog.resources), len(catalog.prompts),
+                            catalog.protocol_version)
+                async with anyio.create_task_group() as tg:
+                    if self.modern:
+                        tg.start_soon(self._modern.listen, session, catalog.capabilities)
+                    elif self.subscriptions.uris():
+                        tg.start_soon(self.subscriptions.renew, session)
+                    await self._serve(channel)
+                    tg.cancel_scope.cancel()
         if connect_scope.cancelled_caught:
             raise UpstreamTimeout(self.name, f"did not finish initialize and listing within "
                                             f"{self.config.connect_timeout:g}s")
@@ -283,11 +233,12 @@ class Upstream:
 
     def take_subscriptions(self, old: Upstream, task_group: TaskGroup) -> None:
         """This connection replaces `old` (a reload): its clients' resource subscriptions come along."""
-        if self.subscriptions.adopt(old.subscriptions) and self._session is not None:
-            task_group.start_soon(self.subscriptions.renew, self._session, name=f"renew:{self.name}")
+        if self.subscriptions.adopt(old.subscriptions) and self._channel is not None:
+            task_group.start_soon(self.subscriptions.renew, self._channel.session, name=f"renew:{self.name}")
 
-    async def _serve(self, session: ClientSession, watch: EOFWatch) -> None:
+    async def _serve(self, channel: SessionChannel) -> None:
         """Wait for work: a re-list, a suspected connection, a stop, the stream's end, or a quiet interval."""
+        session, watch = channel.session, channel.watch
         watch.on_eof = lambda: self._wake.set()  # the event is replaced after each wake-up
         while not self._stopping and not watch.closed:
             with anyio.move_on_after(self.config.ping_interval) as quiet:
@@ -327,8 +278,7 @@ class Upstream:
             logger.warning("upstream %s transport error: %s", self.name, describe_failure(message))
 
     def _set_state(self, state: UpstreamState, reason: str) -> None:
-        if state is not self.state and state not in TRANSITIONS[self.state]:
-            raise IllegalTransition(f"upstream {self.name!r}: {self.state.value} -> {state.value}")
+        check_transition(self.name, self.state, state)
         changed = (state, reason) != (self.state, self.reason)
         self.state, self.reason = state, reason
         if changed:
@@ -336,7 +286,7 @@ class Upstream:
 
     # -- calls from other tasks ----------------------------------------------------------------------------------
 
-    async def request(self, request: Any, *, progress: ProgressFn | None = None, retry_safe: bool = False,
+    async def request(self, request: UpstreamRequest, *, progress: ProgressFn | None = None, retry_safe: bool = False,
                       call_limits: tuple[float | None, float | None] = (None, None),
                       client: ClientOrigin | None = None) -> dict[str, Any]:
         """Send one request on the live session and return the raw result dict (no output-schema check).
@@ -359,9 +309,9 @@ class Upstream:
                                                 "session of its own would go out with Triad's credential")
         reached: bool | None = None  # what the outcome says of the connection (None: nothing, as for a timeout)
         try:
-            session, relays, hop = await self._session_for(own)
+            channel = await self._channel_for(own)
             try:
-                result = await self._send(session, relays, hop, request, progress, call_limits)
+                result = await self._send(channel, request, progress, call_limits)
             except UpstreamSessionGone as exc:
                 if not (retry_safe or exc.unsent):
                     raise
@@ -369,12 +319,12 @@ class Upstream:
                     self._clients.forget(own)
                 else:
                     with anyio.move_on_after(self.config.connect_timeout):
-                        while self._session is session or self._session is None:
+                        while self._channel is channel or self._channel is None:
                             await self._new_session.wait()
                 logger.info("upstream %s: retrying %s on a new session%s", self.name, request.method,
                             "" if retry_safe else " (the upstream never received it)")
-                session, relays, hop = await self._session_for(own)
-                result = await self._send(session, relays, hop, request, progress, call_limits)
+                channel = await self._channel_for(own)
+                result = await self._send(channel, request, progress, call_limits)
             reached = True
             return result
         except UpstreamRefused:
@@ -390,12 +340,11 @@ class Upstream:
     def _per_client(self) -> bool:
         return self.config.session_mode == "per_client" and not self.modern
 
-    async def _session_for(self, client: ClientOrigin | None
-                           ) -> tuple[ClientSession | None, InFlight, HttpHop | None]:
-        """The client's own upstream session, or the shared one; with its relays and its direct HTTP path."""
+    async def _channel_for(self, client: ClientOrigin | None) -> SessionChannel | None:
+        """The client's own upstream session, or the shared one."""
         if client is None:
-            return self._session, self._relays, self._hop
-        return await self._clients.session_for(client)
+            return self._channel
+        return await self._clients.channel_for(client)
 
     def _record(self, reached: bool | None) -> None:
         """Tell the breaker what a call's outcome says of the connection (None: nothing, e.g. a timeout)."""
@@ -412,13 +361,13 @@ class Upstream:
         elif was_open and not self._breaker.is_open and self.state is UpstreamState.DEGRADED:
             self._set_state(UpstreamState.READY, "")
 
-    async def _send(self, session: ClientSession | None, relays: InFlight, hop: HttpHop | None, request: Any,
-                    progress: ProgressFn | None,
+    async def _send(self, channel: SessionChannel | None, request: UpstreamRequest, progress: ProgressFn | None,
                     call_limits: tuple[float | None, float | None] = (None, None)) -> dict[str, Any]:
         method = request.method
-        if self._retired is not None:
-            raise UpstreamUnavailable(self.name, f"upstream {self.name!r} was {self._retired}")
-        if session is None or (session is self._session
+        retired = self._calls.retired
+        if retired is not None:
+            raise UpstreamUnavailable(self.name, f"upstream {self.name!r} was {retired}")
+        if channel is None or (channel is self._channel
                                and self.state not in (UpstreamState.READY, UpstreamState.DEGRADED)):
             raise UpstreamUnavailable(self.name, f"upstream {self.name!r} is not connected ({self.reason})")
         timeout = call_limits[0] or self.config.timeout
@@ -430,37 +379,29 @@ class Upstream:
             if progress is not None:
                 await progress(params)
 
-        self._in_flight += 1
-        self._idle = anyio.Event() if self._in_flight == 1 else self._idle
         call_key = id(scope := anyio.CancelScope(deadline=start + timeout))
         if (downstream := CURRENT_DOWNSTREAM.get()) is not None:
-            relays.calls[call_key] = downstream
+            channel.relays.calls[call_key] = downstream
             if self.modern and downstream.log_level is not None:  # 2026-07-28 logs only on a request's opt-in
                 request = with_params(request, {"_meta": {**(request.params.meta or {}),
                                                            LOG_LEVEL_META_KEY: downstream.log_level}})
-        self._calls.add(scope)
         try:
-            with scope:
-                channel: Channel = hop if hop is not None else SdkChannel(self.name, session, relays)
+            with self._calls.track(scope), scope:
                 return await channel.request(request, on_progress, downstream)
-            if self._grace_over:
-                raise UpstreamUnavailable(self.name, f"upstream {self.name!r} was {self._retired} and its grace "
+            if self._calls.grace_over:
+                raise UpstreamUnavailable(self.name, f"upstream {self.name!r} was {self._calls.retired} and its grace "
                                           f"period ran out during {method}")
             raise UpstreamTimeout(self.name, f"upstream {self.name!r} did not answer {method} within "
                                   + (f"{timeout:g}s" if scope.deadline - start <= timeout else
                                      f"{timeout:g}s of its last progress (after {anyio.current_time() - start:.3g}s)"))
         except Exception as exc:
             failure = call_failure(self.name, method, exc, http=self.config.kind == "streamable-http",
-                                   retired=self._retired)
+                                   retired=self._calls.retired)
             if failure is None:
                 raise
-            if isinstance(failure, UpstreamConnectionFailed) and session is self._session:
+            if isinstance(failure, UpstreamConnectionFailed) and channel is self._channel:
                 self._suspect_connection()  # a client's own session going wrong says nothing of the shared one
             raise failure from None
         finally:
-            self._calls.discard(scope)
-            relays.calls.pop(call_key, None)
-            self._in_flight -= 1
-            if not self._in_flight:
-                self._idle.set()
+            channel.relays.calls.pop(call_key, None)
 

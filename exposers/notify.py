@@ -23,6 +23,7 @@ from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup
+from mcp.server.connection import Connection
 from mcp.server.subscriptions import (
     InMemorySubscriptionBus,
     ListenHandler,
@@ -100,7 +101,7 @@ class _Outbox:
             self._draining.cancel()
 
 
-async def _keep(_connection: Any) -> None:
+async def _keep(_connection: Connection) -> None:
     """Without a transport that can close a session (stdio), a stuck one is only dropped from notifications."""
 
 
@@ -131,10 +132,10 @@ class Notifier:
     def open_sessions(self) -> int:
         return len(self._connections)
 
-    def is_tracked(self, connection: Any) -> bool:
+    def is_tracked(self, connection: Connection) -> bool:
         return connection in self._connections
 
-    def track(self, connection: Any, identity: Identity) -> None:
+    def track(self, connection: Connection, identity: Identity) -> None:
         if connection in self._connections or connection.protocol_version in MODERN_PROTOCOL_VERSIONS:
             return
         self._connections[connection] = (identity, self._dispatcher.view(identity).fingerprint)
@@ -155,7 +156,7 @@ class Notifier:
 
     # -- resource subscriptions ----------------------------------------------------------------------------------
 
-    def subscribe(self, connection: Any, uri: str, upstream: str, raw: str) -> bool:
+    def subscribe(self, connection: Connection, uri: str, upstream: str, raw: str) -> bool:
         """Remember a connection's subscription; False when it had it already. Its upstream subscriptions are
         released when the connection closes."""
         if connection not in self._subscriptions:
@@ -167,10 +168,10 @@ class Notifier:
         mine[uri] = (upstream, raw)
         return True
 
-    def unsubscribe(self, connection: Any, uri: str) -> tuple[str, str] | None:
+    def unsubscribe(self, connection: Connection, uri: str) -> tuple[str, str] | None:
         return self._subscriptions.get(connection, {}).pop(uri, None)
 
-    async def _release(self, connection: Any) -> None:
+    async def _release(self, connection: Connection) -> None:
         await self._unsubscribe_all(self._subscriptions.pop(connection, {}).values())
 
     async def _unsubscribe_all(self, subscriptions: Iterable[tuple[str, str]]) -> None:
@@ -215,7 +216,7 @@ class Notifier:
 
     # -- sending -------------------------------------------------------------------------------------------------
 
-    def _send(self, connection: Any, key: Hashable, send: Send) -> None:
+    def _send(self, connection: Connection, key: Hashable, send: Send) -> None:
         """Queue a notification for one connection (never waits: see `_Outbox`)."""
         assert self._tg is not None, "notifications are sent from run()"
         outbox = self._outboxes.get(connection)
@@ -224,12 +225,12 @@ class Notifier:
             connection.exit_stack.callback(self._forget_outbox, connection)
         outbox.put(key, send, self._tg)
 
-    def _forget_outbox(self, connection: Any) -> None:
+    def _forget_outbox(self, connection: Connection) -> None:
         outbox = self._outboxes.pop(connection, None)
         if outbox is not None:
             outbox.close()
 
-    def _stuck(self, connection: Any, why: str) -> None:
+    def _stuck(self, connection: Connection, why: str) -> None:
         outbox = self._outboxes.get(connection)
         if outbox is None or outbox.closed:
             return

@@ -21,7 +21,7 @@ from mcp_types import CLIENT_CAPABILITIES_META_KEY, LOG_LEVEL_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from consumers import Downstream
-from exposers._sdk import request_channel
+from exposers._sdk import connection_of, request_channel
 
 
 class Relay(Downstream, Protocol):
@@ -55,14 +55,14 @@ class RequestRelay:
     def capabilities(self) -> dict[str, Any] | None:
         if self.era_2026:
             return envelope_capabilities(self.ctx.params)
-        return declared_capabilities(getattr(self.ctx.session, "_connection", None))
+        return declared_capabilities(connection_of(self.ctx))
 
     @property
     def log_level(self) -> str | None:
         """2026-07-28: the level this request opted in to (none: no logs). Before: the session's, else all."""
         if self.era_2026:
             return envelope_log_level(self.ctx.params)
-        return session_log_level(getattr(self.ctx.session, "_connection", None))
+        return session_log_level(connection_of(self.ctx))
 
     async def log(self, params: types.LoggingMessageNotificationParams) -> None:
         if not wants_log(params.level, self.log_level):
@@ -166,14 +166,14 @@ def envelope_log_level(params: Any) -> str | None:
     return level if level in LEVELS else None
 
 
-def session_log_level(connection: Any) -> str:
+def session_log_level(connection: Connection | None) -> str:
     """The level a handshake-era session set with `logging/setLevel`; all messages until it sets one."""
     return (connection.state.get(LOG_LEVEL_STATE_KEY) if connection is not None else None) or LEVELS[0]
 
 
-def declared_capabilities(connection: Any) -> dict[str, Any] | None:
+def declared_capabilities(connection: Connection | None) -> dict[str, Any] | None:
     """What a handshake-era client declared in `initialize`; None when unknown."""
-    client = getattr(connection, "client_params", None)
+    client = connection.client_params if connection is not None else None
     return client.capabilities.model_dump(by_alias=True, mode="json", exclude_none=True) if client else None
 
 

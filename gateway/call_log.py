@@ -18,7 +18,10 @@ import time
 import weakref
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from consumers import UpstreamRequest
 
 MAX_RECENT = 200
 """Finished calls kept; enough for a screen or two of history, small enough to copy on every page view."""
@@ -57,7 +60,7 @@ class CallLog:
         """The requests of `session` are made by `client_id` (a session belongs to the identity that opened it)."""
         self._callers[session] = client_id
 
-    def start(self, upstream: str, kind: str, request: Any, session: Any) -> CallRecord:
+    def start(self, upstream: str, kind: str, request: UpstreamRequest, session: Any) -> CallRecord:
         """A request leaves for `upstream`: it is in flight until `end`."""
         record = CallRecord(next(self._numbers), kind, upstream, _raw_name(kind, request),
                             self._callers.get(session) if session is not None else None, time.time())
@@ -92,7 +95,7 @@ class CallLog:
         return [r for r in self._recent if r.upstream == upstream and r.started >= floor]
 
 
-def _raw_name(kind: str, request: Any) -> str | None:
+def _raw_name(kind: str, request: UpstreamRequest) -> str | None:
     if kind not in NAMED_KINDS:
         return None
     name = getattr(getattr(request, "params", None), "name", None)

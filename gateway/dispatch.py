@@ -20,7 +20,7 @@ import anyio
 import anyio.lowlevel
 import mcp_types as types
 
-from consumers import ProgressFn, Upstream, UpstreamPool
+from consumers import ProgressFn, Upstream, UpstreamPool, UpstreamRequest
 from gateway.catalog import UpstreamSnapshot, build_upstream_sources
 from gateway.config import TriadConfig
 from gateway.errors import InvalidRequest, UnknownName, UpstreamTimeout, UpstreamUnavailable
@@ -115,7 +115,9 @@ class Dispatcher:
             self._stale = False
             snapshots = {name: UpstreamSnapshot(up.catalog, up.state.value, up.reason)
                          for name, up in self.pool.upstreams.items()}
-            built = build_upstream_sources(self.config, snapshots, names=self.names)
+            # Triad's own tools' names are never an upstream tool's, whatever mode a client is in: a name stays
+            # the same for every client, and a search-mode client's `search_tools` is always Triad's.
+            built = build_upstream_sources(self.config, snapshots, reserved=TRIAD_TOOLS, names=self.names)
             registry = build_registry(self._snapshot.registry.version + 1, built.sources, built.context,
                                       built.uri_owners)
             self._snapshot = Snapshot(registry, self.pipeline)
@@ -382,8 +384,8 @@ class Dispatcher:
             return candidates[0], uri
         raise UnknownName(f"Unknown resource: {uri}")
 
-    async def _forward(self, upstream: Upstream, kind: str, request: Any, *, caller: tuple[str, str] = ("", ""),
-                       **options: Any) -> dict[str, Any]:
+    async def _forward(self, upstream: Upstream, kind: str, request: UpstreamRequest, *,
+                       caller: tuple[str, str] = ("", ""), **options: Any) -> dict[str, Any]:
         """The one place a request leaves for an upstream: timed, counted and logged (`caller`: client, name)."""
         start, outcome = time.perf_counter(), "error"
         record = self.metrics.call_log.start(upstream.name, kind, request, options.get("client"))

@@ -13,9 +13,12 @@ import json
 import logging
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from policy import LAYER_NAMES, Step
+
+if TYPE_CHECKING:
+    from consumers import UpstreamRequest
 
 FIELDS = ("kind", "upstream", "client", "session", "tool", "raw", "outcome", "duration_ms", "layer", "pattern",
           "hook")
@@ -45,7 +48,7 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line, default=str)
 
 
-def log_call(kind: str, upstream: str, request: Any, outcome: str, seconds: float, caller: tuple[str, str],
+def log_call(kind: str, upstream: str, request: UpstreamRequest, outcome: str, seconds: float, caller: tuple[str, str],
              session: Any) -> None:
     """The call path's line for one request to an upstream (a tool call, a read, a get), once it ended. `caller`:
     the client and the name it asked for; `session`: a `gateway.hooks.Session` (its id is already a hash) or None."""
@@ -68,7 +71,7 @@ def log_denied(client: str, tool: str, session: Any, step: Step) -> None:
                                "pattern": step.pattern})
 
 
-def request_name(request: Any) -> str | None:
+def request_name(request: UpstreamRequest) -> str | None:
     """The upstream's own name of what a request asks for: the raw tool or prompt name, or the raw URI."""
     params = getattr(request, "params", None)
     value = getattr(params, "name", None) or getattr(params, "uri", None)

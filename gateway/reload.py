@@ -146,7 +146,7 @@ class Reloader:
                 logger.warning("reload (%s): listen changed (%s:%d -> %s:%d); it takes effect on restart only",
                                trigger, self.config.listen.host, self.config.listen.port, new.listen.host,
                                new.listen.port)
-            changes = self._pool.apply(new)
+            changes = await self._pool.apply(new)
             self._dispatcher.apply_config(new, hooks)
             self.config = new
             self.status.reloads += 1

@@ -219,3 +219,21 @@ def _rewrite(path: Path, config: dict[str, Any]) -> None:
     temporary = path.with_name(path.name + ".tmp")
     temporary.write_text(yaml.safe_dump(config, sort_keys=False))
     os.replace(temporary, path)
+
+
+async def test_an_upstream_tool_named_like_triads_own_gets_another_name(procs: list[Proc], tmp_path: Path) -> None:
+    """One upstream, names unprefixed, a tool renamed `search_tools`: it is exposed as `search_tools-2` to every
+    client (whatever its mode), so `search_tools` is always Triad's and the upstream's stays reachable."""
+    upstream = {**stdio_upstream("srch-own-fx"), "tools": {"overrides": {"echo": {"name": "search_tools"}}}}
+    path = write_config(tmp_path, {"upstreams": {"fx": upstream}, "anonymous": "finder",
+                                   "clients": {"finder": {"tools_mode": "search"}, "lister": {"token": LISTER_TOKEN}}})
+    url = start_triad(procs, path, wait_ready=1)
+    async with http_session(url) as session:
+        assert found(await search(session, "echo the text"))[0] == "search_tools-2"
+        assert "structuredContent" in await search(session, "sleeps")  # Triad's own search, not the upstream's echo
+        echoed = await session.send_request(types.CallToolRequest(params=types.CallToolRequestParams(
+            name="search_tools-2", arguments={"text": "mine"})), RAW)
+        assert echoed["content"][0]["text"] == "mine"
+    async with session_as(url, LISTER_TOKEN) as lister:
+        names = {t["name"] for t in await all_tools(lister)}
+        assert "search_tools-2" in names and "search_tools" not in names

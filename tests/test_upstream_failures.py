@@ -309,7 +309,8 @@ async def test_hung_calls_of_one_tool_do_not_open_the_breaker_for_another(procs:
 
 def test_the_upstream_state_machine_refuses_transitions_it_does_not_have() -> None:
     from consumers.config import UpstreamConfig
-    from consumers.upstream import TRANSITIONS, IllegalTransition, Upstream, UpstreamState
+    from consumers.lifecycle import TRANSITIONS, IllegalTransition, UpstreamState
+    from consumers.upstream import Upstream
 
     upstream = Upstream("sm", UpstreamConfig(command="true"), None, lambda _up: None)
     with pytest.raises(IllegalTransition, match=r"'sm': starting -> degraded"):
