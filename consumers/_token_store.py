@@ -122,7 +122,8 @@ class TokenFile:
         document = {**self._read(), **changes}
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         temporary = self.path.with_name(f".{self.path.name}.tmp")
-        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        temporary.unlink(missing_ok=True)  # created anew below, so its mode is 0600 whatever a leftover's was
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(descriptor, "w", encoding="utf-8") as stream:
             json.dump(document, stream)
             stream.flush()

@@ -201,3 +201,21 @@ async def test_a_per_user_client_that_can_open_links_is_asked_by_url_elicitation
     assert not result.is_error, result
     assert result.content[0].text.split()[0] == "dave"
     assert len(asked) == 1 and asked[0].startswith(protected.issuer)
+
+
+async def test_the_token_file_is_private_even_over_a_leftover_temporary_file(tmp_path: Path) -> None:
+    from mcp.shared.auth import OAuthToken
+
+    from consumers._token_store import TokenFile
+
+    path = tmp_path / "tokens" / "up.json"
+    path.parent.mkdir()
+    leftover = path.with_name(".up.json.tmp")
+    leftover.write_text("{}")
+    leftover.chmod(0o644)
+    store = TokenFile(path)
+    await store.set_tokens(OAuthToken(access_token="a-token", expires_in=60))
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert (await store.get_tokens()) is not None and store.expires_at is not None
+    await store.forget_tokens()
+    assert await store.get_tokens() is None and stat.S_IMODE(os.stat(path).st_mode) == 0o600
