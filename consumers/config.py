@@ -147,7 +147,8 @@ class UpstreamAuthConfig(_Model):
     where the authorization server supports such documents)."""
     client_name: str = "Triad"
     scopes: tuple[str, ...] = ()
-    """Requested when the upstream's challenge names none (its challenge and metadata come first)."""
+    """With grant client_credentials: the scopes asked for. (An authorization asks for what the upstream's
+    challenge or metadata name, as the MCP spec orders.)"""
     redirect_port: int = Field(default=DEFAULT_REDIRECT_PORT, ge=1, le=65535)
     browser: str | None = None
     """A command the daemon runs with the authorization URL as its last argument when it has to ask a person
@@ -163,6 +164,9 @@ class UpstreamAuthConfig(_Model):
         if self.grant == "client_credentials" and self.token_endpoint_auth_method == "none":
             raise ValueError("grant client_credentials authenticates the client: token_endpoint_auth_method "
                              "cannot be none")
+        if self.scopes and self.grant != "client_credentials":
+            raise ValueError("scopes apply to grant client_credentials only (an authorization asks for the scopes "
+                             "the upstream names)")
         if self.client_secret is not None and self.client_id is None:
             raise ValueError("client_secret needs client_id")
         if self.client_metadata_url is not None and not re.match(r"^https://[^/\s]+/\S", self.client_metadata_url):
