@@ -146,14 +146,15 @@ class HttpHop:
         oauth = self._link.oauth
         if oauth is not None:
             self._link.authorization = await oauth.authorization()
-        challenged = False
-        for attempt in (1, 2, 3):
+        challenged = resent = False
+        while True:
             try:
                 response = await self._link.client.post(self._link.url, data=body, headers=self._headers(),
                                                         allow_redirects=HTTP_RULES.follow_redirects)
             except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
-                if attempt == 3:
+                if resent:
                     raise
+                resent = True
                 continue
             if oauth is not None and not challenged and _challenge(response):
                 challenged = True
