@@ -219,3 +219,17 @@ async def test_the_token_file_is_private_even_over_a_leftover_temporary_file(tmp
     assert (await store.get_tokens()) is not None and store.expires_at is not None
     await store.forget_tokens()
     assert await store.get_tokens() is None and stat.S_IMODE(os.stat(path).st_mode) == 0o600
+
+
+async def test_a_token_the_upstream_refuses_is_refreshed_once_without_asking_anyone(procs: list[Proc],
+                                                                                     tmp_path: Path) -> None:
+    """The stored access token is refused (here: replaced by garbage) though not expired: Triad refreshes once on
+    the 401 and goes on; no person is asked (the daemon has no `browser`, so a new authorization would fail)."""
+    protected = Protected(procs, tmp_path)
+    protected.login()
+    document = json.loads(protected.tokens.read_text())
+    document["tokens"]["access_token"] = "refused-by-the-upstream"
+    protected.tokens.write_text(json.dumps(document))
+    url = start_triad(procs, protected.config, wait_ready=1)
+    assert (await whoami(url)).split()[0] == "test-user"
+    assert json.loads(protected.tokens.read_text())["tokens"]["access_token"] != "refused-by-the-upstream"
