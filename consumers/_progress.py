@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import anyio
+import anyio.lowlevel
 import mcp_types as types
 from anyio.streams.memory import MemoryObjectSendStream
 
@@ -131,6 +132,11 @@ class CallWrites:
         self._routes = routes
 
     async def send(self, item: Any, /) -> None:
+        message = getattr(item, "message", None)
+        if isinstance(message, types.JSONRPCNotification) and message.method == "notifications/cancelled":
+            # The SDK cancels a call upstream as soon as the call is cancelled, before Triad's exposer has seen the
+            # client's notification and kept its reason (`exposers.relay.keep_cancel_reason`): that runs first.
+            await anyio.lowlevel.cancel_shielded_checkpoint()
         await self._inner.send(self._routes.outgoing(item))
 
     async def aclose(self) -> None:

@@ -7,6 +7,9 @@ naming the SDK version when one no longer holds.
   class only): Triad asks for the raw result dict, which a proxy passes on without re-validation.
 - `wrap_stamp`: the SDK stamps each 2026-07-28 request's `_meta` envelope and headers in `ClientSession._stamp`
   (set by `discover()`), with no public hook for the caller's capabilities and `Mcp-Param-*` headers.
+- `send_raw` of a `tools/call` as a task (2025-11-25): `ClientSession.send_request` checks every result against the
+  spec's result type of its method, and refuses the `CreateTaskResult` such a call is answered with; the request
+  is stamped as `send_request` stamps it (`_stamp`) and sent with the session's dispatcher (`_dispatcher`).
 - `CONTEXT_ATTRIBUTE`: the SDK's dispatcher reads the sender's contextvars from its read stream's `last_context`
   (how the current downstream crosses into callbacks over streamable HTTP); a wrapper must pass it through.
 """
@@ -17,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from mcp import ClientSession
-from mcp.shared.dispatcher import ProgressFnT
+from mcp.shared.dispatcher import CallOptions, ProgressFnT
 from pydantic import TypeAdapter
 
 if TYPE_CHECKING:
@@ -36,6 +39,13 @@ async def send_raw(session: ClientSession, request: UpstreamRequest,
                    progress: Callable[[float, float | None, str | None], Awaitable[None]] | None = None
                    ) -> dict[str, Any]:
     """Send `request` on `session`; its result as a raw dict."""
+    if request.method == "tools/call" and getattr(request.params, "task", None) is not None:
+        data = request.model_dump(by_alias=True, mode="json", exclude_none=True)
+        options: CallOptions = {}
+        session._stamp(data, options)
+        answer: dict[str, Any] = await session._dispatcher.send_raw_request(data["method"], data.get("params"),
+                                                                           options)
+        return answer
     on_progress = cast(ProgressFnT | None, progress)  # a plain callable of the Protocol's shape
     result: dict[str, Any] = await session.send_request(request, RAW,  # type: ignore[type-var]
                                                         progress_callback=on_progress)

@@ -131,18 +131,41 @@ async def open_channel(name: str, config: UpstreamConfig, cwd: str | None, relay
                        on_message: MessageHandlerFnT, *, declare: Collection[str],
                        list_roots: ListRootsFnT | None = None, output: ChildOutput | None = None,
                        tls: Callable[[], ssl.SSLContext] | None = None,
+                       on_notification: Callable[[str, dict[str, Any]], None] | None = None,
                        auth: CredentialUse | None = None) -> AsyncIterator[SessionChannel]:
     """An upstream session before its handshake. `declare`: the client capabilities it declares (of "sampling",
     "elicitation", "roots"), each relayed through `relays`; `list_roots` answers `roots/list` instead of the
-    relays. `on_message`: the upstream's notifications outside calls and transport errors. `auth`: the OAuth
+    relays. `on_message`: the upstream's notifications outside calls and transport errors; `on_notification`:
+    its task status pushes (2025-11-25), which the SDK's session passes to no handler. `auth`: the OAuth
     credential to use, for an upstream with `auth` (`consumers.transports.open_transport`)."""
     if "roots" in declare and list_roots is None:
         list_roots = relays.on_list_roots
     async with open_transport(name, config, cwd, output, tls, auth) as (read, write, link):
-        watch = EOFWatch(read, relays.progress.deliver)
+        watch = EOFWatch(read, _intercept(relays, on_notification))
         async with ClientSession(watch, CallWrites(write, relays.progress), client_info=CLIENT_INFO,
                                  message_handler=on_message, logging_callback=relays.on_log,
                                  sampling_callback=relays.on_sampling if "sampling" in declare else None,
                                  elicitation_callback=relays.on_elicitation if "elicitation" in declare else None,
                                  list_roots_callback=list_roots if "roots" in declare else None) as session:
             yield SessionChannel(name, session, relays, watch, link)
+
+
+TASK_STATUS = "notifications/tasks/status"
+
+
+def _intercept(relays: InFlight, on_notification: Callable[[str, dict[str, Any]], None] | None
+               ) -> Callable[[Any], bool]:
+    """What a session's read stream hands to Triad before the SDK sees it: progress of a call in flight, and task
+    status pushes (to `on_notification`)."""
+
+    def take(item: Any) -> bool:
+        if relays.progress.deliver(item):
+            return True
+        message = getattr(item, "message", None)
+        if on_notification is None or not isinstance(message, types.JSONRPCNotification) \
+                or message.method != TASK_STATUS:
+            return False
+        on_notification(message.method, message.params if isinstance(message.params, dict) else {})
+        return True
+
+    return take

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 import aiohttp
 import anyio
+import anyio.lowlevel
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
@@ -131,8 +132,12 @@ class HttpHop:
                 else:
                     reply = json.loads(await response.read())
         except anyio.get_cancelled_exc_class():
-            reason = (downstream.cancel_reason if downstream is not None else None) or "cancelled by Triad's caller"
             with anyio.move_on_after(CANCEL_TIMEOUT, shield=True):
+                # The SDK's server cancels a call before it hands on the client's notification, whose reason
+                # Triad keeps (`exposers.relay.keep_cancel_reason`): that runs first, then the reason is read.
+                await anyio.lowlevel.checkpoint()
+                reason = (downstream.cancel_reason if downstream is not None else None) \
+                    or "cancelled by Triad's caller"
                 await self._send({"jsonrpc": "2.0", "method": "notifications/cancelled",
                                   "params": {"requestId": request_id, "reason": reason}})
             raise

@@ -158,6 +158,7 @@ class ClientSessions:
                 opening.deadline = anyio.current_time() + config.connect_timeout
                 async with open_channel(self._upstream, config, self._cwd, link.relays, self._on_message,
                                         declare=capabilities.keys(), tls=self._tls,
+                                        on_notification=self._on_notification,
                                         auth=self._credential(config, link)) as channel:
                     await channel.session.initialize()
                     channel.use_hop(channel.session.protocol_version or "", self._on_notification)

@@ -59,9 +59,11 @@ class UpstreamPool:
         """One TLS context for every upstream's HTTPS connections, made when the first needs it."""
         self.on_updated: Callable[[str, str], None] = lambda _upstream, _uri: None
         """Told (upstream, raw URI) when a resource some client subscribed to changed (the exposer sets it)."""
+        self.on_task_status: Callable[[str, dict[str, Any]], None] = lambda _upstream, _params: None
+        """Told (upstream, params) of each task status an upstream pushes (the exposer sets it)."""
         for name, up in config.enabled_upstreams().items():
-            self._upstreams[name] = Upstream(name, up, config.resolve_cwd(up), self._changed, self._updated,
-                                             self._tls)
+            self._upstreams[name] = self._task_statuses(Upstream(name, up, config.resolve_cwd(up), self._changed,
+                                                                 self._updated, self._tls))
 
     @property
     def upstreams(self) -> Mapping[str, Upstream]:
@@ -104,7 +106,7 @@ class UpstreamPool:
                 diff["kept" if current.config == up else "updated"].append(name)
                 current.config = up
                 continue
-            fresh = Upstream(name, up, cwd, self._changed, self._updated, self._tls)
+            fresh = self._task_statuses(Upstream(name, up, cwd, self._changed, self._updated, self._tls))
             if name in self._pending:
                 self._pending.pop(name).stop()
             if name in self._upstreams and self._upstreams[name].state is UpstreamState.READY:
@@ -124,6 +126,10 @@ class UpstreamPool:
 
     def _updated(self, upstream: str, uri: str) -> None:
         self.on_updated(upstream, uri)
+
+    def _task_statuses(self, upstream: Upstream) -> Upstream:
+        upstream.on_task_status = lambda name, params: self.on_task_status(name, params)
+        return upstream
 
     def _changed(self, upstream: Upstream) -> None:
         pending = self._pending.get(upstream.name)

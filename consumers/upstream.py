@@ -30,7 +30,7 @@ from consumers._breaker import CircuitBreaker
 from consumers._credentials import Credentials, CredentialUse
 from consumers._errors import UpstreamConnectionFailed, UpstreamSessionGone, call_failure, describe_failure
 from consumers._health import probe
-from consumers.channel import SessionChannel, open_channel
+from consumers.channel import TASK_STATUS, SessionChannel, open_channel
 from consumers.child_process import ChildOutput
 from consumers.config import UpstreamConfig
 from consumers.errors import UpstreamAuthorizationRequired, UpstreamRefused, UpstreamTimeout, UpstreamUnavailable
@@ -91,6 +91,9 @@ class Upstream:
         self._relays = InFlight(name)
         self._on_updated = on_updated
         """Told (upstream name, raw URI) when a subscribed resource changed."""
+        self.on_task_status: Callable[[str, dict[str, Any]], None] = lambda _upstream, _params: None
+        """Told (upstream, params) of each `notifications/tasks/status` the upstream pushes on any of its sessions
+        (2025-11-25 tasks; the pool sets it)."""
         self._clients = ClientSessions(name, lambda: self.config, cwd, self._on_message,
                                        self._on_notification, self.tls, self.credentials)
         """With `sessions: per_client`: each downstream session's own upstream session."""
@@ -174,7 +177,8 @@ class Upstream:
             declare = ("sampling", "elicitation") + (("roots",) if self.config.roots is not None else ())
             async with open_channel(self.name, self.config, self.cwd, self._relays, self._on_message,
                                     declare=declare, list_roots=self._configured_roots, output=self.child,
-                                    tls=self.tls, auth=CredentialUse(self.credentials)) as channel:
+                                    tls=self.tls, on_notification=self._on_notification,
+                                    auth=CredentialUse(self.credentials)) as channel:
                 session = channel.session
                 init = await self._negotiate(session)
                 catalog = await list_catalog(self.name, session, init, None, self._modern.checked_tools)
@@ -263,7 +267,9 @@ class Upstream:
 
     def _on_notification(self, method: str, params: dict[str, Any]) -> None:
         """A notification not about a call in flight, from the SDK's session or a lean-path reply."""
-        if method in ("notifications/tools/list_changed", "notifications/resources/list_changed",
+        if method == TASK_STATUS:
+            self.on_task_status(self.name, params)
+        elif method in ("notifications/tools/list_changed", "notifications/resources/list_changed",
                       "notifications/prompts/list_changed"):
             self.request_relist()
         elif method == "notifications/resources/updated" and isinstance(params.get("uri"), str):

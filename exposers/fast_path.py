@@ -56,6 +56,7 @@ from exposers.fast_calls import (
 from exposers.fast_lists import ListPages
 from exposers.input_rounds import InputRounds
 from exposers.notify import Notifier
+from exposers.relay import takes_tasks
 from exposers.request import ClientRequest, acting_identity
 from exposers.server import IDENTITY_SCOPE_KEY, hook_session, session_identity, tool_input_schema
 from gateway.dispatch import Dispatcher
@@ -110,7 +111,8 @@ class FastPath:
             return
         _request, body, more, message = read
         connection = found[0]
-        identity = acting_identity(self._dispatcher.config, caller, owner, _client_name(connection))
+        identity = acting_identity(self._dispatcher.config, caller, owner, _client_name(connection),
+                                   takes_tasks(connection))
         with held(transport):
             if message is not None and await self._serve(receive, send, message, connection, identity, session_id):
                 return

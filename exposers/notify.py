@@ -34,8 +34,10 @@ from mcp.server.subscriptions import (
 )
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from exposers.relay import SessionRelay
 from gateway.dispatch import Dispatcher
 from gateway.identity import LOCAL, Identity
+from gateway.tasks import with_task_id
 
 logger = logging.getLogger("triad.exposer")
 
@@ -49,6 +51,7 @@ OUTBOX_SIZE = 1024
 changed); more, and the connection is stuck."""
 
 Send = Callable[[], Awaitable[None]]
+TASK_STATUS = "notifications/tasks/status"
 
 
 class _Outbox:
@@ -186,6 +189,19 @@ class Notifier:
         """An upstream said a resource changed (called in its owner task); `run()` tells the subscribers."""
         self._updated.add((upstream, raw))
         self._dirty.set()
+
+    def task_status(self, upstream: str, params: dict[str, Any]) -> None:
+        """An upstream pushed a task's status (2025-11-25, called in the task of its read stream): the session that
+        created the task is told, under Triad's id for it, and nobody else. A status of a task Triad does not know
+        yet (the first one may come before the result that creates it) is dropped: status pushes are optional,
+        and clients poll."""
+        found = self._dispatcher.tasks.book.gateway_id(upstream, params.get("taskId"))
+        back = getattr(found[1].session, "back", None) if found is not None else None
+        if found is None or not isinstance(back, SessionRelay) or self._tg is None:
+            return
+        connection, status = back.connection, with_task_id(params, found[0])
+        self._send(connection, ("task", found[0], status.get("status")),
+                   functools.partial(connection.notify, TASK_STATUS, status))
 
     def listen_handler(self, identity_of: Any) -> Any:
         """`subscriptions/listen` for 2026-07-28 clients: the SDK's handler on this notifier's bus, with the

@@ -34,18 +34,24 @@ class Relay(Downstream, Protocol):
 
 
 LOG_LEVEL_STATE_KEY = "triad.log_level"
+CANCEL_REASONS_STATE_KEY = "triad.cancel_reasons"
+MAX_CANCEL_REASONS = 64
+"""Reasons of a session's cancellations kept for its requests' upstream cancellations (the latest ones: a reason
+is read within moments of its notification, or never)."""
 LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 
 
 class RequestRelay:
-    cancel_reason: str | None = None
-    """The SDK's server applies a client's `notifications/cancelled` itself and keeps no reason: the upstream is
-    told the SDK's own ("caller cancelled")."""
-
     def __init__(self, ctx: ServerRequestContext[Any]) -> None:
         self.ctx = ctx
         self.modern = self.era_2026
         """Takes `input_required` results (a 2026-07-28 client), not server->client requests."""
+
+    @property
+    def cancel_reason(self) -> str | None:
+        """The reason the client gave when it cancelled this request (`keep_cancel_reason`)."""
+        reasons = connection_state(self.ctx).get(CANCEL_REASONS_STATE_KEY)
+        return reasons.get(self.ctx.request_id) if isinstance(reasons, dict) else None
 
     @property
     def era_2026(self) -> bool:
@@ -97,22 +103,23 @@ class SessionRelay:
     cancel_reason = None  # a session is never cancelled; its requests are
 
     def __init__(self, connection: Connection) -> None:
-        self._connection = connection
+        self.connection = connection
+        """The session's connection (also for notifications not about a request: a task's status)."""
 
     @property
     def capabilities(self) -> dict[str, Any] | None:
-        return declared_capabilities(self._connection)
+        return declared_capabilities(self.connection)
 
     @property
     def log_level(self) -> str | None:
-        return session_log_level(self._connection)
+        return session_log_level(self.connection)
 
     async def log(self, params: types.LoggingMessageNotificationParams) -> None:
         if not wants_log(params.level, self.log_level):
             return
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", MCPDeprecationWarning)
-            await self._connection.log(params.level, params.data, params.logger)
+            await self.connection.log(params.level, params.data, params.logger)
 
     async def progress(self, params: dict[str, Any]) -> None:
         """Progress belongs to a request; a session has none of its own."""
@@ -120,7 +127,7 @@ class SessionRelay:
     async def ask(self, request: Any, result_type: Any) -> Any:
         try:
             with anyio.fail_after(ASK_TIMEOUT):
-                answer = await self._connection.send_raw_request(
+                answer = await self.connection.send_raw_request(
                     request.method, request.params.model_dump(by_alias=True, mode="json", exclude_none=True)
                     if request.params is not None else None)
             return result_type.model_validate(answer, by_name=False)
@@ -175,6 +182,31 @@ def declared_capabilities(connection: Connection | None) -> dict[str, Any] | Non
     """What a handshake-era client declared in `initialize`; None when unknown."""
     client = connection.client_params if connection is not None else None
     return client.capabilities.model_dump(by_alias=True, mode="json", exclude_none=True) if client else None
+
+
+def keep_cancel_reason(connection: Connection, params: Any) -> None:
+    """A client's `notifications/cancelled`: the SDK's server cancels the request itself and keeps no reason, so
+    the reason is kept here (in the session's state, bounded) for the upstream's cancellation, which the SDK's
+    client sends after this runs (the SDK hands the notification on before the cancelled call unwinds)."""
+    reason, request_id = (params or {}).get("reason"), (params or {}).get("requestId")
+    if not isinstance(reason, str) or request_id is None:
+        return
+    reasons = connection.state.setdefault(CANCEL_REASONS_STATE_KEY, {})
+    reasons[request_id] = reason
+    while len(reasons) > MAX_CANCEL_REASONS:
+        del reasons[next(iter(reasons))]
+
+
+def connection_state(ctx: ServerRequestContext[Any]) -> dict[str, Any]:
+    connection = connection_of(ctx)
+    return connection.state if connection is not None else {}
+
+
+def takes_tasks(connection: Connection | None) -> bool:
+    """A handshake-era client that declared the tasks capability (2025-11-25) can run a tool as a task. A
+    2026-07-28 client declares the extension per request, and Triad relays it only to 2026-07-28 upstreams, whose
+    tools say nothing of tasks (`gateway.catalog.TAKES_TASKS`)."""
+    return "tasks" in (declared_capabilities(connection) or {})
 
 
 def wants_log(level: str, wanted: str | None) -> bool:

@@ -18,6 +18,7 @@ provider its client's name implies.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,12 +30,15 @@ from gateway.config import TriadConfig
 from gateway.dispatch import Dispatcher
 from gateway.hooks import Session
 from gateway.identity import Identity, narrowed, with_provider
+from gateway.tasks import METHODS as TASKS
 
 Answer = Callable[[dict[str, Any]], Awaitable[None]]
 """Answers the client's request now (an `input_required` round), while the call goes on."""
 
 FORWARDED = frozenset({"tools/call", "resources/read", "prompts/get"})
 """The methods that run on an upstream with a relay back to the client (and so may take input rounds)."""
+TASK_METHODS = TASKS
+"""`tasks/*`: they run on the upstream that holds the task, with the relay back to the client (never in rounds)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,10 +59,12 @@ class ClientRequest:
 
 
 def acting_identity(config: TriadConfig, caller: Identity, session: Identity | None,
-                    client_name: str | None) -> Identity:
+                    client_name: str | None, tasks: bool = False) -> Identity:
     """Who a request acts as: its session's identity narrowed by the request's own run-level lists (`narrowed`
-    refuses a caller that is not the session's principal), or the caller alone where there is no session."""
-    return with_provider(config, narrowed(session, caller) if session is not None else caller, client_name)
+    refuses a caller that is not the session's principal), or the caller alone where there is no session; `tasks`:
+    its client takes tasks (`exposers.relay.takes_tasks`)."""
+    acting = with_provider(config, narrowed(session, caller) if session is not None else caller, client_name)
+    return dataclasses.replace(acting, tasks=True) if tasks else acting
 
 
 async def serve(dispatcher: Dispatcher, rounds: InputRounds | None, request: ClientRequest,
@@ -66,9 +72,11 @@ async def serve(dispatcher: Dispatcher, rounds: InputRounds | None, request: Cli
     """Run `request` and return its raw result. A 2026-07-28 client whose request an upstream of the handshake
     era could question runs in input rounds: with `answer_first` (a transport that owns its reply) a first
     question is answered through it and None is returned (the result goes to the client's retry)."""
-    if request.method not in FORWARDED:
+    if request.method not in FORWARDED | TASK_METHODS:
         raise ValueError(f"{request.method} is not a forwarded method")
     dispatcher.metrics.call_log.attribute(request.session, request.identity.client_id)
+    if request.relay.modern and "task" in request.params:  # 2026-07-28 ignores the 2025-11-25 `task` param
+        request = dataclasses.replace(request, params={k: v for k, v in request.params.items() if k != "task"})
 
     async def forward(relay: Relay) -> dict[str, Any]:
         params, identity, session = request.params, request.identity, request.session
@@ -77,9 +85,12 @@ async def serve(dispatcher: Dispatcher, rounds: InputRounds | None, request: Cli
                                               session)
         if request.method == "resources/read":
             return await dispatcher.read_resource(identity, params, session)
+        if request.method in TASK_METHODS:
+            return await dispatcher.tasks.request(identity, session, request.method, params,
+                                                  "2026-07-28" if request.relay.modern else "2025-11-25")
         return await dispatcher.get_prompt(identity, params, session)
 
-    if rounds is not None and request.relay.modern and not dispatcher.all_modern:
+    if rounds is not None and request.method in FORWARDED and request.relay.modern and not dispatcher.all_modern:
         if answer_first is None:
             return await rounds.call(request.relay, request.method, request.params, request.identity, forward)
         return await rounds.call_here(request.relay, request.method, request.params, request.identity, forward,

@@ -38,12 +38,20 @@ from exposers._sdk import connection_of, drop_idle_tracing
 from exposers.input_rounds import InputRounds
 from exposers.notify import Notifier
 from exposers.raw_results import RawResults
-from exposers.relay import LOG_LEVEL_STATE_KEY, RequestRelay, SessionRelay
+from exposers.relay import (
+    LOG_LEVEL_STATE_KEY,
+    RequestRelay,
+    SessionRelay,
+    envelope_capabilities,
+    keep_cancel_reason,
+    takes_tasks,
+)
 from exposers.request import ClientRequest, acting_identity, serve
-from gateway.dispatch import SUBSCRIBE, Dispatcher
+from gateway.dispatch import LEGACY_TASKS, SUBSCRIBE, Dispatcher
 from gateway.errors import TriadError, UpstreamRefused
 from gateway.hooks import Session
 from gateway.identity import Identity, credential_owner, narrowed
+from gateway.tasks import EXTENSION, LEGACY_METHODS, METHODS, MODERN_METHODS, TaskRequestParams, declares_extension
 from gateway.tracing import tracing_enabled
 
 logger = logging.getLogger("triad.exposer")
@@ -51,6 +59,8 @@ logger = logging.getLogger("triad.exposer")
 CACHE_HINT = CacheHint(ttl_ms=0, scope="private")
 """2026-07-28 list and read results carry cache hints. What a client sees depends on who it is and on the registry
 of the moment, so nothing Triad serves is marked fresh or shareable."""
+LEGACY_TASKS_CAPABILITY: dict[str, Any] = {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}
+"""What Triad relays of 2025-11-25 tasks: `tools/call` as a task, `tasks/list` (the caller's own) and cancel."""
 SESSION_STATE_KEY = "triad.session"
 SESSION_IDENTITY_KEY = "triad.session_identity"
 """Where a connection's state keeps the identity of the session (fixed by its first request)."""
@@ -88,6 +98,10 @@ class GatewayServer(Server[Any]):
             "resources": resources if "resources" in offered else None,
             "prompts": caps.prompts if "prompts" in offered else None,
             "completions": caps.completions if "completions" in offered else None,
+            # each era's tasks, as far as an upstream of that era runs them (the SDK keeps each for its era)
+            "tasks": types.ServerTasksCapability.model_validate(LEGACY_TASKS_CAPABILITY)
+            if LEGACY_TASKS in offered else None,
+            "extensions": {**(caps.extensions or {}), EXTENSION: {}} if EXTENSION in offered else caps.extensions,
         })
 
 
@@ -108,7 +122,8 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
             session = session_identity(connection)
             if session is None:
                 session = connection.state[SESSION_IDENTITY_KEY] = caller
-        return acting_identity(dispatcher.config, caller, session, client_name(ctx))
+        return acting_identity(dispatcher.config, caller, session, client_name(ctx),
+                               session is not None and takes_tasks(connection))
 
     results = RawResults()
 
@@ -128,6 +143,9 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
     async def forwarded(ctx: ServerRequestContext[Any], _params: Any) -> dict[str, Any]:
         """`tools/call`, `resources/read`, `prompts/get`: served by the one runner, with this request's stream as
         the relay back to its client."""
+        return results.keep(ctx, complete(await run(ctx)))
+
+    async def run(ctx: ServerRequestContext[Any]) -> dict[str, Any]:
         request = ClientRequest(ctx.method, raw(ctx), identity_of(ctx), RequestRelay(ctx), session_of(ctx))
         connection = connection_of(ctx)
         post = ctx.request if isinstance(ctx.request, Request) else None
@@ -138,7 +156,24 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
         else:
             result = await serve(dispatcher, rounds, request)
         assert result is not None  # without `answer_first`, serve always has the result
-        return results.keep(ctx, complete(result))
+        return result
+
+    async def task_method(ctx: ServerRequestContext[Any], _params: Any) -> dict[str, Any]:
+        """`tasks/*`, after the gates of the request's era (`gateway.tasks`): a method of the other era does not
+        exist; at 2026-07-28 the request must declare the extension and name its task in `Mcp-Name` too."""
+        modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+        if ctx.method not in (MODERN_METHODS if modern else LEGACY_METHODS):
+            raise MCPError(types.METHOD_NOT_FOUND, "Method not found", data=ctx.method)
+        if modern:
+            if not declares_extension(envelope_capabilities(ctx.params)):
+                raise MCPError(types.MISSING_REQUIRED_CLIENT_CAPABILITY, f"{ctx.method} needs the {EXTENSION} "
+                               "extension declared in the request's client capabilities",
+                               data={"requiredCapabilities": {"extensions": {EXTENSION: {}}}})
+            headers = ctx.request.headers if isinstance(ctx.request, Request) else None
+            named = headers.get("mcp-name") if headers is not None else None
+            if named is not None and named.strip() != (ctx.params or {}).get("taskId"):
+                raise MCPError(types.HEADER_MISMATCH, "the Mcp-Name header does not match params.taskId")
+        return await run(ctx)
 
     async def set_logging_level(ctx: ServerRequestContext[Any], params: types.SetLevelRequestParams) -> dict[str, Any]:
         connection = connection_of(ctx)
@@ -190,13 +225,22 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
         on_subscriptions_listen=notifier.listen_handler(identity_of),
     )
     server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, set_logging_level)
+    for method in sorted(METHODS):
+        server.add_request_handler(method, TaskRequestParams, task_method)
     server.add_notification_handler("notifications/roots/list_changed", types.NotificationParams, roots_changed)
 
     async def track_and_render(ctx: ServerRequestContext[Any], call_next: CallNext) -> HandlerResult:
         connection = connection_of(ctx)
+        if ctx.method == "notifications/cancelled" and connection is not None:
+            keep_cancel_reason(connection, ctx.params)
         if connection is not None and not notifier.is_tracked(connection):
             notifier.track(connection, identity_of(ctx))
         try:
+            if ctx.method == "tools/call" and "task" in (ctx.params or {}) and connection is not None \
+                    and connection.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+                # 2025-11-25: a call as a task is answered with a `CreateTaskResult`, which the SDK's check of
+                # `tools/call` results refuses; the upstream's answer goes to the client as it is
+                return await run(ctx)
             # checked and shaped by the SDK, then sent as Triad has it (`exposers.raw_results`)
             return results.restore(ctx, await call_next(ctx))
         except TriadError as exc:

@@ -87,7 +87,7 @@ def build_upstream_sources(config: TriadConfig, snapshots: Mapping[str, Upstream
         availability = {"anyOf": [{"kind": "context", "key": key, "equals": state} for state in SERVING]}
         overrides = upstreams[name].tools.overrides
         tools = [_descriptor(name, tool_names.exposed(name, key), t,
-                             {"allOf": [availability, TASKS_RELAYED]} if _needs_tasks(t) else availability,
+                             {"allOf": [availability, TAKES_TASKS]} if _needs_tasks(t) else availability,
                              overrides.get(t["name"]))
                  for t, key in zip(tools_by_upstream[name], tool_keys[name], strict=True)]
         part = server_parts[name]
@@ -106,9 +106,12 @@ def build_upstream_sources(config: TriadConfig, snapshots: Mapping[str, Upstream
 
 _EMPTY = Catalog()
 
-TASKS_RELAYED = {"kind": "context", "key": "triad relays the tasks extension", "equals": True}
-"""Triad does not relay the tasks extension yet (task-augmented calls, `tasks/*`): a tool that can only run as a
-task could not be called through it, so it is hidden, with this as the reason `triad plan` shows."""
+TAKES_TASKS_KEY = "the client takes tasks"
+TAKES_TASKS = {"kind": "context", "key": TAKES_TASKS_KEY, "equals": True}
+"""A tool whose `execution.taskSupport` is `required` can only be called as a task (2025-11-25): a client that did
+not declare the tasks capability (and any 2026-07-28 client: Triad does not translate tasks between eras) could
+not call it, so it does not see it; this is the reason `triad plan` shows. Checked per caller
+(`gateway.views.build_view`, from `Identity.tasks`)."""
 
 
 def _needs_tasks(tool: Mapping[str, Any]) -> bool:

@@ -72,6 +72,7 @@ async def running_gateway(config: TriadConfig, host: str | None = None, *, watch
                             names=NameLedger.for_config(config, persist=watch))
     notifier = Notifier(dispatcher)
     pool.on_updated = notifier.resource_updated
+    pool.on_task_status = notifier.task_status
     rounds = InputRounds()
     reloader = Reloader(config.source, config, pool, dispatcher) if config.source is not None else None
     dispatcher.metrics.watch(lambda: {

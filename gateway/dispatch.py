@@ -36,6 +36,8 @@ from gateway.registry import EMPTY_REGISTRY, Registry, ToolDescriptor, build_reg
 from gateway.search import SearchIndexes, load_ranker
 from gateway.search_tools import TRIAD_TOOLS, call_triad_tool, settings_for
 from gateway.snapshot import Snapshot
+from gateway.task_relay import TaskRelay
+from gateway.tasks import EXTENSION, TaskBook, offers_extension, offers_legacy_tasks
 from gateway.views import ClientView, paginate, schema_profile, tool_wire
 from gateway.wire import RUN_LIST_META_KEY, clean_result, expose_links, forwardable_meta, input_round
 from policy import Pipeline
@@ -44,6 +46,9 @@ logger = logging.getLogger("triad.dispatch")
 
 SUBSCRIBE = "resources/subscribe"
 """In `Dispatcher.offered()`: some upstream lets clients subscribe to its resources."""
+LEGACY_TASKS = "tasks"
+"""In `Dispatcher.offered()`: some handshake-era upstream runs `tools/call` as a task (2025-11-25); `EXTENSION`:
+some 2026-07-28 upstream offers the tasks extension."""
 
 
 def _subscribable(upstream: Upstream) -> bool:
@@ -77,6 +82,9 @@ class Dispatcher:
         self.metrics = Metrics()
         self._listeners: list[Callable[[], None]] = []
         self._settled = False
+        self.tasks = TaskRelay(TaskBook(), self._forward, self._upstream,
+                               lambda upstream: self.registry.uri_parts.get(upstream), lambda: self.hooks)
+        """The tasks upstreams created for clients, and the `tasks/*` requests about them."""
 
     # -- registry path -------------------------------------------------------------------------------------------
 
@@ -186,10 +194,14 @@ class Dispatcher:
         families = {"tools"}
         for upstream in self.pool.upstreams.values():
             if upstream.catalog is None:
-                return {"tools", "resources", "prompts", "completions", SUBSCRIBE}
+                return {"tools", "resources", "prompts", "completions", SUBSCRIBE, LEGACY_TASKS, EXTENSION}
             families |= set(upstream.catalog.capabilities) & {"resources", "prompts", "completions"}
             if _subscribable(upstream):
                 families.add(SUBSCRIBE)
+            if offers_legacy_tasks(upstream.catalog.capabilities) and not upstream.modern:
+                families.add(LEGACY_TASKS)
+            if offers_extension(upstream.catalog.capabilities) and upstream.modern:
+                families.add(EXTENSION)
         return families
 
     # -- lists ---------------------------------------------------------------------------------------------------
@@ -250,13 +262,16 @@ class Dispatcher:
             arguments = ctx.arguments if ctx is not None else params.get("arguments")
             if shape := entry.descriptor.arguments:  # hidden and fixed by a tool override, whatever was sent
                 arguments = shape.apply(arguments)
+            # a task (2025-11-25) is asked of an upstream of that era only; 2026-07-28 ones decide themselves
+            task = params.get("task") if not upstream.modern else None
             request = types.CallToolRequest(params=types.CallToolRequestParams.model_validate(
-                {"name": entry.executor.tool, "arguments": arguments, "_meta": meta, **input_round(params)},
-                by_name=False))
+                {"name": entry.executor.tool, "arguments": arguments, "_meta": meta, **input_round(params),
+                 **({"task": task} if task is not None else {})}, by_name=False))
             limits = (ctx.timeout, ctx.max_time) if ctx is not None else (None, None)
             relayed = self.hooks.progress(ctx, progress) if ctx is not None else progress
             result = await self._forward(upstream, "tool", request, progress=relayed, retry_safe=safe, client=session,
                                          call_limits=limits, caller=(identity.client_id, entry.descriptor.name))
+            result = self.tasks.adopt(result, upstream, identity, session, ctx)
             return expose_links(result, self.registry.uri_parts.get(upstream.name))
 
         if not self.hooks:

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import functools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.catalog import SERVING, upstream_of_key
+from gateway.catalog import SERVING, TAKES_TASKS_KEY, upstream_of_key
 from gateway.config import ToolsMode
 from gateway.errors import StaleCursor
 from gateway.planner import PlanEntry, ToolPlan, build_plan
@@ -66,7 +67,10 @@ def build_view(registry: Registry, identity: Identity, pipeline: Pipeline, profi
                ) -> ClientView:
     """`schemas` caches normalised input schemas by (profile, tool) for this registry version; in `search` mode,
     `always_list` (globs and groups, `tool_groups` expanding) picks the tools still listed."""
-    plan = build_plan(registry.tools.values(), registry.context)
+    # whether the caller takes tasks is a fact of the caller, not of the registry (`gateway.catalog.TAKES_TASKS`)
+    context = dataclasses.replace(registry.context, values={**registry.context.values,
+                                                            TAKES_TASKS_KEY: identity.tasks})
+    plan = build_plan(registry.tools.values(), context)
     allowed: list[PlanEntry] = []
     denied: list[tuple[ToolDescriptor, Decision]] = []
     for entry in plan.visible:

@@ -78,6 +78,9 @@ class Identity:
     groups: tuple[str, ...] = ()
     owner: bool = False
     run_lists: tuple[tuple[str, ...], ...] = ()
+    tasks: bool = False
+    """The client can take tasks (it declared the tasks capability in the handshake era, 2025-11-25): it may see
+    tools that run only as tasks."""
     principal: tuple[str, str] | None = field(default=None, compare=False)
     """Who stands behind the client, when that is more than the client: an OAuth token's issuer and subject.
     Sessions are bound to it (`gateway.identity.same_principal`); policy and views ignore it, so every subject

@@ -58,9 +58,12 @@ class StdioPeer:
         self._process = process
         self._out = BufferedByteReceiveStream(process.stdout)
 
-    async def exchange(self, message: dict[str, Any]) -> list[dict[str, Any]]:
+    async def send(self, message: dict[str, Any]) -> None:
         assert self._process.stdin is not None
         await self._process.stdin.send(dumps(message) + b"\n")
+
+    async def exchange(self, message: dict[str, Any]) -> list[dict[str, Any]]:
+        await self.send(message)
         return await self._until(message.get("id"))
 
     async def _until(self, ident: Any) -> list[dict[str, Any]]:

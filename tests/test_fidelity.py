@@ -29,9 +29,11 @@ async def test_a_resource_link_a_tool_returns_can_be_read_back(procs: list[Proc]
         assert (link["uri"], embedded["resource"]["uri"]) == ("fixture://fx/static", "fixture://gx/static")
 
 
-async def test_a_tool_that_runs_only_as_a_task_is_hidden_with_its_reason(procs: list[Proc], tmp_path: Path) -> None:
-    """Triad does not relay the tasks extension yet: a tool with `execution.taskSupport: required` could not be
-    called through it, so no client sees it, and `triad plan` says why."""
+async def test_a_tool_that_runs_only_as_a_task_is_hidden_from_a_client_that_takes_none(procs: list[Proc],
+                                                                                      tmp_path: Path) -> None:
+    """A tool with `execution.taskSupport: required` can only be called as a task: a client that did not declare
+    the tasks capability (the SDK's client declares none) does not see it, and `triad plan` says why
+    (`tests/test_tasks.py`: a client that declared it does)."""
     config = write_config(tmp_path, {"upstreams": {"fx": stdio_upstream("tasks-fx", "--task-tool")}})
     url = start_triad(procs, config, wait_ready=1)
     async with http_session(url) as session:
@@ -42,4 +44,4 @@ async def test_a_tool_that_runs_only_as_a_task_is_hidden_with_its_reason(procs: 
         assert raised.value.error.code == -32602
     plan = await anyio.run_process([*TRIAD, "plan", "-c", str(config), "--json"], cwd=ROOT)
     hidden = {entry["name"]: entry for entry in json.loads(plan.stdout)["hidden"]}
-    assert "triad relays the tasks extension" in json.dumps(hidden["only_as_task"])
+    assert "the client takes tasks" in json.dumps(hidden["only_as_task"])

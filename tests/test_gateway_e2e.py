@@ -240,7 +240,7 @@ async def test_server_everything_through_triad_equals_direct(procs: list[Proc], 
                 http_session(url) as via):
         await direct.initialize()
         direct_tools = {t["name"]: t for t in await all_tools(direct)}
-        # A tool that runs only as a task is hidden: Triad does not relay the tasks extension yet.
+        # A tool that runs only as a task is hidden from a client that takes no tasks (the SDK's client declares none).
         as_tasks = {name for name, t in direct_tools.items() if (t.get("execution") or {}).get("taskSupport")
                     == "required"}
         assert {t["name"]: t for t in await all_tools(via)} == {n: t for n, t in direct_tools.items()

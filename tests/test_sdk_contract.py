@@ -127,6 +127,28 @@ def test_a_client_session_stamps_requests_through_a_replaceable_stamp() -> None:
     receive.close()
 
 
+def test_a_call_as_a_task_goes_out_through_the_sessions_stamp_and_dispatcher() -> None:
+    """`consumers._sdk.send_raw` of a 2025-11-25 `tools/call` as a task skips `send_request`'s result check (which
+    refuses a `CreateTaskResult`) and still stamps and sends as `send_request` does."""
+    import inspect
+
+    from mcp import ClientSession
+    from mcp_types import methods
+
+    send, receive = anyio.create_memory_object_stream[Any](1)
+    session = ClientSession(receive, send)
+    expect_consumer(callable(getattr(session._dispatcher, "send_raw_request", None)),
+                    "ClientSession._dispatcher.send_raw_request sends a request and returns its raw result")
+    source = inspect.getsource(ClientSession.send_request)
+    expect_consumer("self._stamp(data, opts)" in source and "validate_server_result" in source,
+                    "send_request stamps with _stamp, then checks the result against its method's result type")
+    with pytest.raises(ValueError):  # the check the direct send avoids: a CreateTaskResult is no CallToolResult
+        methods.validate_server_result("tools/call", "2025-11-25", {"task": {
+            "taskId": "t", "status": "working", "createdAt": "x", "lastUpdatedAt": "x", "ttl": 1}})
+    send.close()
+    receive.close()
+
+
 def test_the_dispatcher_reads_the_senders_context_from_its_read_stream() -> None:
     import inspect
 

@@ -164,3 +164,39 @@ async def test_a_clients_cancellation_reason_reaches_the_upstream(procs: list[Pr
         assert response.status_code == 202
         await watched.until("CANCELLED the user pressed stop")
         tg.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize(("downstream", "upstream"), [("stdio", "http"), ("sse", "http"), ("sdk-http", "http"),
+                                                      ("sdk-http", "stdio")])
+async def test_a_clients_cancellation_reason_reaches_the_upstream_from_every_downstream(
+        procs: list[Proc], tmp_path: Path, downstream: str, upstream: str) -> None:
+    """The SDK's server cancels a request itself and keeps no reason: Triad keeps it for the upstream's
+    cancellation, from `triad stdio`, a legacy SSE session and streamable HTTP served by the SDK's handlers; sent
+    by Triad's direct HTTP hop (http) and by the SDK's session (stdio)."""
+    tag = TAGS[upstream]
+    settings = {"command": PYTHON, "args": stdio_command()[1:]} if upstream == "stdio" else \
+        {"url": start_raw(procs, "http")}
+    config = write_config(tmp_path, {"upstreams": {tag: settings},
+                                     "listen": {"lean_path": downstream != "sdk-http"}})
+    call = request("tools/call", {"name": f"wait_{tag}", "arguments": {}})
+    cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled",
+              "params": {"requestId": call["id"], "reason": f"stopped on {downstream}"}}
+    with anyio.fail_after(60):
+        if downstream == "stdio":
+            watched = procs[-1]
+            async with stdio_peer([*TRIAD, "stdio", "-c", str(config)]) as peer:
+                await peer.send(call)
+                await watched.until("WAITING")
+                await peer.send(cancel)
+                await watched.until(f"CANCELLED stopped on {downstream}")
+            return
+        url = start_triad(procs, config, wait_ready=1)
+        watched = procs[-1] if upstream == "stdio" else procs[-2]  # a stdio child's stderr goes to Triad's log
+        async with AsyncExitStack() as stack, anyio.create_task_group() as tg:
+            peer: Any = await stack.enter_async_context(
+                sse_peer(url.removesuffix("/mcp") + "/sse") if downstream == "sse" else http_peer(url))
+            tg.start_soon(peer.post, call)
+            await watched.until("WAITING")
+            await peer.post(cancel)
+            await watched.until(f"CANCELLED stopped on {downstream}")
+            tg.cancel_scope.cancel()

@@ -6,7 +6,8 @@ The suite (@modelcontextprotocol/conformance 0.2.0-alpha.12) has no published re
 what its server scenarios of the `2025-11-25` and `2026-07-28` requirement sets call: content tools, logging and
 progress, sampling and elicitation (server->client requests in the handshake era, `input_required` results in
 2026-07-28), the multi-round-trip fixtures, the diagnostic tools of `server-stateless`, list-change triggers,
-resources with a template and a subscription, prompts, and completion. Over HTTP it prints `READY <port>` on stderr.
+resources with a template and a subscription, prompts, and completion; and at 2026-07-28 the tasks extension of the
+`tasks-*` scenarios (`conformance_tasks.py`). Over HTTP it prints `READY <port>` on stderr.
 """
 
 from __future__ import annotations
@@ -55,11 +56,13 @@ from conformance_fixtures import (
     text,
     tool,
 )
+from conformance_tasks import TASK_TOOLS, Tasks
 from fixture_upstream import serve_http, serve_stdio
 
 
-def build_server() -> Server[Any]:
-    tools, prompts = list(TOOLS), list(PROMPTS)
+def build_server(tasks: Tasks | None = None) -> Server[Any]:
+    tools, prompts = [*TOOLS, *TASK_TOOLS], list(PROMPTS)
+    tasks = tasks or Tasks()
     bus = InMemorySubscriptionBus()
     subscribers: dict[int, Any] = {}
     levels: dict[int, str] = {}
@@ -118,6 +121,8 @@ def build_server() -> Server[Any]:
 
     async def call_tool(ctx: Any, params: Any) -> dict[str, Any]:
         name, arguments = params.name, params.arguments or {}
+        if modern(ctx) and (as_task := await tasks.call(ctx, name, arguments, responses(params))) is not None:
+            return as_task
         if name == "test_simple_text":
             return text("This is a simple text response for testing.")
         if name == "test_image_content":
@@ -303,6 +308,7 @@ def build_server() -> Server[Any]:
         on_list_prompts=finished(lambda ctx, params: listed(prompts, "prompts")), on_get_prompt=finished(get_prompt),
         on_completion=finished(complete), on_set_logging_level=set_level, on_subscriptions_listen=ListenHandler(bus))
     # The SDK's own requestState boundary: seals state in an envelope, so a tampered one is refused (-32602).
+    tasks.install(server)
     server.middleware.append(RequestStateBoundary(RequestStateSecurity.ephemeral(), default_audience=NAME))
     return server
 
@@ -322,11 +328,19 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--name", default=NAME, help="only shown in the process list (the tests mark their runs)")
     args = parser.parse_args()
-    server = build_server()
-    if args.transport == "stdio":
-        anyio.run(serve_stdio, server)
-    else:
-        anyio.run(serve_http, server, "http", args.port)
+    tasks = Tasks()
+    server = build_server(tasks)
+
+    async def serve() -> None:
+        async with anyio.create_task_group() as tg:
+            await tg.start(tasks.run)
+            if args.transport == "stdio":
+                await serve_stdio(server)
+            else:
+                await serve_http(server, "http", args.port)
+            tg.cancel_scope.cancel()
+
+    anyio.run(serve)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,283 @@
+"""Tasks through Triad, with real servers and raw clients of both eras: task ids belong to the client that created
+the task (another client gets what an unknown id gets), `tasks/*` reach the upstream session that holds the task,
+status pushes reach the owner only, and a tool that runs only as a task is seen only by clients that take tasks.
+
+2025-11-25: server-everything (its `simulate-research-query` runs only as a task) over stdio, on Triad's shared
+upstream session and on each client's own (`sessions: per_client`: a request routed to the wrong session, another
+process there, would find no task). 2026-07-28: the conformance fixture (`tests/servers/conformance_tasks.py`).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+from anyio.streams.buffered import BufferedByteReceiveStream
+
+from tests.conftest import NODE_DIR, PYTHON, ROOT, TRIAD, Proc, marker, start_triad, write_config
+from tests.raw_clients import (
+    HANDSHAKE,
+    JSON_HEADERS,
+    MODERN,
+    answer_of,
+    dumps,
+    modern_call,
+    modern_headers,
+    modern_post,
+)
+
+pytestmark = pytest.mark.anyio
+
+ADA, BOB, CAL = "ada-secret-0123456789", "bob-secret-9876543210", "cal-secret-5555555555"
+CLIENTS = {"ada": {"token": ADA}, "bob": {"token": BOB}, "cal": {"token": CAL}}
+EVERYTHING = NODE_DIR / "node_modules" / ".bin" / "mcp-server-everything"
+RESEARCH = "simulate-research-query"
+EXTENSION = "io.modelcontextprotocol/tasks"
+
+
+def request(ident: Any, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": ident, "method": method, "params": params}
+
+
+class Client:
+    """A handshake-era HTTP session of one client, with its GET stream read into `pushed`."""
+
+    def __init__(self, http: httpx2.AsyncClient, url: str, token: str) -> None:
+        self.http, self.url = http, url
+        self.headers = {**JSON_HEADERS, "Authorization": f"Bearer {token}"}
+        self.pushed: list[dict[str, Any]] = []
+        self.capabilities: dict[str, Any] = {}
+        self.changed = anyio.Event()
+        self._ids = iter(range(1, 10_000))
+
+    async def open(self, capabilities: dict[str, Any]) -> Client:
+        init = request(0, "initialize", {"protocolVersion": HANDSHAKE, "capabilities": capabilities,
+                                         "clientInfo": {"name": "tasks-test", "version": "1"}})
+        response = await self.http.post(self.url, content=dumps(init), headers=self.headers)
+        assert response.status_code == 200, response.text
+        self.capabilities = answer_of(response)["result"]["capabilities"]
+        self.headers |= {"Mcp-Session-Id": response.headers["mcp-session-id"], "MCP-Protocol-Version": HANDSHAKE}
+        await self.http.post(self.url, content=dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+                             headers=self.headers)
+        return self
+
+    async def ask(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        with anyio.fail_after(60):
+            response = await self.http.post(self.url, content=dumps(request(next(self._ids), method, params)),
+                                            headers=self.headers)
+        return answer_of(response)
+
+    async def listen(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+        async with self.http.stream("GET", self.url, headers={**self.headers, "Accept": "text/event-stream"}) as got:
+            task_status.started()
+            async for line in got.aiter_lines():
+                if line.startswith("data:") and line[5:].strip():
+                    self.pushed.append(json.loads(line[5:]))
+                    self.changed.set()
+                    self.changed = anyio.Event()
+
+    def statuses(self) -> list[dict[str, Any]]:
+        return [m["params"] for m in self.pushed if m.get("method") == "notifications/tasks/status"]
+
+    async def wait_status(self, task_id: str, status: str) -> None:
+        with anyio.fail_after(60):
+            while not any(p.get("taskId") == task_id and p.get("status") == status for p in self.statuses()):
+                await self.changed.wait()
+
+
+def names(listing: dict[str, Any]) -> set[str]:
+    return {tool["name"] for tool in listing["result"]["tools"]}
+
+
+def everything_config(tmp_path: Path, sessions: str, procs: list[Proc] | None = None) -> Path:
+    """server-everything over stdio, or with `procs` over streamable HTTP (its tasks are per HTTP session, and
+    its status pushes come on the session's GET stream)."""
+    if not EVERYTHING.exists():
+        pytest.fail("server-everything is not installed: run `npm install` in tests/node (make test does it)")
+    upstream: dict[str, Any] = {"command": str(EVERYTHING), "args": ["stdio"]}
+    if procs is not None:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        procs.append(Proc([str(EVERYTHING), "streamableHttp"], env={"PORT": str(port)}))
+        procs[-1].wait_for(r"listening on port")
+        upstream = {"url": f"http://127.0.0.1:{port}/mcp"}
+    return write_config(tmp_path, {"upstreams": {"everything": {**upstream, "sessions": sessions, "timeout": "60s"}},
+                                   "naming": {"prefix": "never"}, "clients": CLIENTS})
+
+
+@pytest.mark.parametrize(("sessions", "transport"), [("shared", "stdio"), ("per_client", "stdio"),
+                                                     ("shared", "http"), ("per_client", "http")])
+async def test_a_legacy_task_belongs_to_its_client_and_its_status_reaches_only_it(
+        procs: list[Proc], tmp_path: Path, sessions: str, transport: str) -> None:
+    config = everything_config(tmp_path, sessions, procs if transport == "http" else None)
+    url = start_triad(procs, config, wait_ready=1)
+    async with httpx2.AsyncClient(timeout=60) as http, anyio.create_task_group() as tg:
+        ada = await Client(http, url, ADA).open({"tasks": {}})
+        bob = await Client(http, url, BOB).open({"tasks": {}})
+        cal = await Client(http, url, CAL).open({})
+        await tg.start(ada.listen)
+        await tg.start(bob.listen)
+
+        assert ada.capabilities["tasks"] == {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}
+        # a tool that runs only as a task: seen and callable only by clients that take tasks
+        assert RESEARCH in names(await ada.ask("tools/list", {}))
+        assert RESEARCH not in names(await cal.ask("tools/list", {}))
+        hidden = await cal.ask("tools/call", {"name": RESEARCH, "arguments": {"topic": "x"}, "task": {}})
+        assert hidden["error"]["code"] == -32602 and "Unknown tool" in hidden["error"]["message"]
+
+        created = (await ada.ask("tools/call", {"name": RESEARCH, "arguments": {"topic": "quantum"},
+                                                "task": {"ttl": 60_000}}))["result"]
+        task_id = created["task"]["taskId"]
+        assert created["task"]["status"] == "working" and len(task_id) >= 32
+        assert (await ada.ask("tasks/get", {"taskId": task_id}))["result"]["taskId"] == task_id
+        assert [t["taskId"] for t in (await ada.ask("tasks/list", {}))["result"]["tasks"]] == [task_id]
+
+        # another client, and another session of the same kind, get what an unknown id gets
+        unknown = await bob.ask("tasks/get", {"taskId": "no-such-task"})
+        for method in ("tasks/get", "tasks/result", "tasks/cancel"):
+            refused = (await bob.ask(method, {"taskId": task_id}))["error"]
+            assert refused["code"] == unknown["error"]["code"] == -32602, method
+            assert refused["message"].replace(task_id, "ID") == unknown["error"]["message"].replace("no-such-task",
+                                                                                                   "ID")
+        assert (await bob.ask("tasks/list", {}))["result"]["tasks"] == []
+
+        result = (await ada.ask("tasks/result", {"taskId": task_id}))["result"]
+        assert result["content"] and result["_meta"]["io.modelcontextprotocol/related-task"] == {"taskId": task_id}
+        await ada.wait_status(task_id, "completed")
+        assert all(status["taskId"] == task_id for status in ada.statuses())
+        assert bob.statuses() == []  # the owner's pushes went out; none of them to anyone else
+        done = (await ada.ask("tasks/get", {"taskId": task_id}))["result"]
+        assert done["status"] == "completed"
+        tg.cancel_scope.cancel()
+
+
+async def test_a_legacy_task_is_cancelled_by_its_owner_session_only(procs: list[Proc], tmp_path: Path) -> None:
+    url = start_triad(procs, everything_config(tmp_path, "shared"), wait_ready=1)
+    async with httpx2.AsyncClient(timeout=60) as http:
+        ada = await Client(http, url, ADA).open({"tasks": {}})
+        bob = await Client(http, url, BOB).open({"tasks": {}})
+        task_id = (await ada.ask("tools/call", {"name": RESEARCH, "arguments": {"topic": "x"},
+                                                "task": {}}))["result"]["task"]["taskId"]
+        assert (await bob.ask("tasks/cancel", {"taskId": task_id}))["error"]["code"] == -32602
+        # 2025-11-25 tasks live in an upstream session: another session of the same client has none of them
+        ada_again = await Client(http, url, ADA).open({"tasks": {}})
+        assert (await ada_again.ask("tasks/cancel", {"taskId": task_id}))["error"]["code"] == -32602
+        assert (await ada_again.ask("tasks/list", {}))["result"]["tasks"] == []
+        assert (await ada.ask("tasks/get", {"taskId": task_id}))["result"]["status"] == "working"
+        cancelled = (await ada.ask("tasks/cancel", {"taskId": task_id}))["result"]
+        assert (cancelled["taskId"], cancelled["status"]) == (task_id, "cancelled")
+
+
+@asynccontextmanager
+async def modern_triad(procs: list[Proc], tmp_path: Path, **extra: Any) -> AsyncIterator[str]:
+    fixture = Proc([PYTHON, str(ROOT / "tests" / "servers" / "conformance_upstream.py"), "--transport", "http",
+                    "--name", marker("tasks-modern")])
+    procs.append(fixture)
+    port = fixture.wait_for(r"READY (\d+)").group(1)
+    config = write_config(tmp_path, {"upstreams": {"fx": {"url": f"http://127.0.0.1:{port}/mcp", "protocol": "auto"}},
+                                     "naming": {"prefix": "never"}, "clients": CLIENTS, **extra})
+    yield start_triad(procs, config, wait_ready=1)
+
+
+def modern(ident: Any, method: str, params: dict[str, Any], extension: bool = True) -> dict[str, Any]:
+    caps = {"extensions": {EXTENSION: {}}} if extension else {}
+    envelope = {"io.modelcontextprotocol/protocolVersion": MODERN, "io.modelcontextprotocol/clientCapabilities": caps,
+                "io.modelcontextprotocol/clientInfo": {"name": "tasks-test", "version": "1"}}
+    return request(ident, method, {**params, "_meta": envelope})
+
+
+async def modern_ask(http: httpx2.AsyncClient, url: str, token: str, method: str, params: dict[str, Any],
+                     extension: bool = True) -> dict[str, Any]:
+    headers = modern_headers(method, params.get("taskId") or params.get("name")) | {"Authorization": f"Bearer {token}"}
+    return answer_of(await modern_post(http, url, dumps(modern(1, method, params, extension)), headers))
+
+
+async def test_a_modern_task_belongs_to_the_principal_that_created_it(procs: list[Proc], tmp_path: Path) -> None:
+    async with modern_triad(procs, tmp_path) as url, httpx2.AsyncClient(timeout=60) as http:
+        created = (await modern_ask(http, url, ADA, "tools/call", {"name": "slow_compute",
+                                                                   "arguments": {"seconds": 60, "label": "x"}}))
+        task_id = created["result"]["taskId"]
+        assert created["result"]["resultType"] == "task" and task_id != "task-1" and len(task_id) >= 32
+        assert (await modern_ask(http, url, ADA, "tasks/get", {"taskId": task_id}))["result"]["status"] == "working"
+        unknown = await modern_ask(http, url, BOB, "tasks/get", {"taskId": "no-such-task"})
+        for method in ("tasks/get", "tasks/cancel", "tasks/update"):
+            params = {"taskId": task_id, **({"inputResponses": {}} if method == "tasks/update" else {})}
+            refused = await modern_ask(http, url, BOB, method, params)
+            assert refused["error"]["code"] == unknown["error"]["code"] == -32602, method
+        without = await modern_ask(http, url, ADA, "tasks/get", {"taskId": task_id}, extension=False)
+        assert without["error"]["code"] == -32021
+        assert (await modern_ask(http, url, ADA, "tasks/cancel", {"taskId": task_id}))["result"]["resultType"] \
+            == "complete"
+        # the fixture settles a cancelled task at once (a server may take its time: clients poll)
+        assert (await modern_ask(http, url, ADA, "tasks/get", {"taskId": task_id}))["result"]["status"] \
+            == "cancelled"
+
+
+async def test_a_synchronous_call_of_a_modern_client_is_not_a_task(procs: list[Proc], tmp_path: Path) -> None:
+    """A request that does not declare the extension never gets a task (here via Triad's direct HTTP path)."""
+    async with modern_triad(procs, tmp_path) as url, httpx2.AsyncClient(timeout=60) as http:
+        body = modern_call(1, "slow_compute", {"seconds": 1, "label": "sync"})
+        headers = modern_headers("tools/call", "slow_compute") | {"Authorization": f"Bearer {ADA}"}
+        result = answer_of(await modern_post(http, url, dumps(body), headers))["result"]
+        assert result["resultType"] == "complete" and "taskId" not in result
+
+
+async def test_a_tasks_result_passes_the_after_hooks_as_the_calls_would(procs: list[Proc], tmp_path: Path) -> None:
+    """Running a tool as a task must not get its result past a redaction hook."""
+    async with modern_triad(procs, tmp_path, hooks=[{"redact": {"patterns": ["swordfish"]}}]) as url, \
+            httpx2.AsyncClient(timeout=60) as http:
+        created = await modern_ask(http, url, ADA, "tools/call", {"name": "slow_compute",
+                                                                  "arguments": {"seconds": 1, "label": "swordfish"}})
+        task_id = created["result"]["taskId"]
+        for _ in range(100):  # a client polls a task (the fixture's pollIntervalMs is 200)
+            got = (await modern_ask(http, url, ADA, "tasks/get", {"taskId": task_id}))["result"]
+            if got["status"] == "completed":
+                break
+            await anyio.sleep(0.2)
+        assert got["result"]["content"][0]["text"] == "computed [REDACTED]"
+
+
+async def test_a_legacy_task_over_triad_stdio_pushes_its_status_to_its_client(procs: list[Proc],
+                                                                             tmp_path: Path) -> None:
+    config = everything_config(tmp_path, "shared")
+    async with await anyio.open_process([*TRIAD, "stdio", "-c", str(config)]) as process:
+        assert process.stdin is not None and process.stdout is not None
+        lines = BufferedByteReceiveStream(process.stdout)
+        seen: list[dict[str, Any]] = []
+
+        async def send(message: dict[str, Any]) -> None:
+            assert process.stdin is not None
+            await process.stdin.send(dumps(message) + b"\n")
+
+        async def until(found: Any) -> dict[str, Any]:
+            with anyio.fail_after(60):
+                while not any(found(m) for m in seen):
+                    seen.append(json.loads(await lines.receive_until(b"\n", 64 * 2**20)))
+            return next(m for m in seen if found(m))
+
+        try:
+            await send(request(0, "initialize", {"protocolVersion": HANDSHAKE, "capabilities": {"tasks": {}},
+                                                 "clientInfo": {"name": "tasks-test", "version": "1"}}))
+            await until(lambda m: m.get("id") == 0)
+            await send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+            await send(request(1, "tools/call", {"name": RESEARCH, "arguments": {"topic": "x"}, "task": {}}))
+            task_id = (await until(lambda m: m.get("id") == 1))["result"]["task"]["taskId"]
+            pushed = await until(lambda m: m.get("method") == "notifications/tasks/status"
+                                 and m["params"].get("status") == "completed")
+            assert pushed["params"]["taskId"] == task_id
+            await send(request(2, "tasks/get", {"taskId": task_id}))
+            assert (await until(lambda m: m.get("id") == 2))["result"]["status"] == "completed"
+        finally:
+            await process.stdin.aclose()
+            with anyio.move_on_after(15):
+                await process.wait()
+            if process.returncode is None:
+                process.kill()
