@@ -209,7 +209,7 @@ class UpstreamOAuth:
             # A client of its own (the flow runs rarely: a refresh, a challenge), following no redirect itself.
             async with httpx2.AsyncClient(timeout=AUTH_REQUEST_TIMEOUT, follow_redirects=False,
                                           trust_env=HTTP_RULES.trust_env) as http:
-                with _mapped(self.upstream):
+                with _AuthorizationErrors(self.upstream):
                     outgoing = await flow.__anext__()
                     while True:
                         if outgoing is probe:
@@ -334,7 +334,7 @@ class _RefreshingAuth(httpx2.Auth):
         refreshed = False
         flow = owner.provider.async_auth_flow(request)
         try:
-            with _mapped(owner.upstream):
+            with _AuthorizationErrors(owner.upstream):
                 outgoing = await flow.__anext__()
                 while True:
                     response = yield outgoing
@@ -354,7 +354,7 @@ class _RefreshingAuth(httpx2.Auth):
             await owner._remember()
 
 
-class _mapped:
+class _AuthorizationErrors:
     """The SDK's OAuth failures as Triad's upstream errors (their messages carry no token)."""
 
     def __init__(self, upstream: str) -> None:
