@@ -115,6 +115,9 @@ class CircuitBreakerConfig(_Model):
     cooldown: Duration = 30.0
 
 
+AUTHORIZATION_WAIT = 300.0
+"""How long an OAuth authorization may wait for a person (to come back on the loopback redirect): a connection
+that is asking one is not held to its upstream's `connect_timeout` meanwhile."""
 DEFAULT_REDIRECT_PORT = 33418
 """The loopback port Triad listens on for an authorization code (the redirect URI it registers is
 `http://127.0.0.1:<port>/callback`); a fixed default, so that a registration stays valid across runs."""

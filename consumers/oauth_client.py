@@ -54,7 +54,7 @@ from pydantic import AnyUrl
 from consumers._http_rules import HTTP_RULES
 from consumers._loopback import LoopbackRedirect, redirect_uri
 from consumers._token_store import CredentialStore, MemoryTokens, TokenFile, TokenStorage
-from consumers.config import UpstreamAuthConfig
+from consumers.config import AUTHORIZATION_WAIT, UpstreamAuthConfig
 from consumers.errors import UpstreamAuthorizationFailed, UpstreamAuthorizationRequired
 from consumers.relay import Downstream
 
@@ -65,8 +65,6 @@ Asker = Callable[[str], Awaitable[None]]
 
 REFRESH_MARGIN = 60.0
 """A token this close to its expiry is refreshed before use, so that no request goes out with a dying token."""
-AUTHORIZATION_WAIT = 300.0
-"""How long an authorization waits for the person to come back on the loopback redirect."""
 AUTH_REQUEST_TIMEOUT = 30.0
 """Seconds for one discovery, registration or token request of the direct path's flows."""
 BROWSER_WAIT = 60.0

@@ -32,7 +32,7 @@ from mcp.client.session import MessageHandlerFnT
 from consumers._credentials import Credentials, CredentialUse
 from consumers._errors import describe_failure
 from consumers.channel import SessionChannel, open_channel
-from consumers.config import UpstreamConfig
+from consumers.config import AUTHORIZATION_WAIT, UpstreamConfig
 from consumers.errors import UpstreamAuthorizationRequired, UpstreamTimeout, UpstreamUnavailable
 from consumers.relay import CURRENT_DOWNSTREAM, ClientOrigin, InFlight
 
@@ -54,6 +54,9 @@ class ClientLink:
     opened: anyio.Event = field(default_factory=anyio.Event)
     closed: anyio.Event = field(default_factory=anyio.Event)
     failure: BaseException | None = None
+    opening: anyio.CancelScope | None = None
+    asking: bool = False
+    """Opening waits for the client's person to authorize (`auth: per_user`), not only for the upstream."""
 
 
 class ClientSessions:
@@ -110,6 +113,9 @@ class ClientSessions:
         if not link.opened.is_set():  # no cancel scope once open: this runs on every call
             with anyio.move_on_after(timeout):
                 await link.opened.wait()
+            if not link.opened.is_set() and link.asking:  # a person is authorizing: wait for them
+                with anyio.move_on_after(AUTHORIZATION_WAIT):
+                    await link.opened.wait()
         if link.channel is None:
             if self._links.get(origin) is link:
                 del self._links[origin]
@@ -146,7 +152,18 @@ class ClientSessions:
         if link.origin.user is None:
             raise UpstreamAuthorizationRequired(self._upstream, f"upstream {self._upstream!r} is per-user, and this "
                                                 "session's caller is not known")
-        return CredentialUse(self._credentials, link.origin.user, link_asker(link.origin.back))
+        ask = link_asker(link.origin.back)
+        if ask is None:
+            return CredentialUse(self._credentials, link.origin.user)
+
+        async def patient(url: str) -> None:
+            """A person's authorization is not the upstream's slowness: the opening gets their time too."""
+            link.asking = True
+            if link.opening is not None:
+                link.opening.deadline = anyio.current_time() + AUTHORIZATION_WAIT + config.connect_timeout
+            await ask(url)
+
+        return CredentialUse(self._credentials, link.origin.user, patient)
 
     async def _own(self, link: ClientLink) -> None:
         """Enter the client's transport and session, serve until closed, exit both: all in this one task."""
@@ -156,6 +173,7 @@ class ClientSessions:
         try:
             with anyio.CancelScope() as opening:
                 opening.deadline = anyio.current_time() + config.connect_timeout
+                link.opening = opening
                 async with open_channel(self._upstream, config, self._cwd, link.relays, self._on_message,
                                         declare=capabilities.keys(), tls=self._tls,
                                         on_notification=self._on_notification,

@@ -15,6 +15,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx2
 import pytest
 
@@ -46,7 +47,9 @@ class Protected:
         self.upstream = upstream
         self.procs, self.tmp_path = procs, tmp_path
         auth = {"type": "oauth", "redirect_port": free_port(), **triad.pop("auth", {})}
-        self.config = write_config(tmp_path, {"upstreams": {"up": {"url": self.url, "auth": auth}}, **triad})
+        upstream = {"url": self.url, "auth": auth, **({"connect_timeout": triad.pop("connect_timeout")}
+                                                       if "connect_timeout" in triad else {})}
+        self.config = write_config(tmp_path, {"upstreams": {"up": upstream}, **triad})
         self.tokens = tmp_path / "triad.tokens" / "up.json"
 
     def login(self, client: str | None = None, account: str = "test-user") -> None:
@@ -173,11 +176,12 @@ async def test_per_user_clients_each_call_with_their_own_upstream_identity(procs
 async def test_a_per_user_client_that_can_open_links_is_asked_by_url_elicitation(procs: list[Proc],
                                                                                  tmp_path: Path) -> None:
     """dave never logged in: his first call makes Triad ask his client to open the authorization link; the
-    client's "browser" logs in as dave, and the call goes on with dave's own token."""
+    client's "browser" logs in as dave, and the call goes on with dave's own token. dave takes longer than the
+    upstream's connect_timeout to come back: a person's time does not count against the upstream."""
     from mcp import ClientSession
     from mcp.client.streamable_http import streamable_http_client
 
-    protected = Protected(procs, tmp_path, auth={"mode": "per_user"},
+    protected = Protected(procs, tmp_path, auth={"mode": "per_user"}, connect_timeout="2s",
                           clients={"dave": {"token": "dave-token-0123456789abcdef"}})
     protected.login(account="triad-service")
     url = start_triad(procs, protected.config, wait_ready=1)
@@ -187,6 +191,7 @@ async def test_a_per_user_client_that_can_open_links_is_asked_by_url_elicitation
         import mcp_types as types
 
         asked.append(params.url)
+        await anyio.sleep(3)  # a person reading the page, longer than the upstream's connect_timeout (2 s)
         async with httpx2.AsyncClient(follow_redirects=True, timeout=30, cookies={"as_account": "dave"}) as browser:
             landing = await browser.get(params.url)
         assert "Triad received" in landing.text
