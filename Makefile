@@ -25,10 +25,10 @@ run: $(VENV)/.installed
 
 # The end-to-end tests run twice: with Triad's direct HTTP path on (the default) and off (the SDK's server only).
 E2E_TESTS := tests/test_gateway_e2e.py tests/test_conformance.py tests/test_eras.py tests/test_relays.py \
-	tests/test_policy_e2e.py tests/test_search_e2e.py tests/test_oauth_upstream.py
+	tests/test_policy_e2e.py tests/test_search_e2e.py tests/test_cluster.py tests/test_oauth_upstream.py
 
-# Debian tools the tests use: promtool (checks /metrics), chromium and chromedriver (the console's browser tests).
-# Installed when missing, if this machine has apt-get.
+# Debian tools the tests use: promtool (checks /metrics), chromium and chromedriver (the console's browser tests),
+# redis-server and haproxy (the cluster tests and deploy/). Installed when missing, if this machine has apt-get.
 system-tools:
 	@command -v promtool >/dev/null || { command -v apt-get >/dev/null && \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
@@ -36,6 +36,9 @@ system-tools:
 	@{ command -v chromium >/dev/null && command -v chromedriver >/dev/null; } || { command -v apt-get >/dev/null && \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
 		chromium chromium-driver >/dev/null) || echo "make: chromium or chromedriver is missing and could not be installed"; }
+	@{ command -v redis-server >/dev/null && command -v haproxy >/dev/null; } || { command -v apt-get >/dev/null && \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+		redis-server haproxy >/dev/null) || echo "make: redis-server or haproxy is missing and could not be installed"; }
 
 test: lint system-tools $(NODE_DIR)/node_modules/.installed
 	$(BIN)/python -m pytest

@@ -29,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -406,15 +406,34 @@ PER_CLIENT_SESSIONS = 40
 """Downstream sessions opened to measure what `sessions: per_client` costs per client."""
 
 
+async def start_echo_upstream(started: list[Process], log: Path) -> str:
+    """The echo upstream over streamable HTTP, among `started`; its URL once it listens."""
+    port = free_port()
+    started.append(Process([PY, str(HERE / "echo_upstream.py"), "--http", str(port)], log))
+    url = f"http://127.0.0.1:{port}/mcp"
+    await wait_listening(url)
+    return url
+
+
+async def first_and_next(sessions: list[RawSession], ask: Callable[[RawSession], Awaitable[Any]]
+                         ) -> tuple[list[float], list[float]]:
+    """Milliseconds of each session's first `ask` and of its next one; one session at a time (latency, not
+    throughput)."""
+    first, second = [], []
+    for session in sessions:
+        for times in (first, second):
+            start = time.perf_counter()
+            await ask(session)
+            times.append((time.perf_counter() - start) * 1000)
+    return first, second
+
+
 async def per_client_rows(tmp: Path) -> dict[str, Any]:
     """What an upstream session of one's own costs a client: Triad's RSS per idle per-client session (HTTP; stdio,
     with the children's RSS apart), and a client's first call against its second (the extra `initialize`)."""
     out: dict[str, Any] = {}
     with processes() as started:
-        up_port = free_port()
-        started.append(Process([PY, str(HERE / "echo_upstream.py"), "--http", str(up_port)], tmp / "pc-up.log"))
-        upstream = f"http://127.0.0.1:{up_port}/mcp"
-        await wait_listening(upstream)
+        upstream = await start_echo_upstream(started, tmp / "pc-up.log")
         kinds = {"http": {"url": upstream, "sessions": "per_client"},
                  "stdio": {"command": PY, "args": [str(HERE / "echo_upstream.py")], "sessions": "per_client"}}
         for kind, settings in kinds.items():
@@ -425,20 +444,35 @@ async def per_client_rows(tmp: Path) -> dict[str, Any]:
                 sessions = [await RawSession(http, url).open() for _ in range(PER_CLIENT_SESSIONS)]
                 before = triad.memory("VmRSS")
                 children = children_rss_mb(triad.pid)
-                first, second = [], []
-                for session in sessions:  # one at a time: latency, not throughput
-                    start = time.perf_counter()
-                    await session.call("echo")
-                    first.append((time.perf_counter() - start) * 1000)
-                    start = time.perf_counter()
-                    await session.call("echo")
-                    second.append((time.perf_counter() - start) * 1000)
+                first, second = await first_and_next(sessions, lambda session: session.call("echo"))
                 out[f"{kind}_rss_per_client_session_kb"] = (triad.memory("VmRSS") - before) * 1024 / len(sessions)
                 if kind == "stdio":
                     out["stdio_child_rss_per_client_session_mb"] = (children_rss_mb(triad.pid) - children) / len(
                         sessions)
                 out[f"{kind}_first_call_p50_ms"] = statistics.median(first)
                 out[f"{kind}_second_call_p50_ms"] = statistics.median(second)
+            triad.stop()
+    return out
+
+
+async def per_client_list_rows(tmp: Path) -> dict[str, Any]:
+    """What listing costs when each client sees what its own upstream session lists (`sessions: per_client`),
+    beside `shared`: a session's first `tools/list` (the very first one opens an upstream session, since no
+    session with its capabilities has listed yet; later ones reuse what a session with the same capabilities
+    listed), and its next one (a cached page)."""
+    out: dict[str, Any] = {}
+    with processes() as started:
+        upstream = await start_echo_upstream(started, tmp / "pl-up.log")
+        for mode in ("shared", "per_client"):
+            triad, url = start_triad(tmp, triad_config(tmp, {"echo": {"url": upstream, "sessions": mode}}))
+            started.append(triad)
+            await start_to_ready(triad, url, 1)
+            async with httpx2.AsyncClient(timeout=60) as http:
+                sessions = [await RawSession(http, url).open() for _ in range(PER_CLIENT_SESSIONS)]
+                first, second = await first_and_next(sessions, lambda session: session.request("tools/list"))
+                out[f"{mode}_first_session_first_list_ms"] = first[0]
+                out[f"{mode}_first_list_p50_ms"] = statistics.median(first[1:])
+                out[f"{mode}_next_list_p50_ms"] = statistics.median(second)
             triad.stop()
     return out
 
@@ -624,7 +658,7 @@ async def main() -> None:
     with tempfile.TemporaryDirectory(prefix="triad-bench-") as tmp_name:
         tmp = Path(tmp_name)
         rows = await call_rows(tmp, args.calls, args.skip_peers, args.skip_contextforge)
-        per_client = await per_client_rows(tmp)
+        per_client = {**await per_client_rows(tmp), **await per_client_list_rows(tmp)}
         fleet = {} if args.skip_fleet else await fleet_rows(tmp)
     print(table(rows))
     print(f"\nsessions: per_client ({PER_CLIENT_SESSIONS} client sessions, one echo upstream):\n")

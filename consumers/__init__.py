@@ -4,6 +4,7 @@ from consumers._errors import describe_failure
 from consumers.lifecycle import UpstreamState
 from consumers.listing import Catalog
 from consumers.login import LoginError, login
+from consumers.per_client import OwnLists
 from consumers.pool import UpstreamPool
 from consumers.relay import CURRENT_DOWNSTREAM, ClientOrigin, Downstream, ProgressFn, UpstreamRequest
 from consumers.upstream import Upstream
@@ -14,6 +15,7 @@ __all__ = [
     "ClientOrigin",
     "Downstream",
     "LoginError",
+    "OwnLists",
     "ProgressFn",
     "Upstream",
     "UpstreamPool",

@@ -10,6 +10,9 @@ from mcp.shared.exceptions import MCPError
 
 from consumers.errors import UpstreamError, UpstreamRefused, UpstreamUnavailable
 
+UNAVAILABLE_DATA_KEY = "triad/httpStatus"
+"""In the `data` of the error `consumers.transports` makes of an HTTP 502, 503 or 504: the status."""
+
 
 class UpstreamConnectionFailed(UpstreamUnavailable):
     """A connection-level failure under a request: the only kind the circuit breaker counts."""
@@ -57,6 +60,8 @@ def call_failure(name: str, method: str, exc: Exception, *, http: bool, retired:
     `UpstreamSessionGone` that a new session is being opened (`unsent`: the upstream provably never saw it)."""
     gone = f"upstream {name!r} lost its session (it restarted?) during {method}; reconnecting"
     if isinstance(exc, MCPError):
+        if isinstance(exc.error.data, dict) and (status := exc.error.data.get(UNAVAILABLE_DATA_KEY)) is not None:
+            return UpstreamConnectionFailed(name, f"upstream {name!r} answered HTTP {status} to {method}")
         if session_gone(exc) and http:  # a 404: it never saw the request
             return UpstreamSessionGone(name, gone, unsent=True)
         if exc.error.code == types.CONNECTION_CLOSED:

@@ -7,6 +7,9 @@ naming the SDK version when one no longer holds.
   class only): Triad asks for the raw result dict, which a proxy passes on without re-validation.
 - `wrap_stamp`: the SDK stamps each 2026-07-28 request's `_meta` envelope and headers in `ClientSession._stamp`
   (set by `discover()`), with no public hook for the caller's capabilities and `Mcp-Param-*` headers.
+- `declare_as_client`: the capabilities a `ClientSession` declares are built by `ClientSession._build_capabilities`
+  from which callbacks it has (elicitation always with both form and url modes), with no way to pass a client's
+  own declaration through.
 - `send_raw` of a `tools/call` as a task (2025-11-25): `ClientSession.send_request` checks every result against the
   spec's result type of its method, and refuses the `CreateTaskResult` such a call is answered with; the request
   is stamped as `send_request` stamps it (`_stamp`) and sent with the session's dispatcher (`_dispatcher`).
@@ -19,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, cast
 
+import mcp_types as types
 from mcp import ClientSession
 from mcp.shared.dispatcher import CallOptions, ProgressFnT
 from pydantic import TypeAdapter
@@ -55,6 +59,19 @@ async def send_raw(session: ClientSession, request: UpstreamRequest,
 def wrap_stamp(session: ClientSession, wrap: Callable[[Stamp], Stamp]) -> None:
     """Replace the session's envelope stamp by `wrap(stamp)`."""
     session._stamp = wrap(session._stamp)
+
+
+def declare_as_client(session: ClientSession, declared: dict[str, Any]) -> None:
+    """The session declares each capability it has a callback for as `declared` (a client's own declaration of
+    sampling, elicitation or roots) spells it: an upstream then sees exactly what that client declared."""
+    build = session._build_capabilities
+
+    def exact(version: str) -> types.ClientCapabilities:
+        built = build(version).model_dump(by_alias=True, mode="json", exclude_none=True)
+        return types.ClientCapabilities.model_validate(
+            {**built, **{name: value for name, value in declared.items() if name in built}}, by_name=False)
+
+    session._build_capabilities = exact  # type: ignore[method-assign]
 
 
 def sender_context(stream: Any) -> Any:

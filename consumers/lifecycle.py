@@ -9,6 +9,8 @@ from contextlib import contextmanager
 
 import anyio
 
+from consumers.log_fields import log_fields
+
 logger = logging.getLogger("triad.upstream")
 
 UNWIND_LIMIT = 5.0
@@ -78,7 +80,8 @@ class CallsInFlight:
             await self._idle.wait()
         if self._scopes:
             logger.warning("upstream %s: %d call(s) still running after the %gs grace period; answering them with "
-                           "an error and closing", self._upstream, len(self._scopes), grace)
+                           "an error and closing", self._upstream, len(self._scopes), grace,
+                           extra=log_fields(self._upstream, "grace_over", seconds=grace))
             self.grace_over = True
             for scope in list(self._scopes):
                 scope.cancel()

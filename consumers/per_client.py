@@ -8,6 +8,12 @@ request; outside calls, to the client's session channel (`ClientOrigin.back`). I
 session ends (or idles out), when the upstream loses it (its next request opens a new one), and when the upstream
 is stopped.
 
+What the client sees of the upstream is what its own session lists (`OwnLists`: tool names and resources, listed
+when it opens and again when the upstream says one changed on it; the client is then told, and no one else):
+an upstream may list tools by its client's capabilities, and keeps session resources per session. A client that
+has no session yet sees what a session that declared the same capabilities listed (`known_lists`); the gateway
+narrows the registry's view by these lists (`gateway.views.narrow_view`).
+
 Ownership: the upstream's owner task starts `ClientSessions.run()` in a task group of its own, for its whole life
 (client sessions outlive reconnects of the shared session); each client session is one task in the group `run()`
 owns, started by the first request that needs it, which enters and exits its transport and `ClientSession` itself.
@@ -17,24 +23,29 @@ request of that client opens a new one.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 import mcp_types as types
 from anyio.abc import TaskGroup, TaskStatus
+from mcp import ClientSession
 from mcp.client.session import MessageHandlerFnT
 
 from consumers._credentials import Credentials, CredentialUse
 from consumers._errors import describe_failure
+from consumers._sdk import declare_as_client
 from consumers.channel import SessionChannel, open_channel
 from consumers.config import AUTHORIZATION_WAIT, UpstreamConfig
 from consumers.errors import UpstreamAuthorizationRequired, UpstreamTimeout, UpstreamUnavailable
-from consumers.relay import CURRENT_DOWNSTREAM, ClientOrigin, InFlight
+from consumers.listing import Catalog, list_all
+from consumers.log_fields import log_fields
+from consumers.relay import CURRENT_DOWNSTREAM, ClientOrigin, InFlight, ListsChanged
 
 logger = logging.getLogger("triad.upstream")
 
@@ -42,6 +53,30 @@ LISTEN_WAIT = 2.0
 """How long a new client session over streamable HTTP waits for its GET stream before its first request goes."""
 CLOSE_TIMEOUT = 5.0
 """How long closing one client's upstream session may take (an HTTP DELETE, a child's exit)."""
+DECLARED = ("sampling", "elicitation", "roots")
+"""The client capabilities a client's upstream session declares when that client declared them."""
+MAX_LEARNED = 64
+"""Distinct capability declarations whose tool lists are kept (clients choose their declarations freely)."""
+OWN_LISTS = {"notifications/tools/list_changed": "tools", "notifications/resources/list_changed": "resources"}
+"""Lists a client's own session keeps for that client (an upstream may list tools by the client's capabilities, and
+keeps session resources per session): a change on that session re-lists them for that client only."""
+
+
+@dataclass(frozen=True)
+class OwnLists:
+    """What one client's upstream session lists, of what may differ per session: its tool names and resources.
+    Equal for equal lists, so list pages can be cached per distinct lists rather than per client."""
+
+    tools: frozenset[str]
+    resources: tuple[dict[str, Any], ...] | None = field(default=None, compare=False, hash=False)
+    """The session's own resources; None when learned from another session with the same capabilities (no
+    session of this client's yet, so no session resources: the catalog's resources stand)."""
+    resources_key: str | None = None
+
+    @classmethod
+    def of(cls, tools: frozenset[str], resources: tuple[dict[str, Any], ...] | None) -> OwnLists:
+        key = json.dumps(resources, sort_keys=True, default=str) if resources is not None else None
+        return cls(tools, resources, key)
 
 
 @dataclass(eq=False)
@@ -57,6 +92,18 @@ class ClientLink:
     opening: anyio.CancelScope | None = None
     asking: bool = False
     """Opening waits for the client's person to authorize (`auth: per_user`), not only for the upstream."""
+    lists: OwnLists | None = None
+    stale: set[str] = field(default_factory=set)
+    """Own lists the upstream said changed on this session (both are re-listed by the owner task)."""
+    wake: anyio.Event = field(default_factory=anyio.Event)
+
+    def close(self) -> None:
+        self.closed.set()
+        self.wake.set()
+
+    def changed(self, family: str) -> None:
+        self.stale.add(family)
+        self.wake.set()
 
 
 class ClientSessions:
@@ -76,6 +123,9 @@ class ClientSessions:
         self._cwd = cwd
         self._links: dict[ClientOrigin, ClientLink] = {}
         self._task_group: TaskGroup | None = None
+        self._learned: dict[str, frozenset[str]] = {}
+        """Tool names by declared capabilities, as a client session declaring them listed: a client with no
+        session yet sees what its own would list without opening one (`catalog_changed` drops them)."""
 
     def __len__(self) -> int:
         return len(self._links)
@@ -120,7 +170,7 @@ class ClientSessions:
             if self._links.get(origin) is link:
                 del self._links[origin]
             if not link.opened.is_set():
-                link.closed.set()  # its owner task closes it as soon as it opens: nobody else would
+                link.close()  # its owner task closes it as soon as it opens: nobody else would
                 raise UpstreamTimeout(self._upstream, f"upstream {self._upstream!r} did not open a session for "
                                       f"this client within {timeout:g}s")
             reason = describe_failure(link.failure) if link.failure is not None else "it closed"
@@ -132,7 +182,40 @@ class ClientSessions:
         """The client's session is gone (its upstream lost it): the next request opens a new one."""
         link = self._links.pop(origin, None)
         if link is not None:
-            link.closed.set()
+            link.close()
+
+    def known_lists(self, origin: ClientOrigin) -> OwnLists | None:
+        """What the client's own session lists, if known without opening one: its open session's lists, or
+        those of a session that declared the same capabilities."""
+        link = self._links.get(origin)
+        if link is not None and link.lists is not None and not link.closed.is_set():
+            return link.lists
+        learned = self._learned.get(_signature(origin))
+        return OwnLists.of(learned, None) if learned is not None else None
+
+    async def lists_for(self, origin: ClientOrigin) -> OwnLists:
+        """What the client's own session lists: known, or listed by opening its session now."""
+        if (known := self.known_lists(origin)) is not None:
+            return known
+        await self.channel_for(origin)
+        link = self._links.get(origin)
+        if link is None or link.lists is None:
+            raise UpstreamUnavailable(self._upstream, f"upstream {self._upstream!r} closed this client's session")
+        return link.lists
+
+    def _learn(self, origin: ClientOrigin, tools: frozenset[str]) -> None:
+        if len(self._learned) >= MAX_LEARNED:
+            self._learned.clear()
+        self._learned[_signature(origin)] = tools
+
+    def catalog_changed(self, before: Catalog | None, after: Catalog) -> None:
+        """The upstream's catalog was listed (again): what sessions listed before may be out of date. Where its
+        tools or resources changed, every client's session lists again too: a server may tell only the session
+        that made a change of its tools, and each client sees what its own session lists."""
+        self._learned.clear()
+        if before is None or (before.tools, before.resources) != (after.tools, after.resources):
+            for link in self._links.values():
+                link.changed("tools")
 
     async def roots_changed(self, origin: ClientOrigin) -> None:
         """The client said its roots changed: tell its own upstream session, if it has one."""
@@ -169,28 +252,52 @@ class ClientSessions:
         """Enter the client's transport and session, serve until closed, exit both: all in this one task."""
         CURRENT_DOWNSTREAM.set(None)  # this task's context was copied from the request that opened it
         config = self._config()
-        capabilities = (link.origin.back.capabilities if link.origin.back is not None else None) or {}
+        capabilities = _declared(link.origin)
+        started = anyio.current_time()
+
+        # A list change on this session re-lists it for this client; it goes on where the shared session's
+        # messages go as well, since a server may tell only the session that made a change that concerns all.
+        def on_notification(method: str, params: dict[str, Any]) -> None:
+            if method in OWN_LISTS:
+                link.changed(OWN_LISTS[method])
+            self._on_notification(method, params)
+
+        async def on_message(message: Any) -> None:
+            found = getattr(message, "root", message)
+            if isinstance(found, types.Notification) and found.method in OWN_LISTS:
+                link.changed(OWN_LISTS[found.method])
+            await self._on_message(message)
         try:
             with anyio.CancelScope() as opening:
                 opening.deadline = anyio.current_time() + config.connect_timeout
                 link.opening = opening
-                async with open_channel(self._upstream, config, self._cwd, link.relays, self._on_message,
+                async with open_channel(self._upstream, config, self._cwd, link.relays, on_message,
                                         declare=capabilities.keys(), tls=self._tls,
                                         on_notification=self._on_notification,
                                         auth=self._credential(config, link)) as channel:
-                    await channel.session.initialize()
-                    channel.use_hop(channel.session.protocol_version or "", self._on_notification)
+                    declare_as_client(channel.session, capabilities)
+                    init = await channel.session.initialize()
+                    channel.use_hop(channel.session.protocol_version or "", on_notification)
                     # A server may tell only the session that made a change (a list_changed after a call): the
                     # client's first request waits until that session's own stream is answered.
                     with anyio.move_on_after(LISTEN_WAIT):
                         await channel.listening()
-                    channel.watch.on_eof = link.closed.set  # the upstream ended it: the next request opens anew
+                    offered = init.capabilities.model_dump(exclude_none=True)
+                    link.lists = await _list_own(self._upstream, channel.session, offered)
+                    self._learn(link.origin, link.lists.tools)
+                    channel.watch.on_eof = link.close  # the upstream ended it: the next request opens anew
                     opening.deadline = math.inf
                     link.channel = channel
                     link.opened.set()
-                    logger.info("upstream %s: a client session opened (%d open)", self._upstream, len(self._links))
+                    logger.info("upstream %s: a client session opened (%d open)", self._upstream, len(self._links),
+                                extra=log_fields(self._upstream, "session_opened", session=link.origin,
+                                                 seconds=anyio.current_time() - started))
                     try:
-                        await link.closed.wait()
+                        while not link.closed.is_set():
+                            await link.wake.wait()
+                            link.wake = anyio.Event()
+                            if link.stale and not link.closed.is_set():
+                                await self._relist(link, channel.session, offered)
                     finally:
                         link.channel = None
             if opening.cancelled_caught:
@@ -198,8 +305,51 @@ class ClientSessions:
         except Exception as exc:  # this client's session only; the upstream and other clients go on
             link.failure = exc
             if link.opened.is_set():
-                logger.info("upstream %s: a client session ended: %s", self._upstream, describe_failure(exc))
+                logger.info("upstream %s: a client session ended: %s", self._upstream, describe_failure(exc),
+                            extra=log_fields(self._upstream, "session_ended", session=link.origin,
+                                             seconds=anyio.current_time() - started))
         finally:
             link.opened.set()  # a request waiting for a session that failed to open learns it now
             if self._links.get(link.origin) is link:
                 del self._links[link.origin]
+
+    async def _relist(self, link: ClientLink, session: ClientSession, offered: Mapping[str, Any]) -> None:
+        """Re-list after the upstream said a list changed on this client's session, and tell that client (only)
+        which of its lists changed."""
+        link.stale.clear()
+        before = link.lists
+        try:
+            with anyio.fail_after(self._config().timeout):
+                now = link.lists = await _list_own(self._upstream, session, offered)
+        except Exception as exc:  # the old lists stand; the next change tries again
+            logger.warning("upstream %s: re-listing a client session failed: %s", self._upstream,
+                           describe_failure(exc),
+                           extra=log_fields(self._upstream, "relist_failed", session=link.origin))
+            return
+        self._learn(link.origin, now.tools)
+        back = link.origin.back
+        if before is None or not isinstance(back, ListsChanged):
+            return
+        changed = [family for family, differs in (("tools", before.tools != now.tools),
+                                                   ("resources", before.resources_key != now.resources_key)) if differs]
+        for family in changed:
+            with anyio.move_on_after(CLOSE_TIMEOUT):
+                await back.lists_changed(family)
+
+
+def _declared(origin: ClientOrigin) -> dict[str, Any]:
+    """The capabilities a client's own upstream session declares: those of `DECLARED` the client declared."""
+    capabilities = (origin.back.capabilities if origin.back is not None else None) or {}
+    return {name: capabilities[name] for name in DECLARED if name in capabilities}
+
+
+def _signature(origin: ClientOrigin) -> str:
+    return json.dumps(_declared(origin), sort_keys=True, default=str)
+
+
+async def _list_own(upstream: str, session: ClientSession, offered: Mapping[str, Any]) -> OwnLists:
+    """The tool names and resources a client's session lists (of the families the upstream offers)."""
+    tools = await list_all(upstream, session, types.ListToolsRequest, "tools") if "tools" in offered else ()
+    resources = await list_all(upstream, session, types.ListResourcesRequest, "resources") \
+        if "resources" in offered else ()
+    return OwnLists.of(frozenset(t["name"] for t in tools if isinstance(t.get("name"), str)), resources)

@@ -20,6 +20,7 @@ from pydantic import SecretStr
 
 from consumers.config import UpstreamConfig
 from consumers.lifecycle import UpstreamState
+from consumers.log_fields import log_fields
 from consumers.transports import TlsContext
 from consumers.upstream import Upstream
 
@@ -140,7 +141,8 @@ class UpstreamPool:
             self._upstreams[upstream.name] = upstream
             assert self._task_group is not None
             upstream.take_subscriptions(old, self._task_group)
-            logger.info("upstream %s: new connection settings are live", upstream.name)
+            logger.info("upstream %s: new connection settings are live", upstream.name,
+                        extra=log_fields(upstream.name, "replaced"))
         if upstream is self._upstreams.get(upstream.name):
             self._on_change(upstream)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import mcp_types as types
 from mcp.client.session import ClientRequestContext
@@ -92,6 +92,16 @@ class ClientOrigin(Protocol):
     @property
     def user(self) -> str | None:
         """Whose upstream credentials the session's requests use (`auth: per_user`); None while unknown."""
+        ...
+
+
+@runtime_checkable
+class ListsChanged(Protocol):
+    """A session's channel that can tell its client one of its lists changed (a per-client upstream session's own
+    tools or resources, which no other client's lists show)."""
+
+    async def lists_changed(self, family: str) -> None:
+        """Send `notifications/<family>/list_changed` to the client."""
         ...
 
 

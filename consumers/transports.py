@@ -9,6 +9,7 @@ into the upstream's `ChildOutput`.
 
 from __future__ import annotations
 
+import json
 import logging
 import ssl
 from collections.abc import AsyncIterator, Callable
@@ -17,10 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import httpx2
+import mcp_types as types
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 
 from consumers._credentials import CredentialUse
+from consumers._errors import UNAVAILABLE_DATA_KEY
 from consumers._http_rules import HTTP_RULES
 from consumers.child_process import ChildOutput, open_child
 from consumers.config import UpstreamConfig
@@ -109,6 +112,8 @@ class _DrainingTransport(httpx2.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         response = await self._inner.handle_async_request(request)
+        if request.method == "POST" and response.status_code in UNAVAILABLE_STATUSES:
+            return await _unavailable(request, response)
         if self.link is not None and (session_id := response.headers.get("mcp-session-id")):
             self.link.session_id = session_id
         if self.link is not None and request.method == "GET":
@@ -119,6 +124,28 @@ class _DrainingTransport(httpx2.AsyncBaseTransport):
 
     async def aclose(self) -> None:
         await self._inner.aclose()
+
+
+UNAVAILABLE_STATUSES = frozenset({502, 503, 504})
+"""What an HTTP upstream, or a proxy in front of it, answers when nothing took the request."""
+
+
+async def _unavailable(request: httpx2.Request, response: httpx2.Response) -> httpx2.Response:
+    """A 502, 503 or 504 without a JSON-RPC error of the upstream's own becomes one that names the status (in its
+    `data`), for `consumers._errors.call_failure` to count as a connection failure: the SDK would otherwise say
+    only "Server returned an error response", as for any other status."""
+    body = await response.aread()
+    await response.aclose()
+    try:
+        if isinstance(json.loads(body).get("error"), dict):
+            return httpx2.Response(response.status_code, headers=response.headers, content=body,
+                                   request=request)
+    except (ValueError, AttributeError):
+        pass
+    error = {"code": types.INTERNAL_ERROR, "message": f"HTTP {response.status_code}",
+             "data": {UNAVAILABLE_DATA_KEY: response.status_code}}
+    return httpx2.Response(response.status_code, json={"jsonrpc": "2.0", "id": None, "error": error},
+                           request=request)
 
 
 class _DrainOnClose(httpx2.AsyncByteStream):

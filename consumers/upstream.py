@@ -36,8 +36,9 @@ from consumers.config import UpstreamConfig
 from consumers.errors import UpstreamAuthorizationRequired, UpstreamRefused, UpstreamTimeout, UpstreamUnavailable
 from consumers.lifecycle import CallsInFlight, UpstreamState, check_transition
 from consumers.listing import Catalog, list_catalog
+from consumers.log_fields import log_fields
 from consumers.modern import ModernLink
-from consumers.per_client import ClientSessions
+from consumers.per_client import ClientSessions, OwnLists
 from consumers.relay import (
     CURRENT_DOWNSTREAM,
     ClientOrigin,
@@ -126,7 +127,7 @@ class Upstream:
                 if self.config.kind == "stdio" and reason == "Connection closed":
                     reason = "the process exited before it finished starting"
                 self._set_state(UpstreamState.DOWN, self.child.explain(reason))
-                logger.warning("upstream %s is down: %s", self.name, self.reason)
+                logger.warning("upstream %s is down: %s", self.name, self.reason, extra=log_fields(self.name, "down"))
             finally:
                 self._set_channel(None)
             self.settled.set()
@@ -134,7 +135,8 @@ class Upstream:
                 break
             if self.state is UpstreamState.READY:
                 self._set_state(UpstreamState.DOWN, self.child.explain("connection closed"))
-                logger.warning("upstream %s closed its connection; reconnecting: %s", self.name, self.reason)
+                logger.warning("upstream %s closed its connection; reconnecting: %s", self.name, self.reason,
+                               extra=log_fields(self.name, "closed"))
             with anyio.move_on_after(backoff * (1 + random.random() / 2)):
                 await self._wait_wake()
             backoff = min(backoff * 2, BACKOFF_MAX)
@@ -172,9 +174,10 @@ class Upstream:
         self._wake = anyio.Event()
 
     async def _connect_and_serve(self) -> None:
+        started = anyio.current_time()
         with anyio.CancelScope() as connect_scope:
-            connect_scope.deadline = anyio.current_time() + self.config.connect_timeout
-            declare = ("sampling", "elicitation") + (("roots",) if self.config.roots is not None else ())
+            connect_scope.deadline = started + self.config.connect_timeout
+            declare = ("sampling", "elicitation") + (("roots",) if self._declares_roots else ())
             async with open_channel(self.name, self.config, self.cwd, self._relays, self._on_message,
                                     declare=declare, list_roots=self._configured_roots, output=self.child,
                                     tls=self.tls, on_notification=self._on_notification,
@@ -183,6 +186,7 @@ class Upstream:
                 init = await self._negotiate(session)
                 catalog = await list_catalog(self.name, session, init, None, self._modern.checked_tools)
                 connect_scope.deadline = math.inf  # connected: from here on only calls have deadlines
+                self._clients.catalog_changed(self.catalog, catalog)
                 self.catalog = catalog
                 if not self.modern:
                     channel.use_hop(catalog.protocol_version, self._on_notification)
@@ -191,7 +195,8 @@ class Upstream:
                 self.settled.set()
                 logger.info("upstream %s ready: %d tools, %d resources, %d prompts (%s)", self.name,
                             len(catalog.tools), len(catalog.resources), len(catalog.prompts),
-                            catalog.protocol_version)
+                            catalog.protocol_version,
+                            extra=log_fields(self.name, "ready", seconds=anyio.current_time() - started))
                 async with anyio.create_task_group() as tg:
                     if self.modern:
                         tg.start_soon(self._modern.listen, session, catalog.capabilities)
@@ -203,6 +208,13 @@ class Upstream:
             raise UpstreamTimeout(self.name, f"did not finish initialize and listing within "
                                             f"{self.config.connect_timeout:g}s")
 
+    @property
+    def _declares_roots(self) -> bool:
+        """A shared session declares roots only with `roots:` configured. With `per_client` the catalog session
+        declares them too (its roots are the configured ones, or none): it lists what a client that has roots would
+        see, and each client's own session narrows that to what it lists for that client."""
+        return self.config.roots is not None or self.config.session_mode == "per_client"
+
     async def _configured_roots(self, context: ClientRequestContext) -> types.ListRootsResult | types.ErrorData:
         """A shared session's roots are the upstream's own `roots:`, never a client's."""
         return types.ListRootsResult.model_validate({"roots": [{"uri": uri} for uri in self.config.roots or ()]})
@@ -210,6 +222,14 @@ class Upstream:
     async def roots_changed(self, client: ClientOrigin) -> None:
         """A client's roots changed: its own upstream session is told (a shared one never had them)."""
         await self._clients.roots_changed(client)
+
+    def known_lists(self, client: ClientOrigin) -> OwnLists | None:
+        """What `client`'s own session lists (`sessions: per_client`), if known without opening one."""
+        return self._clients.known_lists(client)
+
+    async def own_lists(self, client: ClientOrigin) -> OwnLists:
+        """What `client`'s own session lists, opening it if need be; an `UpstreamError` if it cannot be opened."""
+        return await self._clients.lists_for(client)
 
     @property
     def client_sessions(self) -> int:
@@ -255,10 +275,13 @@ class Upstream:
             if self._relist:
                 self._relist = False
                 assert self.catalog is not None
+                before = self.catalog
                 with anyio.fail_after(self.config.connect_timeout):
                     self.catalog = await list_catalog(self.name, session, None, self.catalog,
                                                       self._modern.checked_tools)
-                logger.info("upstream %s re-listed: %d tools", self.name, len(self.catalog.tools))
+                self._clients.catalog_changed(before, self.catalog)
+                logger.info("upstream %s re-listed: %d tools", self.name, len(self.catalog.tools),
+                            extra=log_fields(self.name, "relisted"))
                 self._on_change(self)
 
     async def _ping(self, session: ClientSession) -> None:
@@ -309,7 +332,7 @@ class Upstream:
         if wait is not None:
             raise UpstreamUnavailable(self.name, f"upstream {self.name!r} is failing: {self._breaker.failures} calls "
                                       f"in a row failed to reach it; the next try is in {wait:.0f}s (circuit breaker)")
-        own = client if client is not None and client.back is not None and self._per_client else None
+        own = client if client is not None and client.back is not None and self.per_client else None
         if own is None and self.config.auth is not None and self.config.auth.mode == "per_user":
             raise UpstreamAuthorizationRequired(self.name, f"upstream {self.name!r} is per-user: a request without a "
                                                 "session of its own would go out with Triad's credential")
@@ -328,7 +351,8 @@ class Upstream:
                         while self._channel is channel or self._channel is None:
                             await self._new_session.wait()
                 logger.info("upstream %s: retrying %s on a new session%s", self.name, request.method,
-                            "" if retry_safe else " (the upstream never received it)")
+                            "" if retry_safe else " (the upstream never received it)",
+                            extra=log_fields(self.name, "retry", session=own))
                 channel = await self._channel_for(own)
                 result = await self._send(channel, request, progress, call_limits)
             reached = True
@@ -343,7 +367,8 @@ class Upstream:
             self._record(reached)
 
     @property
-    def _per_client(self) -> bool:
+    def per_client(self) -> bool:
+        """Each downstream session with a way back gets an upstream session of its own (`sessions: per_client`)."""
         return self.config.session_mode == "per_client" and not self.modern
 
     async def _channel_for(self, client: ClientOrigin | None) -> SessionChannel | None:
@@ -362,7 +387,7 @@ class Upstream:
         if self._breaker.is_open and not was_open and self.state is UpstreamState.READY:
             # only a connected upstream becomes degraded; one that is down stays down (and its tools hidden)
             logger.warning("upstream %s: circuit open after %d failed calls; calls fail fast for %gs", self.name,
-                           self._breaker.failures, self._breaker.cooldown)
+                           self._breaker.failures, self._breaker.cooldown, extra=log_fields(self.name, "circuit_open"))
             self._set_state(UpstreamState.DEGRADED, f"circuit open after {self._breaker.failures} failed calls")
         elif was_open and not self._breaker.is_open and self.state is UpstreamState.DEGRADED:
             self._set_state(UpstreamState.READY, "")

@@ -22,9 +22,14 @@ from exposers.raw_results import unsieved
 from exposers.server import CACHE_HINT, complete, stamp_server_info
 from gateway.dispatch import Dispatcher
 from gateway.errors import TriadError
+from gateway.hooks import Session
 from gateway.identity import Identity
+from gateway.views import SessionLists
 
 MAX_CACHED_PAGES = 4096
+PER_SESSION = frozenset({"tools/list", "resources/list"})
+"""Lists that show what a session's own upstream sessions list (`sessions: per_client`): their pages are cached per
+distinct such lists, never shared between sessions whose upstream sessions list differently."""
 
 
 ENVELOPE_KEYS = frozenset({PROTOCOL_VERSION_META_KEY, CLIENT_INFO_META_KEY, CLIENT_CAPABILITIES_META_KEY,
@@ -40,10 +45,11 @@ class ListPages:
                         "resources/templates/list": dispatcher.list_resource_templates,
                         "prompts/list": dispatcher.list_prompts}
         """The list methods served here: method -> the dispatcher's lister."""
-        self._pages: dict[tuple[Identity, str, str, str | None], bytes] = {}
+        self._pages: dict[tuple[Identity, str, str, str | None, SessionLists], bytes] = {}
         self._version = -1
 
-    async def reply(self, identity: Identity, version: str, message: dict[str, Any]) -> bytes | None:
+    async def reply(self, identity: Identity, version: str, message: dict[str, Any], session: Session | None = None
+                    ) -> bytes | None:
         """The whole JSON-RPC response to a plain list request (at most a cursor, a progress token and a 2026-07-28
         envelope), or None when it is not one (a run-level list in `_meta`, a stale or foreign cursor: the SDK
         path says so)."""
@@ -59,11 +65,12 @@ class ListPages:
         if self._version != self._dispatcher.registry.version or len(self._pages) > MAX_CACHED_PAGES:
             self._pages, self._version = {}, self._dispatcher.registry.version
         method = message["method"]
-        key = (identity, version, method, cursor)
+        own = await self._dispatcher.own_lists(session) if method in PER_SESSION else ()
+        key = (identity, version, method, cursor, own)
         result = self._pages.get(key)
         if result is None:
             try:
-                page = self.listers[method](identity, cursor)
+                page = self.listers[method](identity, cursor, None, own)
             except TriadError:
                 return None
             if modern:  # as the SDK shapes a 2026-07-28 result: the hint, resultType, the sieve, the stamp

@@ -207,7 +207,7 @@ class FastPath:
             await _accepted(send, response_headers)
             return True
         if method in self._pages.listers:
-            page = await self._pages.reply(identity, connection.protocol_version, message)
+            page = await self._pages.reply(identity, connection.protocol_version, message, hook_session(connection))
             if page is None:
                 return False
             await send_json(send, page, response_headers)

@@ -173,7 +173,9 @@ class HostGuard:
 
 
 def build_app(server: GatewayServer, dispatcher: Dispatcher, notifier: Notifier, host: str,
-              reloader: Reloader | None = None, rounds: InputRounds | None = None) -> Starlette:
+              reloader: Reloader | None = None, rounds: InputRounds | None = None, cluster: Any = None) -> Starlette:
+    """`cluster`: with `cluster:` in the config, the replica's `gateway.cluster.Cluster` (requests another replica
+    owns are forwarded to it, and `/readyz` shows the cluster)."""
     security = security_settings(host)
     hide_session_ids(label_session_id)
     manager = StreamableHTTPSessionManager(
@@ -225,6 +227,9 @@ def build_app(server: GatewayServer, dispatcher: Dispatcher, notifier: Notifier,
                                 "tools": len(dispatcher.registry.tools)}
         if reloader is not None:
             body["reload"] = reloader.status.as_dict()
+        if cluster is not None:
+            body["cluster"] = cluster.view()
+            body["ready"] = body["ready"] and not cluster.draining
         status = 200 if body["ready"] else 503
         if not await authorised(request):  # the verdict only: upstream names and errors are for clients
             return JSONResponse({"ready": body["ready"]}, status_code=status)
@@ -242,21 +247,30 @@ def build_app(server: GatewayServer, dispatcher: Dispatcher, notifier: Notifier,
             return JSONResponse({"error": "only owner clients may reload the config"}, status_code=403)
         if reloader is None:
             return JSONResponse({"error": "this daemon was not started from a config file"}, status_code=409)
-        result = await reloader.reload(f"POST /admin/reload by {identity.client_id}")
+        result = await reloader.reload(f"POST /admin/reload by {identity.client_id}", announce=True)
         return JSONResponse({"ok": result.ok, "errors": result.errors, "changes": result.changes},
                             status_code=200 if result.ok else 422)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
         async with manager.run():
-            yield
+            try:
+                yield
+            finally:
+                if router is not None:
+                    await router.aclose()
 
+    mcp: ASGIApp = FastPath(StrictJson(StreamableHTTPASGIApp(manager), MAX_REQUEST_BODY), dispatcher, notifier,
+                            manager, security, MAX_REQUEST_BODY, rounds, server.server_info_stamp)
+    router = None
+    if cluster is not None:
+        from exposers.cluster_routes import ClusterRouter
+
+        mcp = router = ClusterRouter(mcp, cluster, lambda sid: session_transport(manager, sid) is not None,
+                                     MAX_REQUEST_BODY)
     app = Starlette(
         routes=[
-            Route("/mcp", endpoint=BearerAuth(FastPath(StrictJson(StreamableHTTPASGIApp(manager), MAX_REQUEST_BODY),
-                                                       dispatcher, notifier, manager, security, MAX_REQUEST_BODY,
-                                                       rounds, server.server_info_stamp),
-                                              dispatcher, gate)),
+            Route("/mcp", endpoint=BearerAuth(mcp, dispatcher, gate)),
             Route("/sse", endpoint=BearerAuth(handle_sse, dispatcher, gate)),
             Mount("/messages/", app=BearerAuth(StrictJson(sse.handle_post_message, MAX_REQUEST_BODY, "message"),
                                                dispatcher, gate)),

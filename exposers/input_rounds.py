@@ -118,8 +118,19 @@ class _Flight:
     request with the round."""
 
 
+def round_owner(state: Any) -> str | None:
+    """The replica a round's `requestState` names (with `cluster:`, flights are parked on the replica that asked;
+    `exposers.cluster_routes` forwards the retry there). None for a state without one."""
+    if not isinstance(state, str) or not state.startswith(STATE_PREFIX):
+        return None
+    replica, dot, _token = state[len(STATE_PREFIX):].partition(".")
+    return replica if dot else None
+
+
 class InputRounds:
-    def __init__(self) -> None:
+    def __init__(self, replica: str | None = None) -> None:
+        self._replica = replica
+        """With `cluster:`, this replica's id, sealed into the states of the rounds parked here."""
         self._task_group: TaskGroup | None = None
         self._parked: dict[str, _Flight] = {}
 
@@ -207,7 +218,7 @@ class InputRounds:
             raise MCPError(types.INTERNAL_ERROR, f"Triad has {MAX_PARKED} calls waiting for input already; "
                            "answer or abandon those first")
         flight.question = question
-        state = STATE_PREFIX + secrets.token_urlsafe(24)
+        state = STATE_PREFIX + (f"{self._replica}." if self._replica else "") + secrets.token_urlsafe(24)
         self._parked[state] = flight
         flight.expiry = anyio.CancelScope()
         assert self._task_group is not None

@@ -19,7 +19,7 @@ import functools
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Hashable, Iterable
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 from anyio.abc import TaskGroup
@@ -36,6 +36,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from exposers.relay import SessionRelay
 from gateway.dispatch import Dispatcher
+from gateway.errors import InvalidRequest
 from gateway.identity import LOCAL, Identity
 from gateway.tasks import with_task_id
 
@@ -46,12 +47,21 @@ RELEASE_TIMEOUT = 5.0
 SEND_TIMEOUT = 10.0
 """How long handing one notification to a connection may take. A client that reads its stream takes
 microseconds; one that takes this long has stopped reading, and gets no more notifications."""
+MAX_SUBSCRIPTIONS = 256
+"""Resource subscriptions one session may hold at once: each costs an entry here and, for a new URI, one at the
+upstream, so a client cannot grow either without bound."""
 OUTBOX_SIZE = 1024
 """Distinct notifications waiting for one connection (list changes, and one per subscribed resource that
 changed); more, and the connection is stuck."""
 
 Send = Callable[[], Awaitable[None]]
 TASK_STATUS = "notifications/tasks/status"
+
+
+class SessionRecords(Protocol):
+    def opened(self, session_id: str, identity: Identity) -> None: ...
+
+    def closed(self, session_id: str) -> None: ...
 
 
 class _Outbox:
@@ -129,6 +139,8 @@ class Notifier:
         """`run()`'s task group: the outboxes' drain tasks."""
         self.close_session: Callable[[Any], Coroutine[Any, Any, None]] = _keep
         """Closes a session that stopped reading (the HTTP app sets it: the client then gets 404 and opens anew)."""
+        self.sessions_seen: SessionRecords | None = None
+        """With `cluster:`, told of each handshake-era HTTP session opened and closed here (its owner record)."""
         dispatcher.add_listener(self._on_registry)
 
     @property
@@ -146,6 +158,9 @@ class Notifier:
         if connection.session_id is not None:
             self._sessions[connection.session_id] = connection
             connection.exit_stack.callback(self._sessions.pop, connection.session_id, None)
+            if self.sessions_seen is not None:
+                self.sessions_seen.opened(connection.session_id, identity)
+                connection.exit_stack.callback(self.sessions_seen.closed, connection.session_id)
 
     def session(self, session_id: str) -> tuple[Any, Identity] | None:
         """The connection of a live handshake-era HTTP session and the identity it was opened with; None for a
@@ -170,6 +185,13 @@ class Notifier:
             return False
         mine[uri] = (upstream, raw)
         return True
+
+    def check_room(self, connection: Connection, uri: str) -> None:
+        """Refuse a new subscription beyond `MAX_SUBSCRIPTIONS` for this session, before the upstream is asked."""
+        mine = self._subscriptions.get(connection, {})
+        if uri not in mine and len(mine) >= MAX_SUBSCRIPTIONS:
+            raise InvalidRequest(f"this session has {len(mine)} resource subscriptions, the most one session may "
+                                 "hold; unsubscribe from one before subscribing to another")
 
     def unsubscribe(self, connection: Connection, uri: str) -> tuple[str, str] | None:
         return self._subscriptions.get(connection, {}).pop(uri, None)

@@ -124,6 +124,10 @@ class SessionRelay:
     async def progress(self, params: dict[str, Any]) -> None:
         """Progress belongs to a request; a session has none of its own."""
 
+    async def lists_changed(self, family: str) -> None:
+        """One of the session's own lists changed (`consumers.relay.ListsChanged`)."""
+        await self.connection.notify(f"notifications/{family}/list_changed", None)
+
     async def ask(self, request: Any, result_type: Any) -> Any:
         try:
             with anyio.fail_after(ASK_TIMEOUT):

@@ -53,6 +53,7 @@ from gateway.hooks import Session
 from gateway.identity import Identity, credential_owner, narrowed
 from gateway.tasks import EXTENSION, LEGACY_METHODS, METHODS, MODERN_METHODS, TaskRequestParams, declares_extension
 from gateway.tracing import tracing_enabled
+from gateway.views import SessionLists
 
 logger = logging.getLogger("triad.exposer")
 
@@ -134,10 +135,13 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
         cursor = (ctx.params or {}).get("cursor")
         return cursor if isinstance(cursor, str) else None
 
-    def lister(method: Callable[[Identity, str | None, Mapping[str, Any] | None], dict[str, Any]]) -> Handler:
+    def lister(method: Callable[[Identity, str | None, Mapping[str, Any] | None, SessionLists], dict[str, Any]],
+               per_session: bool = False) -> Handler:
+        """`per_session`: the list may differ by what the session's own upstream sessions list."""
         async def handle(ctx: ServerRequestContext[Any], _params: Any) -> dict[str, Any]:
             await dispatcher.settled()
-            return results.keep(ctx, complete(method(identity_of(ctx), cursor_of(ctx), ctx.params)))
+            own = await dispatcher.own_lists(session_of(ctx)) if per_session else ()
+            return results.keep(ctx, complete(method(identity_of(ctx), cursor_of(ctx), ctx.params, own)))
         return handle
 
     async def forwarded(ctx: ServerRequestContext[Any], _params: Any) -> dict[str, Any]:
@@ -183,8 +187,10 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
 
     async def subscribe(ctx: ServerRequestContext[Any], _params: Any) -> dict[str, Any]:
         uri = str((ctx.params or {}).get("uri"))
-        owner, raw_uri = await dispatcher.subscribe(identity_of(ctx), raw(ctx))
         connection = connection_of(ctx)
+        if connection is not None:
+            notifier.check_room(connection, uri)
+        owner, raw_uri = await dispatcher.subscribe(identity_of(ctx), raw(ctx), session_of(ctx))
         if connection is None or not notifier.subscribe(connection, uri, owner, raw_uri):
             await dispatcher.unsubscribe(owner, raw_uri)  # already subscribed: one upstream count per connection
         return {}
@@ -212,9 +218,9 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
         cache_hints=dict.fromkeys(CACHEABLE_METHODS, CACHE_HINT),
         # The 2026-07-28 HTTP path checks Mcp-Param-* headers against a tool's schema before any handler runs.
         get_tool_input_schema=lambda name: tool_input_schema(dispatcher, name),
-        on_list_tools=lister(dispatcher.list_tools),
+        on_list_tools=lister(dispatcher.list_tools, per_session=True),
         on_call_tool=forwarded,
-        on_list_resources=lister(dispatcher.list_resources),
+        on_list_resources=lister(dispatcher.list_resources, per_session=True),
         on_list_resource_templates=lister(dispatcher.list_resource_templates),
         on_read_resource=forwarded,
         on_list_prompts=lister(dispatcher.list_prompts),

@@ -10,13 +10,11 @@ import json
 import logging
 import re
 import sys
-import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import anyio
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -24,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from gateway.config import Duration
 from gateway.hooks import MESSAGE_FIELDS, Block, CallContext, Message, Outcome
 from gateway.pinning import PinStore
+from gateway.shared import Buckets, FilePins, LocalBuckets, Pins, SharedState
 
 logger = logging.getLogger("triad.hooks")
 
@@ -146,25 +145,21 @@ class RateLimit:
     def __init__(self, **options: Any) -> None:
         self.options = self.Options(**options)
         self.priority = self.options.priority
-        self._buckets: dict[tuple[str, str], tuple[float, float]] = {}
+        self._buckets: Buckets = LocalBuckets()
 
-    def _take(self, scope: str, key: str, rate: str) -> float | None:
-        """None if a token was taken; else seconds until one is there."""
-        capacity, refill = parse_rate(rate)
-        now = time.monotonic()
-        tokens, stamp = self._buckets.get((scope, key), (capacity, now))
-        tokens = min(capacity, tokens + (now - stamp) * refill)
-        if tokens < 1:
-            self._buckets[(scope, key)] = (tokens, now)
-            return (1 - tokens) / refill
-        self._buckets[(scope, key)] = (tokens - 1, now)
-        return None
+    def share(self, state: SharedState) -> None:
+        """Count in buckets the replicas share (a limit of N holds for N calls in total)."""
+        self._buckets = state.buckets()
 
     async def before_call(self, ctx: CallContext) -> Block | None:
         for scope, key, rate in (("client", ctx.client_id, self.options.per_client),
                                  ("tool", ctx.name, self.options.per_tool),
                                  ("upstream", ctx.upstream, self.options.per_upstream)):
-            if rate is not None and (wait := self._take(scope, key, rate)) is not None:
+            if rate is None:
+                continue
+            capacity, refill = parse_rate(rate)
+            # the rate is part of the key: a reload that changes it starts a fresh bucket, as on one replica
+            if (wait := await self._buckets.take(f"{scope}:{key}:{rate}", capacity, refill)) is not None:
                 return Block(f"Rate limit exceeded for {scope} {key!r} ({rate}); retry in {wait:.2f}s")
         return None
 
@@ -321,12 +316,17 @@ class PinDefinitions:
         self.options = self.Options(**options)
         self.priority = self.options.priority
         self.store = PinStore(Path(self.options.state))
+        self.pins: Pins = FilePins(self.store)
+        """Where approvals are kept: the state file, or with `cluster:` the cluster's (`share`)."""
+
+    def share(self, state: SharedState) -> None:
+        """Keep approvals where every replica sees them (`triad approve` and the console write there too)."""
+        self.pins = state.pins(self.options.state)
 
     async def before_call(self, ctx: CallContext) -> Block | None:
         if ctx.definition is None:
             return None
-        verdict = await anyio.to_thread.run_sync(self.store.check, ctx.upstream, ctx.raw_name, ctx.definition,
-                                                 self.options.trust_new)
+        verdict = await self.pins.check(ctx.upstream, ctx.raw_name, ctx.definition, self.options.trust_new)
         if verdict is None:
             return None
         return Block(f"Tool {ctx.name} is blocked: {verdict}. An operator must review it and run "

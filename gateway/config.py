@@ -24,8 +24,8 @@ from consumers.config import Duration, UpstreamConfig, parse_duration
 from gateway._config_errors import hide_values
 from policy.config import PolicyConfig, ToolRule
 
-__all__ = ["AuthConfig", "ClientConfig", "Duration", "HookSpec", "ListenConfig", "NamingConfig", "OAuthConfig",
-           "PolicyConfig", "ToolRule", "TriadConfig", "UpstreamConfig", "is_loopback", "parse_duration"]
+__all__ = ["AuthConfig", "ClientConfig", "ClusterConfig", "Duration", "HookSpec", "ListenConfig", "NamingConfig",
+           "OAuthConfig", "PolicyConfig", "ToolRule", "TriadConfig", "UpstreamConfig", "is_loopback", "parse_duration"]
 """The whole file's model; the upstreams' and the policy's own models come from their packages, and reading a file
 is `gateway.loading`."""
 
@@ -200,6 +200,28 @@ class AuthConfig(_Model):
     oauth: OAuthConfig | None = None
 
 
+class ClusterConfig(_Model):
+    """Several replicas sharing state in Redis (`gateway.cluster`); without this block nothing is shared and Redis
+    is never imported. Changes take effect on restart only."""
+
+    redis: str = Field(pattern=r"^(rediss?|unix)://\S+$")
+    """Where the shared state lives, e.g. `redis://127.0.0.1:6379/0` (a password goes in the URL, via `${VAR}`)."""
+    replica_id: str = Field(pattern=r"^[A-Za-z0-9_-]{1,40}$")
+    """This replica's name, unique in the cluster: it is sealed into session ids' records and round states."""
+    secret_key: SecretStr = Field(min_length=32)
+    """Encrypts what Triad stores in Redis that is secret, and keys the identity hashes stored there; the same on
+    every replica (e.g. `${TRIAD_CLUSTER_KEY}`, 32 characters or more)."""
+    address: str | None = Field(default=None, pattern=r"^https?://[^/\s]+$")
+    """How the other replicas reach this one (to forward a request it owns), e.g. `http://10.0.0.5:8765`; default:
+    the address it listens on."""
+    heartbeat: Duration = Field(default=1.0, gt=0)
+    """How often this replica tells Redis it is alive; one missing for three beats counts as gone."""
+    drain_delay: Duration = Field(default=2.0, gt=0)
+    """On SIGTERM, how long the replica answers `/readyz` with 503 (and is gone from the cluster's view) before it
+    stops listening: the load balancer's health check takes it out first, so no request meets a closing socket.
+    Calls in flight then get `listen.shutdown_grace` as on one replica."""
+
+
 class TriadConfig(_Model):
     listen: ListenConfig = ListenConfig()
     upstreams: dict[str, UpstreamConfig] = {}
@@ -207,6 +229,8 @@ class TriadConfig(_Model):
     clients: dict[str, ClientConfig] = {}
     anonymous: str | None = None
     """The client that HTTP requests without a token act as, when tokens are configured (default: refused)."""
+    cluster: ClusterConfig | None = None
+    """Scale-out: shared state in Redis (see `ClusterConfig`)."""
     auth: AuthConfig = AuthConfig()
     """How HTTP callers prove who they are besides the clients' static tokens (OAuth 2.1 access tokens)."""
     policy: PolicyConfig = PolicyConfig()

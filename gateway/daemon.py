@@ -54,27 +54,43 @@ class Gateway:
     rounds: InputRounds
     reloader: Reloader | None
     task_group: TaskGroup
+    cluster: Any = None
+    """With `cluster:`, this replica's `gateway.cluster.Cluster`."""
 
 
 @contextlib.asynccontextmanager
 async def running_gateway(config: TriadConfig, host: str | None = None, *, watch: bool = False,
-                          transport: str = "http") -> AsyncIterator[Gateway]:
+                          transport: str = "http", address: str | None = None) -> AsyncIterator[Gateway]:
     """`host` is where the exposer listens (default: the config's); off loopback the remote deny list applies.
-    With `watch`, the config file is watched and reloaded on change."""
+    With `watch`, the config file is watched and reloaded on change. With `cluster:` in the config, the replica
+    joins the cluster; `address` (where its HTTP listener is) makes it announce itself to the others."""
     dispatcher: Dispatcher | None = None
+    cluster_changed: Callable[[Any], None] | None = None
 
     def on_change(upstream: Any) -> None:
         if dispatcher is not None:
             dispatcher.on_upstream_change(upstream)
+        if cluster_changed is not None:
+            cluster_changed(upstream)
 
+    cluster = _cluster(config)
     pool = UpstreamPool(config, on_change)
     dispatcher = Dispatcher(config, pool, remote=not is_loopback(host or config.listen.host),
-                            names=NameLedger.for_config(config, persist=watch))
+                            names=NameLedger.for_config(config, persist=watch), shared=cluster)
     notifier = Notifier(dispatcher)
     pool.on_updated = notifier.resource_updated
     pool.on_task_status = notifier.task_status
-    rounds = InputRounds()
+    rounds = InputRounds(cluster.replica_id if cluster is not None else None)
     reloader = Reloader(config.source, config, pool, dispatcher) if config.source is not None else None
+    if cluster is not None:
+        from gateway.cluster.wiring import join
+
+        cluster_changed = join(cluster, pool, notifier, reloader)
+        notifier.sessions_seen = cluster
+        cluster.replicas.address = config.cluster.address if config.cluster and config.cluster.address else address
+        cluster.replicas.facts = lambda: {
+            "sessions": notifier.open_sessions, "version": dispatcher.registry.version,
+            "upstreams_ready": sum(up.state is UpstreamState.READY for up in pool.upstreams.values())}
     dispatcher.metrics.watch(lambda: {
         "upstreams": {name: up.state.value for name, up in pool.upstreams.items()},
         "states": [state.value for state in UpstreamState],
@@ -84,7 +100,8 @@ async def running_gateway(config: TriadConfig, host: str | None = None, *, watch
         "reload_failures": reloader.status.failures if reloader else 0,
         "sessions": {("handshake", transport): notifier.open_sessions},
     })
-    async with anyio.create_task_group() as tg:
+    membership = cluster.running(heartbeat=address is not None) if cluster is not None else contextlib.nullcontext()
+    async with membership, anyio.create_task_group() as tg:
         tg.start_soon(dispatcher.run, name="registry")
         tg.start_soon(notifier.run, name="notifier")
         tg.start_soon(rounds.run, name="input-rounds")
@@ -92,12 +109,24 @@ async def running_gateway(config: TriadConfig, host: str | None = None, *, watch
         if watch and reloader is not None:
             tg.start_soon(reloader.watch, name="config-watch")
         try:
-            yield Gateway(config, pool, dispatcher, notifier, rounds, reloader, tg)
+            yield Gateway(config, pool, dispatcher, notifier, rounds, reloader, tg, cluster)
         finally:
             pool.stop()
             if reloader is not None:
                 reloader.stop()
             tg.cancel_scope.cancel()
+
+
+def _cluster(config: TriadConfig) -> Any:
+    """This replica's `gateway.cluster.Cluster`, or None without `cluster:` (Redis is then never imported)."""
+    if config.cluster is None:
+        return None
+    try:
+        from gateway.cluster import Cluster
+    except ImportError as exc:
+        raise SystemExit(f"triad: cluster: needs redis-py and cryptography ({exc.name} is missing); install "
+                         "them with `pip install 'mcp-triad[cluster]'`") from None
+    return Cluster(config.cluster)
 
 
 class _Uvicorn(uvicorn.Server):
@@ -130,10 +159,11 @@ async def serve_http(config: TriadConfig, host: str, port: int) -> None:
 
 
 async def _serve_http_on(config: TriadConfig, host: str, sock: socket.socket) -> None:
-    async with running_gateway(config, host, watch=True) as gw:
+    actual_port = sock.getsockname()[1]
+    address = f"http://{'[' + host + ']' if ':' in host else host}:{actual_port}"
+    async with running_gateway(config, host, watch=True, address=address) as gw:
         server = build_server(gw.dispatcher, gw.notifier, LOCAL, gw.rounds)
-        app = build_app(server, gw.dispatcher, gw.notifier, host, gw.reloader, gw.rounds)
-        actual_port = sock.getsockname()[1]
+        app = build_app(server, gw.dispatcher, gw.notifier, host, gw.reloader, gw.rounds, gw.cluster)
         userver = _Uvicorn(ListenerConfig(app, log_config=None, lifespan="on", access_log=False,
                                           timeout_graceful_shutdown=5))
         gw.task_group.start_soon(_handle_signals, _stopper(userver, gw), gw.reloader)
@@ -164,13 +194,24 @@ def _stopper(userver: uvicorn.Server, gw: Gateway) -> Callable[[], None]:
     """The first signal stops listening and drains the calls in flight (`listen.shutdown_grace`), answering those
     still running after it with an error; uvicorn waits for those answers to be sent. A second one stops at once."""
     def stop() -> None:
-        if userver.should_exit:
-            userver.force_exit = True  # a second signal: stop waiting for open connections
+        if userver.should_exit or (gw.cluster is not None and gw.cluster.draining):
+            userver.should_exit = userver.force_exit = True  # a second signal: stop waiting for open connections
             return
+        if gw.cluster is not None:  # out of the load balancer first (`cluster.drain_delay`), then stop
+            gw.task_group.start_soon(leave_then_stop, name="leave-cluster")
+            return
+        stop_now()
+
+    def stop_now() -> None:
         grace = gw.dispatcher.config.listen.shutdown_grace
         userver.config.timeout_graceful_shutdown = math.ceil(grace + ANSWER_TIME)
         userver.should_exit = True
         gw.task_group.start_soon(gw.pool.drain, grace, SHUTDOWN_REASON, name="drain")
+
+    async def leave_then_stop() -> None:
+        await gw.cluster.leave()
+        if not userver.should_exit:
+            stop_now()
     return stop
 
 
@@ -200,7 +241,7 @@ async def _handle_signals(stop: Callable[[], None], reloader: Reloader | None) -
             if signum != signal.SIGHUP:
                 stop()
             elif reloader is not None:
-                await reloader.reload("SIGHUP")
+                await reloader.reload("SIGHUP", announce=True)
 
 
 def configure_logging(level: str = "INFO", log_format: str = "text") -> None:

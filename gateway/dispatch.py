@@ -10,22 +10,24 @@ Nothing on the call path scans the registry or awaits anything but the upstream.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Mapping
+import weakref
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import anyio
 import anyio.lowlevel
 import mcp_types as types
 
-from consumers import ProgressFn, Upstream, UpstreamPool, UpstreamRequest
-from gateway.catalog import UpstreamSnapshot, build_upstream_sources
+from consumers import OwnLists, ProgressFn, Upstream, UpstreamPool, UpstreamRequest, UpstreamState
+from gateway.catalog import SERVING, UpstreamSnapshot, build_upstream_sources
 from gateway.config import TriadConfig
-from gateway.errors import InvalidRequest, UnknownName, UpstreamTimeout, UpstreamUnavailable
+from gateway.errors import InvalidRequest, UnknownName, UpstreamError, UpstreamTimeout, UpstreamUnavailable
 from gateway.hook_factory import build_chain
-from gateway.hooks import CallContext, HookChain, Session
+from gateway.hooks import CallContext, HookChain, Kind, Session
 from gateway.identity import Identity, bounded_run_list, run_list
 from gateway.logs import log_call, log_denied
 from gateway.metrics import Metrics
@@ -35,10 +37,11 @@ from gateway.page_meta import with_page_meta
 from gateway.registry import EMPTY_REGISTRY, Registry, ToolDescriptor, build_registry
 from gateway.search import SearchIndexes, load_ranker
 from gateway.search_tools import TRIAD_TOOLS, call_triad_tool, settings_for
+from gateway.shared import SharedState
 from gateway.snapshot import Snapshot
 from gateway.task_relay import TaskRelay
 from gateway.tasks import EXTENSION, TaskBook, offers_extension, offers_legacy_tasks
-from gateway.views import ClientView, paginate, schema_profile, tool_wire
+from gateway.views import ClientView, SessionLists, paginate, schema_profile, tool_wire
 from gateway.wire import RUN_LIST_META_KEY, clean_result, expose_links, forwardable_meta, input_round
 from policy import Pipeline
 
@@ -67,21 +70,27 @@ def _pipeline(config: TriadConfig, remote: bool) -> Pipeline:
 
 class Dispatcher:
     def __init__(self, config: TriadConfig, pool: UpstreamPool, *, remote: bool = False,
-                 names: NameLedger | None = None) -> None:
+                 names: NameLedger | None = None, shared: SharedState | None = None) -> None:
         self.config = config
+        self.shared = shared
+        """With `cluster:`, the state hooks share with the other replicas (each chain a reload builds gets it)."""
         self.names = names if names is not None else NameLedger()
         self.pool = pool
         self._remote = remote
         self.pipeline = _pipeline(config, remote)
-        self.hooks: HookChain = build_chain(config.hooks)
+        self.hooks: HookChain = build_chain(config.hooks, shared)
         self._snapshot = Snapshot(EMPTY_REGISTRY, self.pipeline)
         """The registry of the moment and its caches: replaced whole, by one assignment."""
         self.search = SearchIndexes(load_ranker(config.search.ranker))
         self._stale = True
         self._changed = anyio.Event()
         self.metrics = Metrics()
+        if self.hooks:
+            self.hooks.on_block = self.metrics.blocked
         self._listeners: list[Callable[[], None]] = []
         self._settled = False
+        self._states: weakref.WeakKeyDictionary[Upstream, UpstreamState] = weakref.WeakKeyDictionary()
+        """Each upstream's last state seen, to count its restarts (down, then ready again)."""
         self.tasks = TaskRelay(TaskBook(), self._forward, self._upstream,
                                lambda upstream: self.registry.uri_parts.get(upstream), lambda: self.hooks)
         """The tasks upstreams created for clients, and the `tasks/*` requests about them."""
@@ -92,7 +101,10 @@ class Dispatcher:
         """`listener()` is called (synchronously) whenever the registry goes stale."""
         self._listeners.append(listener)
 
-    def on_upstream_change(self, _upstream: Upstream) -> None:
+    def on_upstream_change(self, upstream: Upstream) -> None:
+        if upstream.state is UpstreamState.READY and self._states.get(upstream) is UpstreamState.DOWN:
+            self.metrics.restarts.labels(upstream.name).inc()
+        self._states[upstream] = upstream.state
         self.invalidate()
 
     def apply_config(self, config: TriadConfig, hooks: HookChain) -> None:
@@ -100,6 +112,8 @@ class Dispatcher:
         if config.search.ranker != self.config.search.ranker:
             self.search = SearchIndexes(load_ranker(config.search.ranker))
         self.config, self.pipeline, self.hooks = config, _pipeline(config, self._remote), hooks
+        if hooks:
+            hooks.on_block = self.metrics.blocked
         self.invalidate()
 
     def invalidate(self) -> None:
@@ -135,13 +149,46 @@ class Dispatcher:
     def registry(self) -> Registry:
         return self._current().registry
 
-    def view(self, identity: Identity) -> ClientView:
+    def view(self, identity: Identity, own: SessionLists = ()) -> ClientView:
+        """What `identity` may see; `own`: narrowed by what its session's own upstream sessions list."""
         client = self.config.clients.get(identity.client_id)
         profile = schema_profile(client.schema_profile if client else None, identity.provider)
         mode, always_list = settings_for(self.config, identity.client_id)
-        return self._current().view(identity, profile, mode, always_list, self.config.policy.tool_groups)
+        snapshot = self._current()
+        return snapshot.narrowed(snapshot.view(identity, profile, mode, always_list, self.config.policy.tool_groups),
+                                 own)
 
-    def _request_view(self, identity: Identity, params: Mapping[str, Any]) -> ClientView:
+    async def own_lists(self, session: Session | None) -> SessionLists:
+        """What a session's own upstream sessions list, of each serving `per_client` upstream: where an upstream
+        lists tools by its client's capabilities (or keeps session resources), the client sees what its own
+        session lists. Known lists cost nothing; an upstream that has no session of this client's yet, nor one
+        that declared the same capabilities, gets one now (all such upstreams at once)."""
+        if session is None or session.back is None:
+            return ()
+        found: dict[str, OwnLists | None] = {}
+        missing: list[Upstream] = []
+        for name, upstream in self.pool.upstreams.items():
+            if upstream.per_client and upstream.state.value in SERVING:
+                if (known := upstream.known_lists(session)) is not None:
+                    found[name] = known
+                else:
+                    missing.append(upstream)
+
+        async def open_session(upstream: Upstream) -> None:
+            try:
+                found[upstream.name] = await upstream.own_lists(session)
+            except UpstreamError as exc:  # its tools are hidden from this client until it opens: fail closed
+                found[upstream.name] = None
+                logger.info("upstream %s: no session for this client, so none of its tools are listed to it: %s",
+                            upstream.name, exc.message)
+
+        if missing:
+            async with anyio.create_task_group() as tg:
+                for upstream in missing:
+                    tg.start_soon(open_session, upstream)
+        return tuple(sorted(found.items(), key=lambda item: item[0]))
+
+    def _request_view(self, identity: Identity, params: Mapping[str, Any], own: SessionLists = ()) -> ClientView:
         """The view for one request: the caller's, narrowed by the request's own run-level list if it has one."""
         meta = params.get("_meta")
         if isinstance(meta, Mapping) and RUN_LIST_META_KEY in meta:
@@ -152,7 +199,7 @@ class Dispatcher:
                 raise InvalidRequest(f"{source} must be a list of tool patterns")
             identity = dataclasses.replace(identity, run_lists=(*identity.run_lists,
                                                                 bounded_run_list(patterns, source)))
-        return self.view(identity)
+        return self.view(identity, own)
 
     async def _refuse_tool(self, view: ClientView, name: Any, params: Mapping[str, Any],
                            session: Session | None) -> UnknownName:
@@ -206,24 +253,24 @@ class Dispatcher:
 
     # -- lists ---------------------------------------------------------------------------------------------------
 
-    def list_tools(self, identity: Identity, cursor: str | None, params: Mapping[str, Any] | None = None
-                   ) -> dict[str, Any]:
-        view = self._request_view(identity, params) if params else self.view(identity)
+    def list_tools(self, identity: Identity, cursor: str | None, params: Mapping[str, Any] | None = None,
+                   own: SessionLists = ()) -> dict[str, Any]:
+        view = self._request_view(identity, params, own) if params else self.view(identity, own)
         return self._page(view, view.tools_wire, "tools", cursor)
 
-    def list_resources(self, identity: Identity, cursor: str | None, params: Mapping[str, Any] | None = None
-                       ) -> dict[str, Any]:
-        view = self._request_view(identity, params) if params else self.view(identity)
+    def list_resources(self, identity: Identity, cursor: str | None, params: Mapping[str, Any] | None = None,
+                       own: SessionLists = ()) -> dict[str, Any]:
+        view = self._request_view(identity, params, own) if params else self.view(identity, own)
         return self._page(view, view.resources_wire, "resources", cursor)
 
-    def list_resource_templates(self, identity: Identity, cursor: str | None, params: Mapping[str, Any] | None = None
-                                ) -> dict[str, Any]:
-        view = self._request_view(identity, params) if params else self.view(identity)
+    def list_resource_templates(self, identity: Identity, cursor: str | None, params: Mapping[str, Any] | None = None,
+                                own: SessionLists = ()) -> dict[str, Any]:
+        view = self._request_view(identity, params, own) if params else self.view(identity, own)
         return self._page(view, view.templates_wire, "resourceTemplates", cursor)
 
-    def list_prompts(self, identity: Identity, cursor: str | None, params: Mapping[str, Any] | None = None
-                     ) -> dict[str, Any]:
-        view = self._request_view(identity, params) if params else self.view(identity)
+    def list_prompts(self, identity: Identity, cursor: str | None, params: Mapping[str, Any] | None = None,
+                     own: SessionLists = ()) -> dict[str, Any]:
+        view = self._request_view(identity, params, own) if params else self.view(identity, own)
         return self._page(view, view.prompts_wire, "prompts", cursor)
 
     def _page(self, view: ClientView, items: tuple[dict[str, Any], ...], key: str, cursor: str | None
@@ -239,6 +286,8 @@ class Dispatcher:
             await self.settled()
         view = self._request_view(identity, params)
         if view.mode == "search" and params.get("name") in TRIAD_TOOLS:  # tool search: gateway.search_tools
+            # it finds only what this session may call (its own upstream sessions' lists, `sessions: per_client`)
+            view = self._request_view(identity, params, await self.own_lists(session))
             return await call_triad_tool(self, view, params, progress, session)
         return await self.call_visible_tool(view, params, progress, session)
 
@@ -254,6 +303,9 @@ class Dispatcher:
         if entry is None:
             raise await self._refuse_tool(view, name, params, session)
         upstream = self._upstream(entry.executor.id)
+        if upstream.per_client and session is not None and session.back is not None \
+                and entry.executor.tool not in (await upstream.own_lists(session)).tools:
+            raise UnknownName(f"Unknown tool: {name}")  # its own session does not list it: as if it did not exist
         meta = forwardable_meta(params.get("_meta"))
         notes = entry.descriptor.annotations or {}
         safe = notes.get("readOnlyHint") is True or notes.get("idempotentHint") is True
@@ -352,9 +404,15 @@ class Dispatcher:
             raw_ref = {**ref, "uri": raw_uri}
         request = types.CompleteRequest(params=types.CompleteRequestParams.model_validate(
             {**params, "ref": raw_ref, "_meta": forwardable_meta(params.get("_meta"))}))
-        return await self._forward(self._upstream(owner), "completion", request, retry_safe=True, client=session)
+        kind: Kind = "prompt" if ref.get("type") == "ref/prompt" else "resource"
+        name = str(ref.get("name") if kind == "prompt" else ref.get("uri"))
+        async with self._errors_hooked(CallContext(kind, identity.client_id, session or Session(), name, owner,
+                                                   str(raw_ref.get("name") or raw_ref.get("uri")), {})):
+            return await self._forward(self._upstream(owner), "completion", request, retry_safe=True,
+                                       client=session)
 
-    async def subscribe(self, identity: Identity, params: Mapping[str, Any]) -> tuple[str, str]:
+    async def subscribe(self, identity: Identity, params: Mapping[str, Any], session: Session | None = None
+                        ) -> tuple[str, str]:
         """Subscribe to a resource at its owner; (upstream, raw URI), for `unsubscribe` and for routing updates."""
         uri = params.get("uri")
         if not isinstance(uri, str):
@@ -364,8 +422,20 @@ class Dispatcher:
         if not _subscribable(upstream):
             raise InvalidRequest(f"resource {uri} cannot be subscribed to: its upstream does not offer "
                                  "resource subscriptions")
-        await upstream.subscriptions.add(raw)
+        async with self._errors_hooked(CallContext("resource", identity.client_id, session or Session(), uri, owner,
+                                                   raw, {"uri": uri})):
+            await upstream.subscriptions.add(raw)
         return owner, raw
+
+    @contextlib.asynccontextmanager
+    async def _errors_hooked(self, ctx: CallContext) -> AsyncIterator[None]:
+        """An upstream's error on a request outside the hook chain's calls, reads and gets (a completion, a
+        subscription) passes the `on_message` hooks (`redact`) all the same before it reaches the client."""
+        try:
+            yield
+        except UpstreamError as exc:
+            await self.hooks.rewrite_error(ctx, exc)
+            raise
 
     async def unsubscribe(self, owner: str, raw: str) -> None:
         upstream = self.pool.get(owner)

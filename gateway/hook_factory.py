@@ -12,16 +12,20 @@ from typing import Any
 
 from gateway.builtin_hooks import BUILTIN_HOOKS
 from gateway.hooks import HOOK_METHODS, HookChain, HookEntry
+from gateway.shared import SharedState
 
 __all__ = ["HookConfigError", "build_chain", "check_hook", "make_hook"]
 
 
-def build_chain(specs: Sequence[Any]) -> HookChain:
-    """Instantiate every hook of the config (`HookSpec`s), in order. Raises HookConfigError naming the hook."""
+def build_chain(specs: Sequence[Any], shared: SharedState | None = None) -> HookChain:
+    """Instantiate every hook of the config (`HookSpec`s), in order. Raises HookConfigError naming the hook. With
+    `shared` (a cluster's state), hooks that keep state (`share(state)`) keep it there."""
     entries = []
     for order, spec in enumerate(specs):
         name, options = spec.name, spec.options
         hook = make_hook(name, options)
+        if shared is not None and callable(getattr(hook, "share", None)):
+            hook.share(shared)
         entries.append(HookEntry(name, hook, int(getattr(hook, "priority", 0)), order))
     return HookChain(entries)
 

@@ -248,6 +248,11 @@ class HookChain:
 
         return relay
 
+    async def rewrite_error(self, ctx: CallContext, error: UpstreamError) -> None:
+        """An upstream's error passes the `on_message` hooks (its message and data may be rewritten)."""
+        if self._message:
+            await self._rewrite_error(ctx, error)
+
     async def _rewrite_error(self, ctx: CallContext, error: UpstreamError) -> None:
         changed = await self.message(ctx, Message("error", {"code": error.code, "message": error.message,
                                                             "data": error.data}))
@@ -283,8 +288,8 @@ class HookChain:
                 result = await send(ctx)
             except TriadError as exc:
                 failure = exc
-                if isinstance(exc, UpstreamError) and self._message:
-                    await self._rewrite_error(ctx, exc)
+                if isinstance(exc, UpstreamError):
+                    await self.rewrite_error(ctx, exc)
             finally:
                 if token is not None:
                     CURRENT_DOWNSTREAM.reset(token)

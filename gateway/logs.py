@@ -15,14 +15,11 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from consumers.log_fields import FIELDS
 from policy import LAYER_NAMES, Step
 
 if TYPE_CHECKING:
     from consumers import UpstreamRequest
-
-FIELDS = ("kind", "upstream", "client", "session", "tool", "raw", "outcome", "duration_ms", "layer", "pattern",
-          "hook")
-"""The structured fields a log call may pass with `extra=`, in the order a JSON line shows them."""
 
 calls_logger = logging.getLogger("triad.calls")
 denials_logger = logging.getLogger("triad.dispatch")

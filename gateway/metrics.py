@@ -1,11 +1,11 @@
 """Prometheus metrics, in a registry of the daemon's own (no global state).
 
 Labels are bounded and never client-supplied: upstream names come from the config, `kind` and `outcome` from
-fixed sets, `layer` is one of the seven layer names. No arguments, no tokens, no tool names (a hostile upstream
-could invent them). Counters and histograms are updated on the call path; states, registry size and reloads are
-read at scrape time. Names follow Prometheus's conventions (`promtool check metrics` passes): counters end in
-`_total`, with no `_created` series; `process_*`, `python_info` and `triad_build_info` are there as operators'
-dashboards expect.
+fixed sets, `layer` is one of the seven layer names, `hook` a hook's name in the config. No arguments, no tokens,
+no tool names (a hostile upstream could invent them). Counters and histograms are updated on the call path;
+states, registry size and reloads are read at scrape time. Names follow Prometheus's conventions (`promtool check
+metrics` passes): counters end in `_total`, with no `_created` series; `process_*`, `python_info` and
+`triad_build_info` are there as operators' dashboards expect.
 """
 
 from __future__ import annotations
@@ -50,11 +50,22 @@ class Metrics:
                                   ["upstream", "kind"], buckets=BUCKETS, registry=self.registry)
         self.denied = Counter("triad_denied_calls", "Calls refused by the policy, by layer name", ["layer"],
                               registry=self.registry)
+        self.blocks = Counter("triad_blocked_calls", "Calls, reads and gets a before-hook blocked (a rate limit, a "
+                              "changed pinned definition...), by upstream and hook", ["upstream", "hook"],
+                              registry=self.registry)
+        self.restarts = Counter("triad_upstream_restarts", "Times an upstream that was down was connected (a stdio "
+                                "child started) again", ["upstream"], registry=self.registry)
         self.call_log = CallLog()
         """The calls in flight and the recent ones, by name (the console's; never exported to Prometheus)."""
 
     def deny(self, layer: int) -> None:
         self.denied.labels(LAYER_NAMES.get(layer, str(layer)).replace(" ", "_")).inc()
+
+    def blocked(self, ctx: Any, hook: str) -> None:
+        """A before-hook named `hook` (a name from the config) blocked `ctx` (a `gateway.hooks.CallContext`)."""
+        self.blocks.labels(ctx.upstream, hook or "unknown").inc()
+        self.calls.labels(ctx.upstream, str(ctx.kind), "blocked").inc()
+        self.call_log.blocked(ctx, hook)
 
     def observe(self, upstream: str, kind: str, outcome: str, seconds: float) -> None:
         self.calls.labels(upstream, kind, outcome).inc()

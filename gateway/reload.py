@@ -17,6 +17,7 @@ import functools
 import logging
 import time
 from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -110,13 +111,22 @@ class Reloader:
         self._stop_watching = anyio.Event()
         self._last_text: str | None = None
         """The content the last reload read: the watcher does not reload a file whose content did not change."""
+        self.announce: Callable[[], Awaitable[None]] | None = None
+        """With `cluster:`, tells the other replicas to reload too (after a reload asked of this one succeeded)."""
 
     def stop(self) -> None:
         """End `watch()`. Its watcher thread only notices this event (cancellation waits for the thread)."""
         self._stop_watching.set()
 
-    async def reload(self, trigger: str, text: str | None = None) -> ReloadResult:
-        """Validate the file (or `text`, content already read from it) and apply it; refuse it whole if invalid."""
+    async def reload(self, trigger: str, text: str | None = None, *, announce: bool = False) -> ReloadResult:
+        """Validate the file (or `text`, content already read from it) and apply it; refuse it whole if invalid.
+        With `announce` (a reload an operator asked of this replica), the cluster's other replicas reload too."""
+        result = await self._reload(trigger, text)
+        if announce and result.ok and self.announce is not None:
+            await self.announce()
+        return result
+
+    async def _reload(self, trigger: str, text: str | None) -> ReloadResult:
         async with self._lock:
             self.status.last_attempt = time.time()
             try:
@@ -134,7 +144,7 @@ class Reloader:
                              "\n  ".join(exc.problems))
                 return ReloadResult(False, exc.problems)
             try:
-                hooks = build_chain(new.hooks)
+                hooks = build_chain(new.hooks, self._dispatcher.shared)
             except HookConfigError as exc:
                 self.status.failures += 1
                 self.status.last_error = [new.hide_values(f"hooks: {exc}")]

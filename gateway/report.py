@@ -47,13 +47,17 @@ async def approve(config: TriadConfig, names: list[str]) -> int:
     """Pin the current definitions of `names` (or of every tool) in each pin_definitions hook's state file."""
     from gateway.daemon import running_gateway
     from gateway.pinning import PinStore
+    from gateway.shared import FilePins, Pins
 
-    stores = [PinStore(Path(spec.options.get("state", "triad-pins.json")))
-              for spec in config.hooks if spec.name == "pin_definitions"]
-    if not stores:
+    states = [str(spec.options.get("state", "triad-pins.json")) for spec in config.hooks
+              if spec.name == "pin_definitions"]
+    if not states:
         print("triad: no pin_definitions hook in this config; nothing to approve", file=sys.stderr)
         return 1
     async with running_gateway(config) as gw:
+        # with `cluster:`, approvals are the cluster's (in Redis), seen at once by every replica
+        stores: list[Pins] = [gw.cluster.pins(state) if gw.cluster is not None else FilePins(PinStore(Path(state)))
+                              for state in states]
         await gw.pool.wait_settled(PLAN_MARGIN)
         tools = gw.dispatcher.registry.tools
         unknown = [name for name in names if name not in tools]
@@ -64,7 +68,7 @@ async def approve(config: TriadConfig, names: list[str]) -> int:
             descriptor = tools[name]
             if descriptor.executor is None or descriptor.executor.kind != "mcp":
                 continue
-            changed = [store.approve(descriptor.executor.id, descriptor.executor.tool, descriptor.wire)
+            changed = [await store.approve(descriptor.executor.id, descriptor.executor.tool, descriptor.wire)
                        for store in stores]
             print(f"{name}: {'approved' if any(changed) else 'already approved'}")
     return 0

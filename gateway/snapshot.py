@@ -20,7 +20,7 @@ from mcp.shared.uri_template import UriTemplate
 from gateway.config import ToolsMode
 from gateway.identity import Identity
 from gateway.registry import Registry
-from gateway.views import ClientView, build_view
+from gateway.views import ClientView, SessionLists, build_view, narrow_view
 from policy import Pipeline
 
 logger = logging.getLogger("triad.dispatch")
@@ -28,6 +28,9 @@ logger = logging.getLogger("triad.dispatch")
 MAX_CACHED_VIEWS = 1024
 """Views of identities without run-level lists, which the config bounds; past this many, the cache starts over."""
 MAX_CACHED_RUN_LIST_VIEWS = 64
+MAX_CACHED_SESSION_VIEWS = 256
+"""Views narrowed by what sessions' own upstream sessions list (`sessions: per_client`): equal lists share one, the
+least recently used goes first."""
 """Views narrowed by run-level lists, which clients choose freely: the least recently used goes first, and they
 never push a client's own view out of the cache above."""
 
@@ -39,6 +42,7 @@ class Snapshot:
         """The policy the views of this snapshot were computed with (a reload makes a new snapshot)."""
         self._views: dict[Identity, ClientView] = {}
         self._run_list_views: OrderedDict[Identity, ClientView] = OrderedDict()
+        self._session_views: OrderedDict[tuple[Identity, str | None, SessionLists], ClientView] = OrderedDict()
         self.schemas: dict[tuple[str, str], dict[str, Any]] = {}
         """Normalised input schemas by (profile, tool)."""
         self._templates: list[tuple[str, UriTemplate]] | None = None
@@ -69,6 +73,20 @@ class Snapshot:
         else:
             self._views[identity] = view
         return view
+
+    def narrowed(self, view: ClientView, own: SessionLists) -> ClientView:
+        """`view` narrowed by a session's own lists (`gateway.views.narrow_view`), cached per distinct lists."""
+        if not own:
+            return view
+        key = (view.identity, view.profile, own)
+        found = self._session_views.get(key)
+        if found is not None:
+            self._session_views.move_to_end(key)
+            return found
+        found = self._session_views[key] = narrow_view(view, self.registry, own)
+        if len(self._session_views) > MAX_CACHED_SESSION_VIEWS:
+            self._session_views.popitem(last=False)
+        return found
 
     def templates(self) -> list[tuple[str, UriTemplate]]:
         """The registry's resource templates, parsed once (for routing reads when URIs are not namespaced)."""

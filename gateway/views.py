@@ -16,9 +16,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from consumers import OwnLists
 from gateway.catalog import SERVING, TAKES_TASKS_KEY, upstream_of_key
 from gateway.config import ToolsMode
 from gateway.errors import StaleCursor
+from gateway.naming import expose_uri
 from gateway.planner import PlanEntry, ToolPlan, build_plan
 from gateway.registry import PromptEntry, Registry, ToolDescriptor
 from gateway.schemas import PROFILES, normalize
@@ -116,6 +118,47 @@ def build_view(registry: Registry, identity: Identity, pipeline: Pipeline, profi
         mode=mode,
         profile=profile,
     )
+
+
+SessionLists = tuple[tuple[str, OwnLists | None], ...]
+"""What a session's own upstream sessions list (`sessions: per_client`), by upstream name, sorted; None where its
+own session could not be opened (that upstream's tools are then hidden from it: fail closed)."""
+
+
+def narrow_view(view: ClientView, registry: Registry, own: SessionLists) -> ClientView:
+    """`view` as one session sees it: of each per-client upstream, only the tools its own session lists, and that
+    session's resources instead of the catalog's (its session resources, namespaced like the others)."""
+    by_upstream = dict(own)
+    dropped = set()
+    for name, entry in view.tools.items():
+        executor = entry.executor
+        if executor.kind == "mcp" and executor.id in by_upstream:
+            lists = by_upstream[executor.id]
+            if lists is None or executor.tool not in lists.tools:
+                dropped.add(name)
+    resources = view.resources_wire
+    replaced = {name for name, lists in own if lists is not None and lists.resources is not None
+                and name in view.visible_upstreams}
+    if replaced:
+        owners = registry.resources
+        kept = tuple(wire for wire in resources
+                     if (found := owners.get(wire.get("uri", ""))) is None or found.upstream not in replaced)
+        added = tuple({**wire, "uri": _exposed_uri(registry, name, wire["uri"])}
+                      for name, lists in own if name in replaced and lists is not None
+                      for wire in lists.resources or () if isinstance(wire.get("uri"), str))
+        resources = kept + added
+    if not dropped and not replaced:
+        return view
+    tools_wire = tuple(wire for wire in view.tools_wire if wire.get("name") not in dropped)
+    return dataclasses.replace(
+        view, tools={name: entry for name, entry in view.tools.items() if name not in dropped},
+        tools_wire=tools_wire, resources_wire=resources,
+        fingerprint=(_digest(tools_wire), _digest(resources + view.templates_wire), view.fingerprint[2]))
+
+
+def _exposed_uri(registry: Registry, upstream: str, raw: str) -> str:
+    part = registry.uri_parts.get(upstream)
+    return expose_uri(raw, part) if part is not None else raw
 
 
 def tool_wire(descriptor: ToolDescriptor, profile: str | None, schemas: dict[tuple[str, str], dict[str, Any]]

@@ -159,3 +159,24 @@ async def test_list_changes_and_resource_updates_reach_the_clients(upstream_era:
         update = next(m for m in seen if isinstance(m, types.ResourceUpdatedNotification))
         assert str(update.params.uri) == "test://watched-resource"
 
+
+
+async def test_a_session_holds_a_bounded_number_of_resource_subscriptions(triads: dict[str, tuple[str, Proc]]
+                                                                          ) -> None:
+    """Past `MAX_SUBSCRIPTIONS` a new subscription is refused with a clear error (one it holds is still fine), and
+    another session is not affected."""
+    from exposers.notify import MAX_SUBSCRIPTIONS
+
+    url, _ = triads["handshake"]
+    async with streamable_http_client(url) as (read, write), ClientSession(read, write) as session, \
+            streamable_http_client(url) as (other_read, other_write), ClientSession(other_read, other_write) as other:
+        await session.initialize()
+        await other.initialize()
+        for n in range(MAX_SUBSCRIPTIONS):
+            await session.subscribe_resource(f"test://watched-resource/{n}")  # type: ignore[arg-type]
+        with pytest.raises(MCPError, match="resource subscriptions, the most one session may hold"):
+            await session.subscribe_resource("test://watched-resource/one-more")  # type: ignore[arg-type]
+        await session.subscribe_resource("test://watched-resource/0")  # type: ignore[arg-type]
+        await other.subscribe_resource("test://watched-resource/one-more")  # type: ignore[arg-type]
+        await session.unsubscribe_resource("test://watched-resource/0")  # type: ignore[arg-type]
+        await session.subscribe_resource("test://watched-resource/one-more")  # type: ignore[arg-type]

@@ -188,15 +188,20 @@ async def test_metrics_pass_promtool_and_carry_what_dashboards_expect(procs: lis
     promtool = shutil.which("promtool")
     if promtool is None:
         pytest.fail("promtool is missing: install Debian's prometheus package (make test does it)")
-    config = write_config(tmp_path, {"upstreams": {"fx": stdio_upstream("operator-metrics", timeout="1s")}})
-    proc = Proc([*TRIAD, "serve", "-c", str(config), "--port", "0"])
+    config = write_config(tmp_path, {"upstreams": {"fx": stdio_upstream("operator-metrics", timeout="1s")},
+                                     "hooks": [{"rate_limit": {"per_tool": "1/h"}}]})
+    proc = Proc([*TRIAD, "serve", "-c", str(config), "--port", "0", "--log-level", "INFO"])
     procs.append(proc)
     url = (await proc.until(r"listening on (http://127\.0\.0\.1:\d+/mcp)")).group(1)
     await proc.until(r"upstream fx ready")
     async with http_session(url) as via:
         await call(via, "echo", {"text": "x"})
+        assert (await call(via, "echo", {"text": "x"}))["isError"] is True  # the rate limit's block
         with pytest.raises(MCPError):
             await call(via, "slow", {"seconds": 30})
+        with pytest.raises(MCPError):
+            await call(via, "die")  # the child exits; Triad starts it again
+    await proc.until(r"upstream fx ready", count=2)
     async with httpx2.AsyncClient() as http:
         text = (await http.get(url.replace("/mcp", "/metrics"))).text
     import anyio
@@ -205,6 +210,9 @@ async def test_metrics_pass_promtool_and_carry_what_dashboards_expect(procs: lis
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "_created" not in text
     assert 'triad_calls_total{kind="tool",outcome="timeout",upstream="fx"} 1.0' in text
+    assert 'triad_calls_total{kind="tool",outcome="blocked",upstream="fx"} 1.0' in text
+    assert 'triad_blocked_calls_total{hook="rate_limit",upstream="fx"} 1.0' in text
+    assert 'triad_upstream_restarts_total{upstream="fx"} 1.0' in text
     assert "triad_reloads_total 0.0" in text and "triad_reload_failures_total 0.0" in text
     assert "process_resident_memory_bytes" in text and "python_info" in text
     assert 'triad_build_info{mcp="' in text

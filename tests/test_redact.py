@@ -140,8 +140,8 @@ async def test_redact_covers_logs_progress_errors_meta_and_prompts_through_triad
                                                                                 tmp_path: Path) -> None:
     """A real upstream whose name is a secret: its log messages and the echo's `_meta` carry it. Over stdio the
     upstream's messages come through the SDK's session; over HTTP through Triad's own hop."""
-    upstream = stdio_upstream("swordfish") if transport == "stdio" else {"url": start_fixture(procs, "http",
-                                                                                              "swordfish")}
+    upstream = stdio_upstream("swordfish", "--subscribable") if transport == "stdio" else {
+        "url": start_fixture(procs, "http", "swordfish", "--subscribable")}
     config = write_config(tmp_path, {"upstreams": {"fx": upstream},
                                      "naming": {"prefix": "always"},
                                      "hooks": [{"redact": {"patterns": ["swordfish", r"step \d", "greeting"]}}]})
@@ -168,6 +168,13 @@ async def test_redact_covers_logs_progress_errors_meta_and_prompts_through_triad
         with pytest.raises(MCPError) as raised:
             await session.read_resource("fixture://fx/nothing-swordfish")  # type: ignore[arg-type]
         assert raised.value.error.message == "Resource not found: fixture://nothing-[REDACTED]"
+        with pytest.raises(MCPError) as raised:  # a completion's and a subscription's errors as well
+            await session.complete(types.PromptReference(name="fx__greet"),
+                                   {"name": "who", "value": "refuse swordfish"})
+        assert raised.value.error.message == "no completions for refuse [REDACTED]"
+        with pytest.raises(MCPError) as raised:
+            await session.subscribe_resource("fixture://fx/refuse-swordfish")  # type: ignore[arg-type]
+        assert raised.value.error.message == "cannot subscribe to fixture://refuse-[REDACTED]"
         prompt = await session.get_prompt("fx__greet", {"who": "swordfish"})
         assert prompt.description == "A [REDACTED]."
         assert prompt.messages[0].content.text == "Hello, [REDACTED]!"  # type: ignore[union-attr]

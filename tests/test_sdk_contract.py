@@ -201,3 +201,25 @@ async def test_a_client_session_passes_a_callers_progress_token_through() -> Non
                         "a caller's progressToken passes through when no progress callback is given")
         tg.cancel_scope.cancel()
     to_session.close()
+
+
+def test_a_client_session_builds_the_capabilities_it_declares_in_one_replaceable_method() -> None:
+    import inspect
+
+    from mcp import ClientSession
+
+    from consumers import _sdk as consumer_sdk
+
+    async def unused(*_args: Any) -> Any:
+        raise AssertionError("not called")
+
+    expect_consumer("self._build_capabilities(" in inspect.getsource(ClientSession),
+                    "ClientSession declares the capabilities ClientSession._build_capabilities builds")
+    send, receive = anyio.create_memory_object_stream[Any](1)
+    session = ClientSession(receive, send, elicitation_callback=unused)
+    consumer_sdk.declare_as_client(session, {"elicitation": {"form": {}}, "sampling": {}})
+    declared = session._build_capabilities("2025-11-25").model_dump(by_alias=True, mode="json", exclude_none=True)
+    expect_consumer(declared.get("elicitation") == {"form": {}} and "sampling" not in declared,
+                    "declare_as_client declares a client's own spelling of what the session has a callback for")
+    send.close()
+    receive.close()

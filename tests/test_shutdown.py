@@ -84,6 +84,7 @@ def test_sigterm_to_triad_stdio_stops_every_descendant_of_stdio_upstreams(tmp_pa
         assert len(wait_until_gone(mark, 0)) == 2
         triad.popen.send_signal(signal.SIGTERM)  # the client keeps its end of stdin open
         assert wait_until_gone(mark) == []
+        assert triad.popen.wait(timeout=30) == 0, triad.stderr  # and Triad itself exits, stdin open or not
         assert "Traceback" not in triad.stderr, triad.stderr
     finally:
         triad.terminate()

@@ -12,11 +12,13 @@ from pathlib import Path
 import anyio
 import mcp_types as types
 import pytest
+from mcp import ClientSession
 from mcp.shared.exceptions import MCPError
 
 from tests.conftest import (
     FIXTURE,
     PYTHON,
+    ROOT,
     RUN_MARKER,
     TRIAD,
     Proc,
@@ -219,28 +221,43 @@ async def test_an_upstream_flooding_notifications_does_not_stall_others(procs: l
         assert seen[-1] == 3000 and len(seen) == 3000
 
 
-async def test_circuit_breaker_fails_fast_then_tries_again(procs: list[Proc], tmp_path: Path) -> None:
-    """Connection-level failures (here a 503 from the upstream's HTTP server: nothing took the call) open it."""
-    upstream = start_fixture(procs, "http", "breaker", "--unavailable-calls", "2")
+@pytest.mark.parametrize("protocol", ["handshake", "auto"])
+async def test_circuit_breaker_fails_fast_then_tries_again(procs: list[Proc], tmp_path: Path, protocol: str) -> None:
+    """Connection-level failures (here a 503 from the upstream's HTTP server: nothing took the call) open it; in
+    both eras (`auto`: a 2026-07-28 upstream, through the SDK's transport rather than Triad's direct path)."""
+    if protocol == "handshake":
+        upstream, tool, arguments = start_fixture(procs, "http", "breaker", "--unavailable-calls", "2"), "echo", {}
+    else:
+        proc = Proc([PYTHON, str(ROOT / "tests" / "servers" / "conformance_upstream.py"), "--transport", "http",
+                     "--name", marker("breaker-modern"), "--unavailable-calls", "2"])
+        procs.append(proc)
+        port = proc.wait_for(r"READY (\d+)").group(1)
+        upstream = f"http://127.0.0.1:{port}/mcp"
+        tool, arguments = "test_simple_text", {}
     fixture = procs[-1]
-    config = write_config(tmp_path, {"upstreams": {"fx": {"url": upstream, "ping_interval": "1h",
-                                                          "circuit_breaker": {"failures": 2, "cooldown": "1s"}}}})
+    config = write_config(tmp_path, {"upstreams": {"fx": {"url": upstream, "ping_interval": "1h", "protocol": protocol,
+                                                          "circuit_breaker": {"failures": 2, "cooldown": "1s"}}},
+                                     "naming": {"prefix": "never"}})
     url = start_triad(procs, config, wait_ready=1)
     triad = procs[-1]
+
+    async def answered(via: ClientSession) -> bool:
+        result = await call(via, tool, {"text": "x"} if tool == "echo" else arguments)
+        return result.get("isError") is not True
+
     async with http_session(url) as via:
         for _ in range(2):
             with pytest.raises(MCPError) as raised:
-                await call(via, "echo", {"text": "x"})
+                await answered(via)
             assert raised.value.error.message == "upstream 'fx' answered HTTP 503 to tools/call"
         await triad.until(r"upstream fx: circuit open after 2 failed calls")
         with pytest.raises(MCPError) as raised:  # fails fast: the upstream does not see it
-            await call(via, "echo", {"text": "x"})
+            await answered(via)
         assert raised.value.error.message.startswith("upstream 'fx' is failing: 2 calls in a row failed to reach it")
         assert "circuit breaker" in raised.value.error.message
         assert fixture.stderr.count("answered 503") == 2
         await anyio.sleep(1.1)  # the cool-down (a window of time is the behaviour under test); then one trial call
-        assert (await call(via, "echo", {"text": "back"}))["content"][0]["text"] == "back"
-        assert (await call(via, "echo", {"text": "again"}))["content"][0]["text"] == "again"
+        assert await answered(via) and await answered(via)
 
 
 def test_an_upstream_repeating_its_cursor_is_an_error_not_a_loop(tmp_path: Path) -> None:

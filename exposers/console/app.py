@@ -85,7 +85,6 @@ def build_console(dispatcher: Dispatcher, reloader: Reloader | None) -> ASGIApp:
     templates = _templates()
     sessions = ConsoleSessions(dispatcher.config.console.session_lifetime)
     clock = pages.StateClock(dispatcher)
-    _log_blocks(dispatcher)
 
     def render(request: Request, name: str, session: ConsoleSession | None, *, status_code: int = 200,
                **context: Any) -> Response:
@@ -198,14 +197,6 @@ def build_console(dispatcher: Dispatcher, reloader: Reloader | None) -> ASGIApp:
     return _SecurityHeaders(app)
 
 
-def _log_blocks(dispatcher: Dispatcher) -> None:
-    """Have the hook chain tell the call log which hook blocked a call. A reload brings a new chain, and tells the
-    dispatcher's listeners (synchronously, right after the swap): the new chain is told too."""
-    def attach() -> None:
-        dispatcher.hooks.on_block = dispatcher.metrics.call_log.blocked
-
-    attach()
-    dispatcher.add_listener(attach)
 
 
 async def _form(request: Request) -> dict[str, Any] | None:

@@ -15,8 +15,6 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import anyio
-
 from gateway.builtin_hooks import PinDefinitions
 from gateway.dispatch import Dispatcher
 from gateway.identity import LOCAL_CLIENT, identity_for
@@ -180,20 +178,17 @@ async def pending_pins(dispatcher: Dispatcher) -> tuple[bool, list[PinRow]]:
     hooks = _pin_hooks(dispatcher)
     registry = dispatcher.registry
 
-    def scan() -> list[PinRow]:
-        rows = []
-        for name, descriptor in sorted(registry.tools.items()):
-            executor = descriptor.executor
-            if executor is None or executor.kind != "mcp":
-                continue
-            for hook in hooks:
-                status = hook.store.status(executor.id, executor.tool, descriptor.wire)
-                if status.state == "changed" or (status.state == "new" and not hook.options.trust_new):
-                    rows.append(PinRow(name, executor.id, executor.tool, status.state, _diff(status)))
-                    break
-        return rows
-
-    return bool(hooks), await anyio.to_thread.run_sync(scan)
+    rows = []
+    for name, descriptor in sorted(registry.tools.items()):
+        executor = descriptor.executor
+        if executor is None or executor.kind != "mcp":
+            continue
+        for hook in hooks:
+            status = await hook.pins.status(executor.id, executor.tool, descriptor.wire)
+            if status.state == "changed" or (status.state == "new" and not hook.options.trust_new):
+                rows.append(PinRow(name, executor.id, executor.tool, status.state, _diff(status)))
+                break
+    return bool(hooks), rows
 
 
 def _diff(status: PinStatus) -> list[str]:
@@ -212,9 +207,6 @@ async def approve(dispatcher: Dispatcher, tool: str) -> bool:
     if not hooks or descriptor is None or executor is None or executor.kind != "mcp":
         return False
 
-    def pin() -> None:
-        for hook in hooks:
-            hook.store.approve(executor.id, executor.tool, descriptor.wire)
-
-    await anyio.to_thread.run_sync(pin)
+    for hook in hooks:
+        await hook.pins.approve(executor.id, executor.tool, descriptor.wire)
     return True

@@ -327,6 +327,7 @@ def main() -> None:
     parser.add_argument("--transport", choices=["stdio", "http"], default="stdio")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--name", default=NAME, help="only shown in the process list (the tests mark their runs)")
+    parser.add_argument("--unavailable-calls", type=int, default=0, help="HTTP 503 to the first K tools/call POSTs")
     args = parser.parse_args()
     tasks = Tasks()
     server = build_server(tasks)
@@ -337,7 +338,7 @@ def main() -> None:
             if args.transport == "stdio":
                 await serve_stdio(server)
             else:
-                await serve_http(server, "http", args.port)
+                await serve_http(server, "http", args.port, args.unavailable_calls)
             tg.cancel_scope.cancel()
 
     anyio.run(serve)

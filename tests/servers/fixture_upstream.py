@@ -233,6 +233,8 @@ def build_server(args: argparse.Namespace) -> Server[Any]:
                 "messages": [{"role": "user", "content": {"type": "text", "text": f"Hello, {who}!"}}]}
 
     async def complete(ctx: Any, params: Any) -> dict[str, Any]:
+        if params.argument.value.startswith("refuse"):
+            raise MCPError(-32602, f"no completions for {params.argument.value}")
         return {"completion": {"values": ["alpha", "beta"], "total": 2, "hasMore": False}}
 
     server = Server(args.name, version="1.0", on_list_tools=list_tools, on_call_tool=call_tool,
@@ -257,6 +259,8 @@ def build_server(args: argparse.Namespace) -> Server[Any]:
         server.middleware.append(slow_ping)
     if args.subscribable:
         async def subscribe(ctx: Any, params: Any) -> dict[str, Any]:
+            if "refuse" in str(params.uri):
+                raise MCPError(-32002, f"cannot subscribe to {params.uri}")
             subscribed.setdefault(id(ctx.session), (ctx.session, set()))[1].add(str(params.uri))
             return {}
 

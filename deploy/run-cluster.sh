@@ -1,0 +1,38 @@
+#!/bin/sh
+# The worked scale-out deployment, on loopback: Redis, three Triad replicas and HAProxy in front of them.
+#   deploy/run-cluster.sh            # clients connect to http://127.0.0.1:8770/mcp (token: demo-token-change-me)
+# Needs Debian's redis-server and haproxy (`make system-tools`) and Triad's venv (`make setup`). Ctrl-C stops all.
+# Ports: TRIAD_FRONT_PORT (8770), replicas TRIAD_FRONT_PORT+1..+3, TRIAD_REDIS_PORT (6390).
+set -eu
+cd "$(dirname "$0")/.."
+FRONT=${TRIAD_FRONT_PORT:-8770}
+export TRIAD_REDIS_PORT=${TRIAD_REDIS_PORT:-6390}
+export TRIAD_CLUSTER_KEY=${TRIAD_CLUSTER_KEY:-$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')}
+TRIAD=${TRIAD:-.venv/bin/triad}
+RUN=$(mktemp -d "${TMPDIR:-/tmp}/triad-cluster.XXXXXX")
+PIDS=""
+stop() {
+    # SIGTERM: each replica leaves the cluster, drains its calls in flight and exits
+    for pid in $PIDS; do kill -TERM "$pid" 2>/dev/null || true; done
+    wait
+    rm -rf "$RUN"
+}
+trap stop EXIT INT TERM
+
+redis-server --port "$TRIAD_REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$RUN" \
+    --logfile "$RUN/redis.log" &
+PIDS="$!"
+SERVERS=""
+for i in 1 2 3; do
+    port=$((FRONT + i))
+    TRIAD_REPLICA_ID="r$i" "$TRIAD" serve -c deploy/cluster.yaml --port "$port" 2>"$RUN/r$i.log" &
+    PIDS="$PIDS $!"
+    SERVERS="$SERVERS    server r$i 127.0.0.1:$port check inter 500 fall 2 rise 1\n"
+done
+awk -v front="$FRONT" -v sock="$RUN/haproxy.sock" -v servers="$SERVERS" \
+    '{ gsub("@FRONT_PORT@", front); gsub("@STATS_SOCKET@", sock); if ($0 == "@SERVERS@") printf "%s", servers; else print }' \
+    deploy/haproxy.cfg.in > "$RUN/haproxy.cfg"
+haproxy -f "$RUN/haproxy.cfg" -db &
+PIDS="$PIDS $!"
+echo "triad cluster: http://127.0.0.1:$FRONT/mcp (replicas on ports $((FRONT + 1))-$((FRONT + 3)); logs in $RUN)"
+wait

@@ -1,0 +1,15 @@
+"""Scale-out: several replicas behind a load balancer, sharing state in Redis (`cluster:` in the config).
+
+Imported only when the config has a `cluster:` block (redis-py and cryptography are then needed:
+`pip install 'mcp-triad[cluster]'`). What is shared, and what each piece does while Redis is unreachable, is said
+in each module: `buckets` (rate limits), `pins` (approved definitions), `events` (reloads, list changes, resource
+updates), `sessions` (which replica owns a handshake-era session), `replicas` (heartbeats, `/readyz`),
+`secret_box` (encryption of stored secrets, identity hashes), `vault` (per-identity secrets).
+"""
+
+from gateway.cluster._link import RedisDown
+from gateway.cluster.cluster import Cluster
+from gateway.cluster.secret_box import SecretBox, SecretUnreadable
+from gateway.cluster.vault import Vault
+
+__all__ = ["Cluster", "RedisDown", "SecretBox", "SecretUnreadable", "Vault"]
