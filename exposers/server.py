@@ -50,7 +50,7 @@ from exposers.request import ClientRequest, acting_identity, serve
 from gateway.dispatch import LEGACY_TASKS, SUBSCRIBE, Dispatcher
 from gateway.errors import TriadError, UpstreamRefused
 from gateway.hooks import Session
-from gateway.identity import Identity, narrowed
+from gateway.identity import Identity, credential_owner, narrowed
 from gateway.tasks import (
     EXTENSION,
     LEGACY_METHODS,
@@ -311,6 +311,8 @@ def hook_session(connection: Connection) -> Session:
         found = Session(session_label(connection), back=None if modern else SessionRelay(connection))
         connection.state[SESSION_STATE_KEY] = found
         connection.exit_stack.push_async_callback(found.close)
+    if found.user is None and (owner := session_identity(connection)) is not None:
+        found.user = credential_owner(owner)
     return found
 
 
