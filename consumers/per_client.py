@@ -94,7 +94,10 @@ class ClientLink:
     """Opening waits for the client's person to authorize (`auth: per_user`), not only for the upstream."""
     lists: OwnLists | None = None
     stale: set[str] = field(default_factory=set)
-    """Own lists the upstream said changed on this session (both are re-listed by the owner task)."""
+    """Own lists the upstream said changed on this session (both are re-listed by the owner task); until that is
+    done, `lists` are not shown: a client told that a list changed must not be shown the old one."""
+    relisted: anyio.Event = field(default_factory=anyio.Event)
+    """Set once `stale` is empty again (replaced when it fills)."""
     wake: anyio.Event = field(default_factory=anyio.Event)
 
     def close(self) -> None:
@@ -102,6 +105,8 @@ class ClientLink:
         self.wake.set()
 
     def changed(self, family: str) -> None:
+        if not self.stale:
+            self.relisted = anyio.Event()
         self.stale.add(family)
         self.wake.set()
 
@@ -189,7 +194,7 @@ class ClientSessions:
         those of a session that declared the same capabilities."""
         link = self._links.get(origin)
         if link is not None and link.lists is not None and not link.closed.is_set():
-            return link.lists
+            return None if link.stale else link.lists  # being re-listed: `lists_for` waits for it
         learned = self._learned.get(_signature(origin))
         return OwnLists.of(learned, None) if learned is not None else None
 
@@ -199,6 +204,9 @@ class ClientSessions:
             return known
         await self.channel_for(origin)
         link = self._links.get(origin)
+        if link is not None and link.stale:
+            with anyio.move_on_after(self._config().timeout):  # past it, the lists it had stand
+                await link.relisted.wait()
         if link is None or link.lists is None:
             raise UpstreamUnavailable(self._upstream, f"upstream {self._upstream!r} closed this client's session")
         return link.lists
@@ -310,14 +318,14 @@ class ClientSessions:
                                              seconds=anyio.current_time() - started))
         finally:
             link.opened.set()  # a request waiting for a session that failed to open learns it now
+            link.relisted.set()  # and one waiting for its lists, that they will not change any more
             if self._links.get(link.origin) is link:
                 del self._links[link.origin]
 
     async def _relist(self, link: ClientLink, session: ClientSession, offered: Mapping[str, Any]) -> None:
         """Re-list after the upstream said a list changed on this client's session, and tell that client (only)
         which of its lists changed."""
-        link.stale.clear()
-        before = link.lists
+        pending, before = set(link.stale), link.lists
         try:
             with anyio.fail_after(self._config().timeout):
                 now = link.lists = await _list_own(self._upstream, session, offered)
@@ -326,6 +334,10 @@ class ClientSessions:
                            describe_failure(exc),
                            extra=log_fields(self._upstream, "relist_failed", session=link.origin))
             return
+        finally:
+            link.stale -= pending  # a change told meanwhile stays, for the next round
+            if not link.stale:
+                link.relisted.set()
         self._learn(link.origin, now.tools)
         back = link.origin.back
         if before is None or not isinstance(back, ListsChanged):
