@@ -124,7 +124,7 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
             if session is None:
                 session = connection.state[SESSION_IDENTITY_KEY] = caller
         return acting_identity(dispatcher.config, caller, session, client_name(ctx),
-                               session is not None and takes_tasks(connection))
+                               takes_tasks(connection) if session is not None else True)
 
     results = RawResults()
 
