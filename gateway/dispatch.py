@@ -51,7 +51,7 @@ SUBSCRIBE = "resources/subscribe"
 """In `Dispatcher.offered()`: some upstream lets clients subscribe to its resources."""
 LEGACY_TASKS = "tasks"
 """In `Dispatcher.offered()`: some handshake-era upstream runs `tools/call` as a task (2025-11-25); `EXTENSION`:
-some 2026-07-28 upstream offers the tasks extension."""
+some upstream's tasks can be offered to 2026-07-28 clients (its own extension, or translated legacy tasks)."""
 
 
 def _subscribable(upstream: Upstream) -> bool:
@@ -246,7 +246,7 @@ class Dispatcher:
             if _subscribable(upstream):
                 families.add(SUBSCRIBE)
             if offers_legacy_tasks(upstream.catalog.capabilities) and not upstream.modern:
-                families.add(LEGACY_TASKS)
+                families |= {LEGACY_TASKS, EXTENSION}  # Triad translates its tasks for 2026-07-28 clients
             if offers_extension(upstream.catalog.capabilities) and upstream.modern:
                 families.add(EXTENSION)
         return families
