@@ -301,6 +301,8 @@ def hook_session(connection: Connection) -> Session:
     if found is None:
         modern = connection.protocol_version in MODERN_PROTOCOL_VERSIONS
         found = Session(session_label(connection), back=None if modern else SessionRelay(connection))
+        if connection.session_id:
+            found.key = hashlib.sha256(connection.session_id.encode()).hexdigest()[:40]
         connection.state[SESSION_STATE_KEY] = found
         connection.exit_stack.push_async_callback(found.close)
     return found

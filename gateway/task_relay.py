@@ -10,7 +10,9 @@ open for the questions of translated tasks (`InputBridge`).
 
 from __future__ import annotations
 
+import base64
 import logging
+import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -21,8 +23,8 @@ from pydantic import ValidationError
 
 from consumers import CURRENT_DOWNSTREAM, Upstream
 from consumers.errors import UpstreamError, UpstreamRefused
-from gateway.errors import INVALID_PARAMS, TriadError
-from gateway.hooks import CallContext, HookChain, Outcome
+from gateway.errors import INVALID_PARAMS, InvalidRequest, TriadError
+from gateway.hooks import CallContext, HookChain, Outcome, Session
 from gateway.identity import Identity
 from gateway.task_eras import (
     InputBridge,
@@ -55,14 +57,40 @@ the `tasks/result` stream Triad opened for them (they come at once; the bound is
 logger = logging.getLogger(__name__)
 
 
+def key_of(session: Any) -> str | None:
+    """The key a downstream session's tasks are bound to (None: a request without a session)."""
+    return session.key if isinstance(session, Session) else None
+
+
+def _cursor_at(seq: int) -> str:
+    return base64.urlsafe_b64encode(f"tasks:{seq}".encode()).decode()
+
+
+def _cursor_position(cursor: Any) -> int:
+    """Where a `tasks/list` cursor of Triad's own points (0: the start); anything else is -32602."""
+    if cursor is None:
+        return 0
+    try:
+        kind, _, seq = base64.urlsafe_b64decode(str(cursor).encode()).decode().partition(":")
+        if kind == "tasks" and seq.isdigit():
+            return int(seq)
+    except (ValueError, UnicodeDecodeError):
+        pass
+    raise InvalidRequest(f"Invalid cursor: {cursor}")
+
+
 def era_of(upstream: Upstream) -> Era:
     return "2026-07-28" if upstream.modern else "2025-11-25"
 
 
 class TaskRelay:
     def __init__(self, book: TaskBook, forward: Forward, upstream: Callable[[str], Upstream],
-                 uri_part: Callable[[str], str | None], hooks: Callable[[], HookChain]) -> None:
+                 uri_part: Callable[[str], str | None], hooks: Callable[[], HookChain],
+                 page_size: Callable[[], int] = lambda: 100) -> None:
         self.book = book
+        self._page_size = page_size
+        self._sessions: weakref.WeakValueDictionary[str, Session] = weakref.WeakValueDictionary()
+        """The live downstream sessions that hold tasks, by key: where a task's status pushes go (in-process)."""
         self._hooks = hooks
         self._forward = forward
         self._upstream = upstream
@@ -102,16 +130,22 @@ class TaskRelay:
             if upstream.modern:  # no 2025-11-25 client asks a 2026 upstream for a task (it declares no extension)
                 return result
             result = modern_created(result)
-        task_id = self.book.adopt(upstream.name, created[0], identity, session, era, created[1], call)
+        if isinstance(session, Session) and era == "2025-11-25":
+            self._sessions[session.key] = session
+        task_id = self.book.adopt(upstream.name, created[0], identity, key_of(session), era, created[1], call)
         return with_task_id(result, task_id)
+
+    def session_of(self, entry: TaskEntry) -> Session | None:
+        """The downstream session that created a handshake-era task, while it lasts (in this process)."""
+        return self._sessions.get(entry.session) if entry.session is not None else None
 
     async def request(self, identity: Identity, session: Any, method: str, params: Mapping[str, Any],
                       era: Era) -> dict[str, Any]:
         """A client's `tasks/*` request of `era`, sent to the upstream session that holds the task."""
         if method == "tasks/list":
-            return await self._list(identity, session)
+            return await self._list(identity, session, params.get("cursor"))
         task_id = params.get("taskId")
-        entry = self.book.find(task_id, identity, session, era)
+        entry = self.book.find(task_id, identity, key_of(session), era)
         assert isinstance(task_id, str)  # `find` found it
         upstream = self._upstream(entry.upstream)
         if entry.era != era_of(upstream):
@@ -185,7 +219,7 @@ class TaskRelay:
         """`method` about the entry's task, to the upstream that holds it (`final`: `tasks/result`, which waits)."""
         limits = (upstream.config.max_call_time,) * 2 if final else (None, None)
         return await self._forward(upstream, "task", task_request(method, {"taskId": entry.upstream_id}),
-                                   client=entry.session, call_limits=limits, caller=(identity.client_id, method))
+                                   call_limits=limits, caller=(identity.client_id, method))
 
     async def _outcome(self, bridge: InputBridge | None, upstream: Upstream, entry: TaskEntry,
                        identity: Identity) -> dict[str, Any]:
@@ -229,26 +263,33 @@ class TaskRelay:
             final = await hooks.after(call, Outcome(result, None, 0.0))
         return final if final is not None else result
 
-    async def _list(self, identity: Identity, session: Any) -> dict[str, Any]:
-        """The caller's own tasks (2025-11-25), as each upstream session holding some of them lists them: an
-        upstream session shared by clients lists every client's, and only the caller's are kept."""
-        mine = dict(self.book.owned(identity, session, "2025-11-25"))
-        tasks: list[dict[str, Any]] = []
-        for name in sorted({entry.upstream for entry in mine.values()}):
-            upstream = self._upstream(name)
-            cursor: Any = None
+    async def _list(self, identity: Identity, session: Any, cursor: Any) -> dict[str, Any]:
+        """A page of the caller's own tasks (2025-11-25), oldest first, as each upstream session holding some of
+        them lists them (an upstream session shared by clients lists every client's; only the caller's are kept).
+        The cursor is Triad's own: where the page ended in the order Triad adopted the tasks."""
+        after = _cursor_position(cursor)
+        mine = sorted(self.book.owned(identity, key_of(session), "2025-11-25"), key=lambda item: item[1].seq)
+        rest = [(task_id, entry) for task_id, entry in mine if entry.seq > after]
+        size = max(1, self._page_size())
+        page = dict(rest[:size])
+        found: dict[str, dict[str, Any]] = {}
+        for name in sorted({entry.upstream for entry in page.values()}):
+            upstream, upstream_cursor = self._upstream(name), None
             for _ in range(MAX_LIST_PAGES):
-                page = await self._forward(upstream, "task", task_request(
-                    "tasks/list", {"cursor": cursor} if isinstance(cursor, str) else {}), client=session,
-                    caller=(identity.client_id, "tasks/list"))
-                for task in page.get("tasks") or ():
-                    found = self.book.gateway_id(name, task.get("taskId")) if isinstance(task, dict) else None
-                    if found is not None and found[0] in mine:
-                        tasks.append(with_task_id(task, found[0]))
-                cursor = page.get("nextCursor")
-                if not isinstance(cursor, str):
+                listed = await self._forward(upstream, "task", task_request(
+                    "tasks/list", {"cursor": upstream_cursor} if isinstance(upstream_cursor, str) else {}),
+                    client=session, caller=(identity.client_id, "tasks/list"))
+                for task in listed.get("tasks") or ():
+                    known = self.book.gateway_id(name, task.get("taskId")) if isinstance(task, dict) else None
+                    if known is not None and known[0] in page:
+                        found[known[0]] = with_task_id(task, known[0])
+                upstream_cursor = listed.get("nextCursor")
+                if not isinstance(upstream_cursor, str) or len(found) == len(page):
                     break
-        return {"tasks": tasks}
+        out: dict[str, Any] = {"tasks": [found[task_id] for task_id in page if task_id in found]}
+        if len(rest) > size:
+            out["nextCursor"] = _cursor_at(page[list(page)[-1]].seq)
+        return out
 
 
 class BridgeDownstream:

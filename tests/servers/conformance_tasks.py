@@ -168,9 +168,16 @@ class Tasks:
             if name == "slow_compute":
                 await anyio.sleep(float(arguments.get("seconds") or 0))
                 return text(f"computed {arguments.get('label')}")
-            if name != "greet":  # confirm_delete, multi_input without a task: asked at once
-                raise MCPError(types.INVALID_PARAMS, f"{name} runs as a task only here")
-            return text(f"Hello, {arguments.get('name')}!")
+            if name == "greet":
+                return text(f"Hello, {arguments.get('name')}!")
+            # confirm_delete, multi_input without a task: their questions asked on the call's own stream
+            questions = {"confirm": [elicit(f"Delete {arguments.get('filename')}?", {"confirm": {"type": "boolean"}},
+                                            ("confirm",))],
+                         "multi_input": [elicit("First?", {"name": {"type": "string"}}, ("name",)),
+                                         elicit("Second?", {"name": {"type": "string"}}, ("name",))]}
+            asked = [await self._ask_client(ctx, question, None)
+                     for question in questions["confirm" if name == "confirm_delete" else name]]
+            return text(f"answered: {len(asked)}")
         if name == "slow_compute":
             created = self._start(self._compute, float(arguments.get("seconds") or 0), str(arguments.get("label")))
         elif name == "test_tool_with_task":  # the name is asked before the task exists, on the call's stream
