@@ -1,7 +1,7 @@
 """Tasks (the MCP tasks extension) through Triad: which upstream holds each task, and who may see it.
 
-Both eras where the spec defines tasks are relayed, each to upstreams of its own era (the two are not
-wire-compatible, and Triad does not translate between them):
+Both eras where the spec defines tasks are relayed, each to upstreams of its own era, and a 2026-07-28 client's
+also to handshake-era upstreams, translated (`gateway.task_eras`: the two are not wire-compatible):
 - 2025-11-25: a `tools/call` with `params.task` gets a `CreateTaskResult` (`{task: {taskId, ...}}`); then
   `tasks/get`, `tasks/result`, `tasks/list`, `tasks/cancel`; `notifications/tasks/status` pushed on the session.
 - 2026-07-28 (`io.modelcontextprotocol/tasks`): the upstream decides per call (`{resultType: "task", taskId, ...}`)
