@@ -236,6 +236,8 @@ class TaskRelay:
     def _open_bridge(self, task_id: str, entry: TaskEntry, upstream: Upstream, identity: Identity) -> InputBridge:
         if self._tg is None:
             raise UpstreamError(upstream.name, "Triad cannot take this task's questions yet (starting)")
+        for gone in [known for known in self._bridges if known not in self.book]:  # expired, never read again
+            del self._bridges[gone]
         bridge = self._bridges[task_id] = InputBridge()
 
         async def hold() -> None:

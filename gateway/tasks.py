@@ -79,6 +79,9 @@ class TaskBook:
     def __len__(self) -> int:
         return len(self._tasks)
 
+    def __contains__(self, task_id: object) -> bool:
+        return task_id in self._tasks
+
     def adopt(self, upstream: str, upstream_id: str, identity: Identity, session: str | None, era: Era,
               ttl_ms: Any, call: Any = None) -> str:
         """Record a task an upstream just created for `identity`; the id the client gets."""
