@@ -13,7 +13,8 @@ the client. The mapping, where the two eras have a faithful one:
 - `tasks/cancel` -> `tasks/cancel`, answered with the 2026 empty ack (also for a task already terminal, which the
   legacy era refuses with -32602).
 
-Not mapped: `notifications/tasks/status` (2026 clients hear of tasks only through `subscriptions/listen`, which
+Not mapped: a 2025-11-25 client's task on a 2026-07-28 upstream (its tools say nothing of tasks, and a synchronous
+answer would need a task Triad hosts; the call gets -32601, `NotATask`), `notifications/tasks/status` (2026 clients hear of tasks only through `subscriptions/listen`, which
 Triad does not relay for tasks), and the legacy `tasks/list` and `tasks/result`, which do not exist at 2026.
 
 Ownership: the `TaskRelay` creates an `InputBridge` for a task the first time a client sees it `input_required`;
@@ -36,6 +37,13 @@ MISSING_CAPABILITY = -32021
 
 class MissingExtension(TriadError):
     code = MISSING_CAPABILITY
+
+
+class NotATask(TriadError):
+    """A 2025-11-25 client asked a task of a 2026-07-28 upstream's tool: such tools say nothing of tasks (listed
+    without `execution`, so `forbidden`), and the spec's answer to a task of a forbidden tool is -32601."""
+
+    code = -32601
 
 
 def legacy_support(tool: Mapping[str, Any]) -> str:

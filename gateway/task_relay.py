@@ -28,6 +28,7 @@ from gateway.hooks import CallContext, HookChain, Outcome, Session
 from gateway.identity import Identity
 from gateway.task_eras import (
     InputBridge,
+    NotATask,
     failed_error,
     legacy_task_param,
     modern_created,
@@ -111,6 +112,8 @@ class TaskRelay:
         handshake-era one gets a 2025-11-25 client's own, and for a 2026-07-28 client one that follows from the
         tool's `taskSupport` and whether the request declares the extension (`gateway.task_eras`)."""
         if upstream.modern:
+            if era == "2025-11-25" and params.get("task") is not None:
+                raise NotATask(f"{name} does not run as a task (its upstream speaks 2026-07-28 tasks)")
             return None
         if era == "2026-07-28":  # what this request declared (`capabilities`: of the request at 2026-07-28)
             downstream = CURRENT_DOWNSTREAM.get()
@@ -225,9 +228,10 @@ class TaskRelay:
                        identity: Identity) -> dict[str, Any]:
         """A terminal task's payload: `{"result": ...}` or `{"error": ...}` (its `tasks/result`)."""
         if bridge is not None:
-            await bridge.done.wait()  # the stream Triad holds ends as the task does
-            assert bridge.outcome is not None
-            return bridge.outcome
+            with anyio.move_on_after(QUESTION_WAIT):  # the stream Triad holds ends as the task does
+                await bridge.done.wait()
+            if bridge.outcome is not None:
+                return bridge.outcome
         try:
             return {"result": await self._send(upstream, entry, identity, "tasks/result", final=True)}
         except UpstreamRefused as exc:

@@ -317,6 +317,18 @@ async def test_a_legacy_clients_tasks_list_comes_in_pages_of_triads_own(procs: l
             await (ada if task_id in adas else bob).ask("tasks/cancel", {"taskId": task_id})
 
 
+async def test_a_legacy_clients_task_on_a_modern_upstream_is_refused_precisely(procs: list[Proc],
+                                                                                tmp_path: Path) -> None:
+    """No faithful mapping: a 2026-07-28 upstream's tool is `forbidden` as a 2025-11-25 task (-32601)."""
+    async with modern_triad(procs, tmp_path) as url, httpx2.AsyncClient(timeout=60) as http:
+        ada = await Client(http, url, ADA).open({"tasks": {}})
+        assert "tasks" not in ada.capabilities
+        call = {"name": "slow_compute", "arguments": {"seconds": 0, "label": "x"}}
+        refused = (await ada.ask("tools/call", {**call, "task": {}}))["error"]
+        assert refused["code"] == -32601 and "slow_compute" in refused["message"]
+        assert (await ada.ask("tools/call", call))["result"]["content"][0]["text"] == "computed x"
+
+
 async def test_a_synchronous_call_of_a_modern_client_is_not_a_task(procs: list[Proc], tmp_path: Path) -> None:
     """A request that does not declare the extension never gets a task (here via Triad's direct HTTP path)."""
     async with modern_triad(procs, tmp_path) as url, httpx2.AsyncClient(timeout=60) as http:
