@@ -25,7 +25,7 @@ run: $(VENV)/.installed
 
 # The end-to-end tests run twice: with Triad's direct HTTP path on (the default) and off (the SDK's server only).
 E2E_TESTS := tests/test_gateway_e2e.py tests/test_conformance.py tests/test_eras.py tests/test_relays.py \
-	tests/test_policy_e2e.py tests/test_search_e2e.py tests/test_cluster.py
+	tests/test_policy_e2e.py tests/test_search_e2e.py tests/test_cluster.py tests/test_oauth_upstream.py
 
 # Debian tools the tests use: promtool (checks /metrics), chromium and chromedriver (the console's browser tests),
 # redis-server and haproxy (the cluster tests and deploy/). Installed when missing, if this machine has apt-get.

@@ -3,6 +3,7 @@
 from consumers._errors import describe_failure
 from consumers.lifecycle import UpstreamState
 from consumers.listing import Catalog
+from consumers.login import LoginError, login
 from consumers.per_client import OwnLists
 from consumers.pool import UpstreamPool
 from consumers.relay import CURRENT_DOWNSTREAM, ClientOrigin, Downstream, ProgressFn, UpstreamRequest
@@ -13,6 +14,7 @@ __all__ = [
     "Catalog",
     "ClientOrigin",
     "Downstream",
+    "LoginError",
     "OwnLists",
     "ProgressFn",
     "Upstream",
@@ -20,4 +22,5 @@ __all__ = [
     "UpstreamRequest",
     "UpstreamState",
     "describe_failure",
+    "login",
 ]

@@ -47,6 +47,7 @@ from consumers.relay import (
 from consumers.transports import open_transport
 
 if TYPE_CHECKING:
+    from consumers._credentials import CredentialUse
     from consumers.http_hop import HttpHop, HttpLink
 
 MAX_INPUT_ROUNDS = 10
@@ -130,15 +131,16 @@ async def open_channel(name: str, config: UpstreamConfig, cwd: str | None, relay
                        on_message: MessageHandlerFnT, *, declare: Collection[str],
                        list_roots: ListRootsFnT | None = None, output: ChildOutput | None = None,
                        tls: Callable[[], ssl.SSLContext] | None = None,
-                       on_notification: Callable[[str, dict[str, Any]], None] | None = None
-                       ) -> AsyncIterator[SessionChannel]:
+                       on_notification: Callable[[str, dict[str, Any]], None] | None = None,
+                       auth: CredentialUse | None = None) -> AsyncIterator[SessionChannel]:
     """An upstream session before its handshake. `declare`: the client capabilities it declares (of "sampling",
     "elicitation", "roots"), each relayed through `relays`; `list_roots` answers `roots/list` instead of the
     relays. `on_message`: the upstream's notifications outside calls and transport errors; `on_notification`:
-    its task status pushes (2025-11-25), which the SDK's session passes to no handler."""
+    its task status pushes (2025-11-25), which the SDK's session passes to no handler. `auth`: the OAuth
+    credential to use, for an upstream with `auth` (`consumers.transports.open_transport`)."""
     if "roots" in declare and list_roots is None:
         list_roots = relays.on_list_roots
-    async with open_transport(name, config, cwd, output, tls) as (read, write, link):
+    async with open_transport(name, config, cwd, output, tls, auth) as (read, write, link):
         watch = EOFWatch(read, _intercept(relays, on_notification))
         async with ClientSession(watch, CallWrites(write, relays.progress), client_info=CLIENT_INFO,
                                  message_handler=on_message, logging_callback=relays.on_log,

@@ -115,6 +115,68 @@ class CircuitBreakerConfig(_Model):
     cooldown: Duration = 30.0
 
 
+AUTHORIZATION_WAIT = 300.0
+"""How long an OAuth authorization may wait for a person (to come back on the loopback redirect): a connection
+that is asking one is not held to its upstream's `connect_timeout` meanwhile."""
+DEFAULT_REDIRECT_PORT = 33418
+"""The loopback port Triad listens on for an authorization code (the redirect URI it registers is
+`http://127.0.0.1:<port>/callback`); a fixed default, so that a registration stays valid across runs."""
+
+
+class UpstreamAuthConfig(_Model):
+    """`upstreams.<name>.auth`: Triad as an OAuth 2.1 client of an upstream that requires it (MCP authorization).
+
+    The authorization server is discovered from the upstream's 401 (protected resource metadata, then
+    authorization server metadata); Triad registers by, in this order, the pre-registered `client_id`, a client ID
+    metadata document (`client_metadata_url`) where the server supports them, or dynamic registration.
+    `grant: authorization_code` needs a person once (`triad login <upstream>`, or `browser`); the tokens are kept
+    in Triad's state directory and refreshed. `grant: client_credentials` needs `client_id` and `client_secret`."""
+
+    type: Literal["oauth"] = "oauth"
+    mode: Literal["gateway", "per_user"] = "gateway"
+    """`gateway`: one credential, Triad's, for every client. `per_user`: each client identity (each OAuth subject)
+    calls with a token of its own, obtained by its own authorization (URL-mode elicitation to its client, or
+    `triad login <upstream> --client <id>`); Triad's credential only lists the upstream's catalog. Needs
+    `sessions: per_client` (the default for streamable HTTP)."""
+    grant: Literal["authorization_code", "client_credentials"] = "authorization_code"
+    client_id: str | None = Field(default=None, min_length=1)
+    client_secret: SecretStr | None = None
+    token_endpoint_auth_method: Literal["client_secret_basic", "client_secret_post", "none"] | None = None
+    """With a pre-registered `client_id`. Unset: `client_secret_basic` with a secret, `none` without."""
+    issuer: str | None = None
+    """The authorization server the pre-registered credentials belong to: they are never sent to another."""
+    client_metadata_url: str | None = None
+    """An HTTPS URL with a path, where Triad's client ID metadata document is served (it is Triad's client_id
+    where the authorization server supports such documents)."""
+    client_name: str = "Triad"
+    scopes: tuple[str, ...] = ()
+    """With grant client_credentials: the scopes asked for. (An authorization asks for what the upstream's
+    challenge or metadata name, as the MCP spec orders.)"""
+    redirect_port: int = Field(default=DEFAULT_REDIRECT_PORT, ge=1, le=65535)
+    browser: str | None = None
+    """A command the daemon runs with the authorization URL as its last argument when it has to ask a person
+    (no token, or a scope step-up). Unset: the daemon does not ask; the upstream is down until `triad login`."""
+    token_store: str | None = None
+    """The file the tokens are kept in (mode 0600). Unset: `<state_dir>/<config name>.tokens/<upstream>.json`,
+    filled in when the config is loaded; in memory only for a config that has no file."""
+
+    @model_validator(mode="after")
+    def _check_grant(self) -> UpstreamAuthConfig:
+        if self.grant == "client_credentials" and (self.client_id is None or self.client_secret is None):
+            raise ValueError("grant client_credentials needs client_id and client_secret")
+        if self.grant == "client_credentials" and self.token_endpoint_auth_method == "none":
+            raise ValueError("grant client_credentials authenticates the client: token_endpoint_auth_method "
+                             "cannot be none")
+        if self.scopes and self.grant != "client_credentials":
+            raise ValueError("scopes apply to grant client_credentials only (an authorization asks for the scopes "
+                             "the upstream names)")
+        if self.client_secret is not None and self.client_id is None:
+            raise ValueError("client_secret needs client_id")
+        if self.client_metadata_url is not None and not re.match(r"^https://[^/\s]+/\S", self.client_metadata_url):
+            raise ValueError("client_metadata_url must be an https URL with a path")
+        return self
+
+
 Transport = Literal["stdio", "streamable-http", "sse"]
 
 _TRANSPORT_SPELLINGS: dict[str, Transport] = {
@@ -135,6 +197,8 @@ class UpstreamConfig(_Model):
     cwd: str | None = None
     url: str | None = None
     headers: dict[str, WireString] = {}
+    auth: UpstreamAuthConfig | None = None
+    """OAuth towards this upstream (streamable HTTP only)."""
     transport: Transport | None = None
     timeout: Duration = DEFAULT_UPSTREAM_TIMEOUT
     connect_timeout: Duration = DEFAULT_CONNECT_TIMEOUT
@@ -178,6 +242,12 @@ class UpstreamConfig(_Model):
 
     @model_validator(mode="after")
     def _check_target(self) -> UpstreamConfig:
+        if self.auth is not None and self.kind != "streamable-http":
+            raise ValueError("auth: OAuth is supported on streamable-http upstreams only")
+        if self.auth is not None and self.auth.mode == "per_user" and self.session_mode != "per_client":
+            raise ValueError("auth: mode per_user needs sessions: per_client (one upstream session per client)")
+        if self.auth is not None and any(key.lower() == "authorization" for key in self.headers):
+            raise ValueError("auth: give either auth or an Authorization header, not both")
         if self.command is not None:
             if not self.command.strip():
                 raise ValueError("command is empty")

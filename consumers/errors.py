@@ -44,3 +44,12 @@ class UpstreamTimeout(UpstreamError):
 
 class UpstreamRefused(UpstreamError):
     """The upstream answered with a JSON-RPC error; its code, message and data pass through."""
+
+
+class UpstreamAuthorizationRequired(UpstreamUnavailable):
+    """The upstream needs a person to authorize Triad (or, with `auth: per_user`, the caller), and no one can be
+    asked now; the message says how (`triad login`)."""
+
+
+class UpstreamAuthorizationFailed(UpstreamUnavailable):
+    """Discovery, registration or a token request at the upstream's authorization server failed."""

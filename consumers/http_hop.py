@@ -18,7 +18,7 @@ import json
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 import anyio
@@ -52,6 +52,10 @@ class HttpLink:
 
     url: str
     client: aiohttp.ClientSession
+    oauth: LinkAuth | None = None
+    """The upstream's OAuth token source (`consumers.oauth_client`), for an upstream with `auth`."""
+    authorization: str | None = None
+    """The `Authorization` value the last request went out with."""
     session_id: str | None = None
     listening: anyio.Event = field(default_factory=anyio.Event)
     """Set once the SDK's GET stream for the upstream's own messages was answered (open, or refused: the upstream
@@ -61,13 +65,22 @@ class HttpLink:
         return HttpHop(self, protocol_version, on_notification)
 
 
+class LinkAuth(Protocol):
+    """What the direct path needs of an OAuth token source (`consumers.oauth_client.UpstreamOAuth`)."""
+
+    async def authorization(self) -> str | None: ...
+
+    async def challenged(self, status: int, www_authenticate: str | None, rejected: str | None) -> str | None: ...
+
+
 @contextlib.asynccontextmanager
-async def open_link(url: str, headers: dict[str, str], connect_timeout: float) -> AsyncIterator[HttpLink]:
+async def open_link(url: str, headers: dict[str, str], connect_timeout: float,
+                    oauth: LinkAuth | None = None) -> AsyncIterator[HttpLink]:
     """The lean path's own keep-alive client for one upstream. Its requests are bounded by each call's deadline;
     only connecting has a timeout of its own."""
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout)
     async with aiohttp.ClientSession(headers=headers, timeout=timeout, proxy=env_proxy(url)) as client:
-        yield HttpLink(url, client)
+        yield HttpLink(url, client, oauth)
 
 
 class HttpHop:
@@ -83,6 +96,8 @@ class HttpHop:
                    "mcp-protocol-version": self._version}
         if self._link.session_id is not None:
             headers["mcp-session-id"] = self._link.session_id
+        if self._link.authorization is not None:
+            headers["authorization"] = self._link.authorization
         return headers
 
     async def request(self, request: UpstreamRequest, on_progress: ProgressFn,
@@ -131,15 +146,29 @@ class HttpHop:
     @contextlib.asynccontextmanager
     async def _post(self, body: bytes) -> AsyncIterator[aiohttp.ClientResponse]:
         """The POST, sent a second time when a pooled connection turns out closed before the upstream answered
-        anything (an idle keep-alive connection the upstream closed at that moment)."""
-        for attempt in (1, 2):
+        anything (an idle keep-alive connection the upstream closed at that moment). With OAuth, sent again once
+        after a 401 or a 403 `insufficient_scope` that the token source could answer with a new token."""
+        oauth = self._link.oauth
+        if oauth is not None:
+            self._link.authorization = await oauth.authorization()
+        challenged = resent = False
+        while True:
             try:
                 response = await self._link.client.post(self._link.url, data=body, headers=self._headers(),
                                                         allow_redirects=HTTP_RULES.follow_redirects)
             except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
-                if attempt == 2:
+                if resent:
                     raise
+                resent = True
                 continue
+            if oauth is not None and not challenged and _challenge(response):
+                challenged = True
+                rejected = self._link.authorization
+                renewed = await oauth.challenged(response.status, response.headers.get("www-authenticate"), rejected)
+                if renewed is not None and renewed != rejected:
+                    response.release()
+                    self._link.authorization = renewed
+                    continue
             try:
                 yield response
             finally:
@@ -221,6 +250,13 @@ class HttpHop:
                 await response.read()
         except aiohttp.ClientError as exc:
             logger.debug("could not send %s to an upstream: %s", message.get("method", "a response"), exc)
+
+
+def _challenge(response: aiohttp.ClientResponse) -> bool:
+    """A 401, or a 403 asking for more scope (RFC 6750 §3.1): what a token source can answer."""
+    if response.status == 401:
+        return True
+    return response.status == 403 and "insufficient_scope" in response.headers.get("www-authenticate", "")
 
 
 @dataclass

@@ -37,11 +37,12 @@ from anyio.abc import TaskGroup, TaskStatus
 from mcp import ClientSession
 from mcp.client.session import MessageHandlerFnT
 
+from consumers._credentials import Credentials, CredentialUse
 from consumers._errors import describe_failure
 from consumers._sdk import declare_as_client
 from consumers.channel import SessionChannel, open_channel
-from consumers.config import UpstreamConfig
-from consumers.errors import UpstreamTimeout, UpstreamUnavailable
+from consumers.config import AUTHORIZATION_WAIT, UpstreamConfig
+from consumers.errors import UpstreamAuthorizationRequired, UpstreamTimeout, UpstreamUnavailable
 from consumers.listing import Catalog, list_all
 from consumers.log_fields import log_fields
 from consumers.relay import CURRENT_DOWNSTREAM, ClientOrigin, InFlight, ListsChanged
@@ -88,6 +89,9 @@ class ClientLink:
     opened: anyio.Event = field(default_factory=anyio.Event)
     closed: anyio.Event = field(default_factory=anyio.Event)
     failure: BaseException | None = None
+    opening: anyio.CancelScope | None = None
+    asking: bool = False
+    """Opening waits for the client's person to authorize (`auth: per_user`), not only for the upstream."""
     lists: OwnLists | None = None
     stale: set[str] = field(default_factory=set)
     """Own lists the upstream said changed on this session (both are re-listed by the owner task)."""
@@ -106,9 +110,11 @@ class ClientSessions:
     def __init__(self, upstream: str, config: Callable[[], UpstreamConfig], cwd: str | None,
                  on_message: MessageHandlerFnT,
                  on_notification: Callable[[str, dict[str, Any]], None],
-                 tls: Callable[[], ssl.SSLContext] | None = None) -> None:
+                 tls: Callable[[], ssl.SSLContext] | None = None,
+                 credentials: Credentials | None = None) -> None:
         self._upstream = upstream
         self._tls = tls
+        self._credentials = credentials
         self._on_notification = on_notification
         self._on_message = on_message
         """What the upstream says on a client's session besides logs (list changes, resource updates) concerns
@@ -157,6 +163,9 @@ class ClientSessions:
         if not link.opened.is_set():  # no cancel scope once open: this runs on every call
             with anyio.move_on_after(timeout):
                 await link.opened.wait()
+            if not link.opened.is_set() and link.asking:  # a person is authorizing: wait for them
+                with anyio.move_on_after(AUTHORIZATION_WAIT):
+                    await link.opened.wait()
         if link.channel is None:
             if self._links.get(origin) is link:
                 del self._links[origin]
@@ -217,6 +226,28 @@ class ClientSessions:
     async def _close(self, origin: ClientOrigin) -> None:
         self.forget(origin)
 
+    def _credential(self, config: UpstreamConfig, link: ClientLink) -> CredentialUse:
+        """With `auth: per_user`, the session opens with its user's own credential, asked of the user's client."""
+        if config.auth is None or config.auth.mode != "per_user":
+            return CredentialUse(self._credentials)
+        from consumers.oauth_client import link_asker  # the SDK's OAuth client: OAuth upstreams only
+
+        if link.origin.user is None:
+            raise UpstreamAuthorizationRequired(self._upstream, f"upstream {self._upstream!r} is per-user, and this "
+                                                "session's caller is not known")
+        ask = link_asker(link.origin.back)
+        if ask is None:
+            return CredentialUse(self._credentials, link.origin.user)
+
+        async def patient(url: str) -> None:
+            """A person's authorization is not the upstream's slowness: the opening gets their time too."""
+            link.asking = True
+            if link.opening is not None:
+                link.opening.deadline = anyio.current_time() + AUTHORIZATION_WAIT + config.connect_timeout
+            await ask(url)
+
+        return CredentialUse(self._credentials, link.origin.user, patient)
+
     async def _own(self, link: ClientLink) -> None:
         """Enter the client's transport and session, serve until closed, exit both: all in this one task."""
         CURRENT_DOWNSTREAM.set(None)  # this task's context was copied from the request that opened it
@@ -239,9 +270,11 @@ class ClientSessions:
         try:
             with anyio.CancelScope() as opening:
                 opening.deadline = anyio.current_time() + config.connect_timeout
+                link.opening = opening
                 async with open_channel(self._upstream, config, self._cwd, link.relays, on_message,
                                         declare=capabilities.keys(), tls=self._tls,
-                                        on_notification=self._on_notification) as channel:
+                                        on_notification=self._on_notification,
+                                        auth=self._credential(config, link)) as channel:
                     declare_as_client(channel.session, capabilities)
                     init = await channel.session.initialize()
                     channel.use_hop(channel.session.protocol_version or "", on_notification)

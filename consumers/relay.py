@@ -89,6 +89,11 @@ class ClientOrigin(Protocol):
         """`callback()` runs once when the session ends (shielded, bounded)."""
         ...
 
+    @property
+    def user(self) -> str | None:
+        """Whose upstream credentials the session's requests use (`auth: per_user`); None while unknown."""
+        ...
+
 
 @runtime_checkable
 class ListsChanged(Protocol):

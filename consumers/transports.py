@@ -22,6 +22,7 @@ import mcp_types as types
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 
+from consumers._credentials import CredentialUse
 from consumers._errors import UNAVAILABLE_DATA_KEY
 from consumers._http_rules import HTTP_RULES
 from consumers.child_process import ChildOutput, open_child
@@ -39,11 +40,12 @@ SSE_READ_TIMEOUT = 300.0
 
 @asynccontextmanager
 async def open_transport(name: str, config: UpstreamConfig, cwd: str | None, output: ChildOutput | None = None,
-                         tls: Callable[[], ssl.SSLContext] | None = None
+                         tls: Callable[[], ssl.SSLContext] | None = None, auth: CredentialUse | None = None
                          ) -> AsyncIterator[tuple[Any, Any, HttpLink | None]]:
     """`output`: where a stdio child's last stderr lines and exit code are kept (the upstream's state). `tls`:
     the TLS context to verify HTTPS upstreams with, made once and shared (making one loads the CA bundle: tens of
-    milliseconds of CPU, which a per-client session would otherwise pay at every opening)."""
+    milliseconds of CPU, which a per-client session would otherwise pay at every opening). `auth`: for an upstream
+    with `auth`, which credential to use (default: Triad's own, made for this connection alone)."""
     kind = config.kind
     if kind == "stdio":
         assert config.command is not None
@@ -63,10 +65,18 @@ async def open_transport(name: str, config: UpstreamConfig, cwd: str | None, out
 
     timeout = httpx2.Timeout(HTTP_CONNECT_TIMEOUT, read=max(config.timeout, SSE_READ_TIMEOUT))
     transport = _DrainingTransport(httpx2.AsyncHTTPTransport(verify=tls() if tls is not None else True))
+    oauth = None
+    if config.auth is not None:
+        from consumers.oauth_client import UpstreamOAuth
+
+        use = auth or CredentialUse()
+        oauth = use.credentials.get(config.url, config.auth, use.user, use.ask) if use.credentials is not None \
+            else UpstreamOAuth(name, config.url, config.auth, use.ask, use.user)
     async with (
-        open_link(config.url, headers, HTTP_CONNECT_TIMEOUT) as link,
+        open_link(config.url, headers, HTTP_CONNECT_TIMEOUT, oauth) as link,
         httpx2.AsyncClient(headers=headers, timeout=timeout, follow_redirects=HTTP_RULES.follow_redirects,
-                           trust_env=HTTP_RULES.trust_env, transport=transport) as http,
+                           trust_env=HTTP_RULES.trust_env, transport=transport,
+                           auth=oauth.http_auth if oauth is not None else None) as http,
         streamable_http_client(config.url, http_client=http) as (read, write),
     ):
         transport.link = link

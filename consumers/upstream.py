@@ -27,12 +27,13 @@ from mcp_types import LOG_LEVEL_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from consumers._breaker import CircuitBreaker
+from consumers._credentials import Credentials, CredentialUse
 from consumers._errors import UpstreamConnectionFailed, UpstreamSessionGone, call_failure, describe_failure
 from consumers._health import probe
 from consumers.channel import TASK_STATUS, SessionChannel, open_channel
 from consumers.child_process import ChildOutput
 from consumers.config import UpstreamConfig
-from consumers.errors import UpstreamRefused, UpstreamTimeout, UpstreamUnavailable
+from consumers.errors import UpstreamAuthorizationRequired, UpstreamRefused, UpstreamTimeout, UpstreamUnavailable
 from consumers.lifecycle import CallsInFlight, UpstreamState, check_transition
 from consumers.listing import Catalog, list_catalog
 from consumers.log_fields import log_fields
@@ -63,6 +64,8 @@ class Upstream:
                  tls: Callable[[], ssl.SSLContext] | None = None) -> None:
         self.name = name
         self.tls = tls or TlsContext()
+        self.credentials = Credentials(name)
+        """OAuth token sources (`auth`), shared by every connection to this upstream, client sessions included."""
         """The TLS context for HTTPS (the pool shares one among its upstreams)."""
         self.config = config
         """Replaced in place by a reload that keeps the connection (timeouts, tool filters)."""
@@ -93,7 +96,7 @@ class Upstream:
         """Told (upstream, params) of each `notifications/tasks/status` the upstream pushes on any of its sessions
         (2025-11-25 tasks; the pool sets it)."""
         self._clients = ClientSessions(name, lambda: self.config, cwd, self._on_message,
-                                       self._on_notification, self.tls)
+                                       self._on_notification, self.tls, self.credentials)
         """With `sessions: per_client`: each downstream session's own upstream session."""
         self._modern = ModernLink(name, self.request_relist, on_updated, lambda: self.subscriptions.uris())
         self.subscriptions = Subscriptions(name, self.request, lambda: self.modern, self._modern)
@@ -177,7 +180,8 @@ class Upstream:
             declare = ("sampling", "elicitation") + (("roots",) if self._declares_roots else ())
             async with open_channel(self.name, self.config, self.cwd, self._relays, self._on_message,
                                     declare=declare, list_roots=self._configured_roots, output=self.child,
-                                    tls=self.tls, on_notification=self._on_notification) as channel:
+                                    tls=self.tls, on_notification=self._on_notification,
+                                    auth=CredentialUse(self.credentials)) as channel:
                 session = channel.session
                 init = await self._negotiate(session)
                 catalog = await list_catalog(self.name, session, init, None, self._modern.checked_tools)
@@ -329,6 +333,9 @@ class Upstream:
             raise UpstreamUnavailable(self.name, f"upstream {self.name!r} is failing: {self._breaker.failures} calls "
                                       f"in a row failed to reach it; the next try is in {wait:.0f}s (circuit breaker)")
         own = client if client is not None and client.back is not None and self.per_client else None
+        if own is None and self.config.auth is not None and self.config.auth.mode == "per_user":
+            raise UpstreamAuthorizationRequired(self.name, f"upstream {self.name!r} is per-user: a request without a "
+                                                "session of its own would go out with Triad's credential")
         reached: bool | None = None  # what the outcome says of the connection (None: nothing, as for a timeout)
         try:
             channel = await self._channel_for(own)

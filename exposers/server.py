@@ -50,7 +50,7 @@ from exposers.request import ClientRequest, acting_identity, serve
 from gateway.dispatch import LEGACY_TASKS, SUBSCRIBE, Dispatcher
 from gateway.errors import TriadError, UpstreamRefused
 from gateway.hooks import Session
-from gateway.identity import Identity, narrowed
+from gateway.identity import Identity, credential_owner, narrowed
 from gateway.tasks import EXTENSION, LEGACY_METHODS, METHODS, MODERN_METHODS, TaskRequestParams, declares_extension
 from gateway.tracing import tracing_enabled
 from gateway.views import SessionLists
@@ -305,6 +305,8 @@ def hook_session(connection: Connection) -> Session:
             found.key = hashlib.sha256(connection.session_id.encode()).hexdigest()[:40]
         connection.state[SESSION_STATE_KEY] = found
         connection.exit_stack.push_async_callback(found.close)
+    if found.user is None and (owner := session_identity(connection)) is not None:
+        found.user = credential_owner(owner)
     return found
 
 

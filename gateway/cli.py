@@ -1,5 +1,5 @@
-"""The `triad` command line: serve, stdio, check, plan, explain, search, approve, import, init. Bad input: a clear
-error, exit 1."""
+"""The `triad` command line: serve, stdio, check, plan, explain, search, approve, login, import, init. Bad input: a
+clear error, exit 1."""
 
 from __future__ import annotations
 
@@ -69,6 +69,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     _config_arg(approve)
     approve.add_argument("tools", nargs="*", help="exposed tool names (default: every tool)")
 
+    login = verbs.add_parser("login", help="authorize Triad at an OAuth-protected upstream once: prints the URL to "
+                                           "open, waits for the redirect, keeps the tokens in the state directory")
+    _config_arg(login)
+    login.add_argument("upstream", help="the upstream's name (it has an auth block)")
+    login.add_argument("--client", help="with auth mode per_user: log in for this configured client (its own "
+                                        "upstream identity) instead of for Triad")
+
     importer = verbs.add_parser("import", help="convert an MCP client's server list (Claude Desktop, Claude Code, "
                                                "Cursor, VS Code, Windsurf, Gemini CLI, Cline) to Triad YAML")
     importer.add_argument("file", help="claude_desktop_config.json, .cursor/mcp.json, .vscode/mcp.json, "
@@ -100,6 +107,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"warning: {warning}", file=sys.stderr)
         print(f"{args.config}: valid ({len(config.upstreams)} upstream(s), {len(config.clients)} client(s))")
         return 0
+    if args.verb == "login":
+        return _login(config, args.upstream, args.client)
     from gateway import daemon  # imported late: `check` must not pay for uvicorn and the SDK server
     from gateway.hook_factory import HookConfigError
 
@@ -168,6 +177,43 @@ def policy_warnings(config: TriadConfig) -> list[str]:
     separator = config.naming.separator if prefixed else None
     return [*unknown_patterns(config.policy, client_rules, parts, separator),
             *spanning_patterns(config.policy, client_rules, parts, separator)]
+
+
+def _login(config: TriadConfig, name: str, client: str | None) -> int:
+    from consumers import LoginError, login
+    from consumers.errors import UpstreamError
+    from gateway.identity import credential_owner
+
+    upstream = config.enabled_upstreams().get(name)
+    if upstream is None:
+        print(f"triad: no enabled upstream {name!r} (upstreams: {', '.join(config.enabled_upstreams())})",
+              file=sys.stderr)
+        return 2
+
+    try:
+        user = credential_owner(identity_for(config, client)) if client is not None else None
+    except KeyError:
+        print(f"triad: unknown client {client!r} (clients: {', '.join(config.clients)})", file=sys.stderr)
+        return 2
+    whom = f" for client {client!r}" if client is not None else ""
+
+    async def show(url: str) -> None:
+        print(f"Open this URL in a browser to authorize Triad{whom} at upstream {name!r}:\n\n  {url}\n\n"
+              "Waiting for the authorization server to redirect back...", file=sys.stderr, flush=True)
+
+    try:
+        path = anyio.run(login, name, upstream, show, user)
+    except (LoginError, UpstreamError) as exc:
+        print(f"triad: login: {config.hide_values(str(exc))}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # the SDK's transport wraps failures in groups: one line, no traceback, no token
+        from consumers import describe_failure
+
+        print(f"triad: login to upstream {name!r} failed: {config.hide_values(describe_failure(exc))}",
+              file=sys.stderr)
+        return 1
+    print(f"Logged in{whom}: the tokens for upstream {name!r} are kept in {path} (mode 0600).")
+    return 0
 
 
 def _init(path: Path, force: bool) -> int:

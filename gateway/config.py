@@ -144,6 +144,18 @@ def _duration_or_zero(value: Any) -> float:
 DurationOrZero = Annotated[float, BeforeValidator(_duration_or_zero)]
 
 
+class IntrospectionConfig(_Model):
+    """`auth.oauth.introspection`: how Triad asks the authorization server about an opaque token (RFC 7662)."""
+
+    endpoint: str | None = Field(default=None, pattern=r"^https?://")
+    """Default: `introspection_endpoint` of the issuer's metadata."""
+    client_id: str = Field(min_length=1)
+    client_secret: SecretStr
+    """Triad's credentials at the endpoint (HTTP Basic)."""
+    cache: Duration = 60.0
+    """How long an active answer is reused (never past the token's `exp`); inactive answers are not kept."""
+
+
 class OAuthConfig(_Model):
     """Triad as an OAuth 2.1 protected resource (`auth.oauth`): which access tokens it accepts, and who they make
     the caller. Tokens are JWTs checked locally (`gateway.oauth`) against the issuer's published keys."""
@@ -177,6 +189,11 @@ class OAuthConfig(_Model):
     """How long fetched keys are used before they are fetched again."""
     jwks_refetch_interval: DurationOrZero = Field(default=30.0, ge=0)
     """A token signed with an unknown `kid` refetches the keys once, at most this often (key rotation)."""
+    token_type: Literal["any", "at+jwt"] = "any"
+    """`at+jwt`: a JWT must say it is an access token (header `typ: at+jwt`, RFC 9068 §4), so that an ID token
+    or another JWT the issuer signed is never taken for one."""
+    introspection: IntrospectionConfig | None = None
+    """Opaque (non-JWT) tokens are checked at the issuer's introspection endpoint (RFC 7662); unset: refused."""
 
 
 class AuthConfig(_Model):
@@ -255,7 +272,25 @@ class TriadConfig(_Model):
         return hide_values(message, {name: value.get_secret_value() for name, value in self._variables.items()})
 
     def enabled_upstreams(self) -> dict[str, UpstreamConfig]:
-        return {name: up for name, up in self.upstreams.items() if up.enabled}
+        return {name: self._with_token_store(name, up) for name, up in self.upstreams.items() if up.enabled}
+
+    def state_directory(self) -> Path | None:
+        """Where state across restarts is kept: `state_dir` (relative to the config file), else the config
+        file's directory; None for a config that has no file."""
+        if self.source is None:
+            return None
+        base = self.source.parent
+        return base / Path(self.state_dir).expanduser() if self.state_dir is not None else base
+
+    def _with_token_store(self, name: str, upstream: UpstreamConfig) -> UpstreamConfig:
+        """An OAuth upstream's tokens go to `<state dir>/<config name>.tokens/<upstream>.json` unless its
+        `auth.token_store` says otherwise (relative to the config file)."""
+        directory = self.state_directory()
+        if upstream.auth is None or directory is None or self.source is None:
+            return upstream
+        store = directory / f"{self.source.stem}.tokens" / f"{name}.json" if upstream.auth.token_store is None \
+            else self.source.parent / Path(upstream.auth.token_store).expanduser()
+        return upstream.model_copy(update={"auth": upstream.auth.model_copy(update={"token_store": str(store)})})
 
     def resolve_cwd(self, upstream: UpstreamConfig) -> str | None:
         """A relative `cwd` is taken relative to the config file, so a config works from any directory."""

@@ -252,3 +252,6 @@ def configure_logging(level: str = "INFO", log_format: str = "text") -> None:
     logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), handlers=[handler])
     for noisy in ("httpx", "httpx2", "mcp", "uvicorn.error"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    # The SDK's OAuth client logs each failed flow with a traceback; Triad logs the failure once, where it handles
+    # it (the upstream's state and reason), without one.
+    logging.getLogger("mcp.client.auth").setLevel(logging.CRITICAL)

@@ -10,6 +10,8 @@
      ├── UnknownSession (-32600)     a session id that is not the caller's: the same answer as one that never was
      └── UpstreamError (-32603)      something went wrong on the upstream's side
           ├── UpstreamUnavailable    not connected, or the connection closed mid-call
+          │    ├── UpstreamAuthorizationRequired  an OAuth upstream needs a person's authorization (`triad login`)
+          │    └── UpstreamAuthorizationFailed    discovery, registration or a token request failed
           ├── UpstreamTimeout (-32001) no answer within the upstream's timeout
           └── UpstreamRefused        the upstream answered with a JSON-RPC error (its own code is kept)
 

@@ -83,6 +83,9 @@ class Session:
     state: dict[str, Any] = field(default_factory=dict)
     lock: anyio.Lock = field(default_factory=anyio.Lock)
     back: Downstream | None = None
+    user: str | None = None
+    """Who the session belongs to, as the key of its upstream credentials (`auth: per_user`), once its first
+    request fixed its identity (`gateway.identity.credential_owner`)."""
     _closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
     def on_close(self, callback: Callable[[], Awaitable[None]]) -> None:

@@ -34,6 +34,7 @@ __all__ = [
     "Identity",
     "RunListTooLarge",
     "bounded_run_list",
+    "credential_owner",
     "identity_for",
     "identity_for_token",
     "infer_provider",
@@ -80,6 +81,15 @@ def same_principal(a: Identity, b: Identity) -> bool:
     """Whether two identities are the same caller as far as a session is concerned: the same client and, for OAuth
     callers, the same issuer and subject (`principal` is not part of an identity's equality)."""
     return a.client_id == b.client_id and a.principal == b.principal
+
+
+def credential_owner(identity: Identity) -> str:
+    """Whose upstream credentials a request uses with `auth: per_user`: the client's, and for an OAuth caller those
+    of its issuer and subject (two subjects of one OAuth client never share a token)."""
+    if identity.principal is None:
+        return identity.client_id
+    issuer, subject = identity.principal
+    return f"{identity.client_id} {issuer} {subject}"
 
 
 def infer_provider(config: TriadConfig, client_name: str | None) -> str | None:

@@ -116,8 +116,7 @@ class NameLedger:
 
 
 def ledger_path(config: TriadConfig) -> Path | None:
-    if config.source is None:
+    directory = config.state_directory()
+    if directory is None or config.source is None:
         return None
-    base = config.source.parent
-    directory = base / Path(config.state_dir).expanduser() if config.state_dir is not None else base
     return directory / f"{config.source.stem}{LEDGER_SUFFIX}"

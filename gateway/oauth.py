@@ -1,6 +1,8 @@
 """OAuth 2.1 access tokens in, Triad identities out (MCP authorization, 2025-11-25 and 2026-07-28).
 
-A token is a JWT checked here, locally, with PyJWT: its signature by one of the issuer's keys
+A token is a JWT checked here, locally, with PyJWT (with `token_type: at+jwt`, only one whose `typ` says it is
+an access token), or, with `introspection` configured, an opaque token the authorization server vouches for
+(`gateway.oauth_introspection`, RFC 7662), held to the same checks: its signature by one of the issuer's keys
 (`gateway.oauth_keys`), `iss` equal to `auth.oauth.issuer`, `aud` holding Triad's canonical resource URI
 (RFC 8707: a token minted for another resource is refused), `exp` and `nbf` (with `leeway`), a subject, and the
 configured scopes. What the token says then becomes an `Identity`: the client claim picks a configured client (or
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,6 +33,7 @@ import jwt
 from gateway.config import OAuthConfig, TriadConfig
 from gateway.errors import INVALID_REQUEST, TriadError
 from gateway.identity import Identity, identity_for
+from gateway.oauth_introspection import Introspector, TokenInactive
 from gateway.oauth_keys import KeySet, KeysUnavailable, UnknownKey
 
 __all__ = ["InsufficientScope", "KeysUnavailable", "TokenGate", "TokenRejected", "TokenValidator",
@@ -37,6 +41,8 @@ __all__ = ["InsufficientScope", "KeysUnavailable", "TokenGate", "TokenRejected",
 
 logger = logging.getLogger(__name__)
 
+ACCESS_TOKEN_TYPES = ("at+jwt", "application/at+jwt")
+"""The JWT `typ` of an access token (RFC 9068 §2.1), required with `token_type: at+jwt`."""
 MAX_TOKEN_LENGTH = 16_384
 """Characters of an access token; a longer one is refused unread."""
 MAX_GROUPS = 256
@@ -73,6 +79,7 @@ class TokenValidator:
     def __init__(self, config: OAuthConfig, keys: KeySet | None = None) -> None:
         self.config = config
         self.keys = keys or KeySet(config)
+        self.introspector = Introspector(config, config.introspection) if config.introspection is not None else None
 
     async def claims(self, token: str) -> dict[str, Any]:
         """The verified claims of `token`, or `TokenRejected` / `InsufficientScope` saying why not."""
@@ -82,7 +89,11 @@ class TokenValidator:
         try:
             header = jwt.get_unverified_header(token)
         except jwt.PyJWTError as exc:
-            raise TokenRejected("the access token is not a JWT") from exc
+            if self.introspector is None:
+                raise TokenRejected("the access token is not a JWT") from exc
+            return self._checked(await self._introspected(token))
+        if config.token_type == "at+jwt" and str(header.get("typ", "")).lower() not in ACCESS_TOKEN_TYPES:
+            raise TokenRejected("the token is not an access token (its typ is not at+jwt)")
         algorithm = header.get("alg")
         if algorithm not in config.algorithms:
             raise TokenRejected("the access token is signed with an algorithm Triad does not accept")
@@ -107,9 +118,36 @@ class TokenValidator:
             raise TokenRejected("the access token's signature does not verify") from exc
         except jwt.PyJWTError as exc:
             raise TokenRejected(f"the access token is invalid ({type(exc).__name__})") from exc
+        return self._checked(claims)
+
+    async def _introspected(self, token: str) -> dict[str, Any]:
+        """An opaque token's claims from the authorization server, held to what a JWT's are (RFC 7662 §4: the
+        resource server decides what an active token may do here)."""
+        config = self.config
+        assert self.introspector is not None
+        try:
+            claims = await self.introspector.claims(token)
+        except TokenInactive as exc:
+            raise TokenRejected("the access token is not active") from exc
+        if claims.get("iss", config.issuer) != config.issuer:
+            raise TokenRejected("the access token was not issued by the configured issuer")
+        audience = claims.get("aud")
+        if config.audience not in ([audience] if isinstance(audience, str) else audience or []):
+            raise TokenRejected("the access token was not issued for this resource")
+        now = time.time()
+        expires, not_before = claims.get("exp"), claims.get("nbf")
+        if not isinstance(expires, int | float) or expires + config.leeway <= now:
+            raise TokenRejected("the access token has expired")
+        if isinstance(not_before, int | float) and not_before - config.leeway > now:
+            raise TokenRejected("the access token is not valid yet")
+        # A machine's token (client credentials) may name no subject: it is the client (RFC 9068 §2.2 on `sub`).
+        subject = claims.get("sub") or claims.get("client_id")
+        return {**claims, "iss": config.issuer, "sub": subject}
+
+    def _checked(self, claims: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(claims.get("sub"), str) or not claims["sub"]:
             raise TokenRejected("the access token names no subject")
-        missing = [scope for scope in config.scopes if scope not in token_scopes(claims)]
+        missing = [scope for scope in self.config.scopes if scope not in token_scopes(claims)]
         if missing:
             raise InsufficientScope(f"the access token lacks the scope {' '.join(missing)}")
         return claims

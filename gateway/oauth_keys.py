@@ -28,7 +28,7 @@ import jwt
 from gateway.config import OAuthConfig
 from gateway.errors import TriadError
 
-__all__ = ["FETCH_TIMEOUT", "KeySet", "KeysUnavailable", "UnknownKey", "metadata_urls"]
+__all__ = ["FETCH_TIMEOUT", "KeySet", "KeysUnavailable", "UnknownKey", "get_json", "issuer_endpoint", "metadata_urls"]
 
 logger = logging.getLogger(__name__)
 
@@ -119,7 +119,7 @@ class KeySet:
         async with httpx2.AsyncClient(timeout=FETCH_TIMEOUT, follow_redirects=False) as http:
             if self._jwks_uri is None:
                 self._jwks_uri = await self._discover(http)
-            document = await _get_json(http, self._jwks_uri)
+            document = await get_json(http, self._jwks_uri)
         keys: dict[str | None, jwt.PyJWK] = {}
         for entry in document.get("keys", ()) if isinstance(document.get("keys"), list) else ():
             if not isinstance(entry, dict) or entry.get("use", "sig") != "sig":
@@ -134,22 +134,27 @@ class KeySet:
         self._fetched_at = self._attempted_at
 
     async def _discover(self, http: httpx2.AsyncClient) -> str:
-        issuer = self._config.issuer
-        for url in metadata_urls(issuer):
-            try:
-                document = await _get_json(http, url)
-            except KeysUnavailable:
-                continue
-            if document.get("issuer") != issuer:
-                logger.warning("OAuth: metadata at %s names another issuer; not used", url)
-                continue
-            jwks_uri = document.get("jwks_uri")
-            if isinstance(jwks_uri, str) and jwks_uri:
-                return jwks_uri
-        raise KeysUnavailable("the issuer's metadata (with its jwks_uri) could not be fetched")
+        return await issuer_endpoint(http, self._config.issuer, "jwks_uri")
 
 
-async def _get_json(http: httpx2.AsyncClient, url: str) -> Mapping[str, Any]:
+async def issuer_endpoint(http: httpx2.AsyncClient, issuer: str, field: str) -> str:
+    """An endpoint the issuer's metadata names (`jwks_uri`, `introspection_endpoint`), from the first metadata
+    document found whose `issuer` is the configured one, string for string."""
+    for url in metadata_urls(issuer):
+        try:
+            document = await get_json(http, url)
+        except KeysUnavailable:
+            continue
+        if document.get("issuer") != issuer:
+            logger.warning("OAuth: metadata at %s names another issuer; not used", url)
+            continue
+        found = document.get(field)
+        if isinstance(found, str) and found:
+            return found
+    raise KeysUnavailable(f"the issuer's metadata (with its {field}) could not be fetched")
+
+
+async def get_json(http: httpx2.AsyncClient, url: str) -> Mapping[str, Any]:
     try:
         response = await http.get(url, headers={"Accept": "application/json"})
     except httpx2.HTTPError as exc:

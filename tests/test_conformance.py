@@ -112,6 +112,7 @@ def test_server_scenarios(requirements: str, target: str, targets: dict[str, str
     check_against_list(results, f"server-{requirements}", target)
 
 
+@pytest.mark.timeout(1200)  # some 40 scenarios, each starting a Triad; the auth/* ones authorize at a test server
 @pytest.mark.parametrize("requirements", SETS)
 def test_client_scenarios_through_triad(requirements: str, tmp_path: Path) -> None:
     """One scenario at a time: run together, each starting its own Triad, they overload a small machine."""

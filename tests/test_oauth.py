@@ -48,8 +48,8 @@ def signing_key(kid: str) -> tuple[rsa.RSAPrivateKey, dict[str, Any]]:
 class AuthServer:
     """oidc-provider on a fixed loopback port (so the issuer stays the same across a key rotation)."""
 
-    def __init__(self, procs: list[Proc], resource: str) -> None:
-        self.procs, self.resource = procs, resource
+    def __init__(self, procs: list[Proc], resource: str, env: dict[str, str] | None = None) -> None:
+        self.procs, self.resource, self.env = procs, resource, env or {}
         self.port = free_port()
         self.issuer = f"http://127.0.0.1:{self.port}"
         self.proc: Proc | None = None
@@ -57,7 +57,7 @@ class AuthServer:
     def start(self, *jwks: dict[str, Any]) -> None:
         self.proc = Proc([node_bin(), str(NODE_DIR / "oauth_as.mjs"), marker("oauth-as")],
                          env={"AS_PORT": str(self.port), "AS_RESOURCES": json.dumps([self.resource, OTHER_RESOURCE]),
-                              "AS_KEYS": json.dumps(list(jwks))})
+                              "AS_KEYS": json.dumps(list(jwks)), **self.env})
         self.procs.append(self.proc)
         self.proc.wait_for(r"READY \d+")
 

@@ -3,14 +3,18 @@
     python client_driver.py URL      (the suite appends the scenario server's URL; it sets MCP_CONFORMANCE_SCENARIO
                                       and MCP_CONFORMANCE_PROTOCOL_VERSION)
 
-It writes a config with the scenario server as Triad's only upstream (2026-07-28 scenarios: `protocol: auto`),
-starts `triad stdio` under the Python SDK client, lists the tools and calls each one with arguments made from its
-schema, answering elicitation with the schema's defaults. What the suite checks is what Triad sent upstream.
+It writes a config with the scenario server as Triad's only upstream (2026-07-28 scenarios: `protocol: auto`;
+`auth/*` scenarios: OAuth, with `browser.py` as the person who approves, and the credentials the scenario's
+context gives, if any), starts `triad stdio` under the Python SDK client, lists the tools and calls each one with
+arguments made from its schema, answering elicitation with the schema's defaults. What the suite checks is what
+Triad sent upstream.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import socket
 import sys
 import tempfile
 from pathlib import Path
@@ -24,6 +28,9 @@ from mcp.shared.exceptions import MCPError
 from pydantic import TypeAdapter
 
 ROOT = Path(__file__).resolve().parents[2]
+BROWSER = Path(__file__).resolve().parent / "browser.py"
+CIMD_URL = "https://conformance-test.local/client-metadata.json"
+"""The client ID metadata document URL the suite's `auth/basic-cimd` expects (it does not fetch it)."""
 SAMPLES = {"string": "conformance", "integer": 7, "number": 1.5, "boolean": True}
 AWKWARD_STRINGS = {"non_ascii_val": "Grüße", "whitespace_val": " padded ", "leading_space_val": " lead",
                    "trailing_space_val": "trail ", "internal_space_val": "a b c", "control_char_val": "a\u0001b",
@@ -57,11 +64,30 @@ async def sample(_ctx: Any, _params: Any) -> types.CreateMessageResult:
     return types.CreateMessageResult(role="assistant", content=types.TextContent(text="Paris"), model="driver")
 
 
+def oauth_settings(context: dict[str, Any]) -> dict[str, Any]:
+    """The upstream's `auth`: the scenario's pre-registered client if it names one, else a client ID metadata
+    document URL (used where the server supports them; dynamic registration otherwise)."""
+    with socket.socket() as probe:  # a free loopback port for the redirect
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    settings: dict[str, Any] = {"type": "oauth", "redirect_port": port, "browser": f"{sys.executable} {BROWSER}"}
+    if "client-credentials" in context.get("name", "") and "client_secret" in context:
+        settings = {"type": "oauth", "grant": "client_credentials", "client_id": context["client_id"],
+                    "client_secret": context["client_secret"]}
+    elif "client_id" in context:
+        settings.update({key: context[key] for key in ("client_id", "client_secret", "issuer") if key in context})
+    else:
+        settings["client_metadata_url"] = CIMD_URL
+    return settings
+
+
 async def drive(url: str) -> None:
     modern = os.environ.get("MCP_CONFORMANCE_PROTOCOL_VERSION", "") >= "2026-07-28"
     upstream: dict[str, Any] = {"url": url, "timeout": "20s"}
     if modern:
         upstream["protocol"] = "auto"
+    if os.environ.get("MCP_CONFORMANCE_SCENARIO", "").startswith("auth/"):
+        upstream["auth"] = oauth_settings(json.loads(os.environ.get("MCP_CONFORMANCE_CONTEXT") or "{}"))
     with tempfile.TemporaryDirectory() as tmp:
         config = Path(tmp) / "triad.yaml"
         config.write_text(yaml.safe_dump({"upstreams": {"scenario": upstream}, "naming": {"prefix": "never"}}))

@@ -1,0 +1,240 @@
+"""Triad as an OAuth 2.1 client of an upstream that requires it, against real components: oidc-provider
+(`tests/node/oauth_as.mjs` with `AS_LOGIN=1`: dynamic registration, authorization code with PKCE, rotated refresh
+tokens, interactions approved at once) and an SDK server with the SDK's server auth pieces
+(`tests/servers/oauth_upstream.py`: its `whoami` tool answers with the subject and `jti` of the token it got).
+
+The person's browser is httpx following the authorization server's redirects until Triad's loopback redirect.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+
+from tests.conftest import NODE_DIR, PYTHON, ROOT, TRIAD, Proc, marker, node_bin, start_triad, write_config
+from tests.test_fast_path import Raw, call, events
+from tests.test_oauth import free_port, signing_key
+
+pytestmark = pytest.mark.anyio
+
+UPSTREAM = ROOT / "tests" / "servers" / "oauth_upstream.py"
+
+
+class Protected:
+    """oidc-provider and an upstream that accepts its tokens for the upstream's own URL."""
+
+    def __init__(self, procs: list[Proc], tmp_path: Path, ttl: int = 600, **triad: Any) -> None:
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}/mcp"
+        as_port = free_port()
+        self.issuer = f"http://127.0.0.1:{as_port}"
+        _key, jwk = signing_key("login-key")
+        procs.append(auth := Proc([node_bin(), str(NODE_DIR / "oauth_as.mjs"), marker("oauth-as")],
+                                  env={"AS_PORT": str(as_port), "AS_RESOURCES": json.dumps([self.url]),
+                                       "AS_KEYS": json.dumps([jwk]), "AS_LOGIN": "1", "AS_TTL": str(ttl)}))
+        auth.wait_for(r"READY \d+")
+        procs.append(upstream := Proc([PYTHON, str(UPSTREAM), "--issuer", self.issuer, "--port", str(port),
+                                       marker("oauth-upstream")]))
+        upstream.wait_for(r"READY \d+")
+        self.upstream = upstream
+        self.procs, self.tmp_path = procs, tmp_path
+        auth = {"type": "oauth", "redirect_port": free_port(), **triad.pop("auth", {})}
+        upstream = {"url": self.url, "auth": auth, **({"connect_timeout": triad.pop("connect_timeout")}
+                                                       if "connect_timeout" in triad else {})}
+        self.config = write_config(tmp_path, {"upstreams": {"up": upstream}, **triad})
+        self.tokens = tmp_path / "triad.tokens" / "up.json"
+
+    def login(self, client: str | None = None, account: str = "test-user") -> None:
+        """`triad login up [--client CLIENT]`, with httpx as the browser that opens the URL it prints and logs in
+        at the authorization server as `account`."""
+        proc = Proc([*TRIAD, "login", "up", "-c", str(self.config), *(["--client", client] if client else [])],
+                    env={"TRIAD_TEST_MARK": marker("login")})
+        self.procs.append(proc)
+        url = proc.wait_for(r"^\s+(http://\S+)$").group(1)
+        with httpx2.Client(follow_redirects=True, timeout=30, cookies={"as_account": account}) as browser:
+            landing = browser.get(url)
+        assert landing.status_code == 200 and "Triad received" in landing.text, landing.text
+        assert proc.popen.wait(60) == 0, proc.stderr
+
+
+async def whoami(url: str, token: str | None = None) -> str:
+    """The `whoami` tool's answer through Triad (an error's message instead, prefixed `error:`)."""
+    async with httpx2.AsyncClient(timeout=30) as http:
+        session = Raw(http, url)
+        if token is not None:
+            session.headers["Authorization"] = f"Bearer {token}"
+        response = await (await session.open()).post(call(1, "whoami", {}))
+    found = events(response.text) if response.headers["content-type"].startswith("text/event-stream") \
+        else [response.json()]
+    if "error" in found[-1]:
+        return f"error: {found[-1]['error']['message']}"
+    result = found[-1]["result"]
+    if result.get("isError"):
+        return f"error: {result['content'][0]['text']}"
+    return str(result["content"][0]["text"])
+
+
+async def test_login_keeps_tokens_in_a_private_file_that_the_daemon_uses(procs: list[Proc], tmp_path: Path) -> None:
+    protected = Protected(procs, tmp_path)
+    protected.login()
+    assert stat.S_IMODE(os.stat(protected.tokens).st_mode) == 0o600
+    tokens = json.loads(protected.tokens.read_text())["tokens"]
+    assert tokens["access_token"] and tokens["refresh_token"]
+    url = start_triad(procs, protected.config, wait_ready=1)
+    subject, _jti = (await whoami(url)).split()
+    assert subject == "test-user"
+
+
+async def test_tokens_are_never_logged_nor_shown_in_readyz_metrics_or_errors(procs: list[Proc],
+                                                                             tmp_path: Path) -> None:
+    protected = Protected(procs, tmp_path)
+    protected.login()
+    url = start_triad(procs, protected.config, wait_ready=1)
+    await whoami(url)
+    base = url.removesuffix("/mcp")
+    async with httpx2.AsyncClient(timeout=30) as http:
+        pages = [(await http.get(f"{base}{path}")).text for path in ("/readyz", "/metrics", "/healthz")]
+        session = await Raw(http, url).open()
+        pages.append((await session.post(call(2, "nonexistent", {}))).text)
+    triad = procs[-1]
+    document = json.loads(protected.tokens.read_text())
+    secrets = [document["tokens"]["access_token"], document["tokens"]["refresh_token"]]
+    client_secret = (document.get("client") or {}).get("client_secret")
+    secrets += [client_secret] if client_secret else []
+    login_output = "".join(proc.stderr for proc in procs if "login" in proc.args)
+    for secret in secrets:
+        for where, text in [("triad's log", triad.stderr), ("login's output", login_output),
+                            *((f"page {i}", page) for i, page in enumerate(pages))]:
+            assert secret not in text, f"a token appears in {where}"
+
+
+async def test_a_token_near_its_expiry_is_refreshed_before_use(procs: list[Proc], tmp_path: Path) -> None:
+    """Tokens live 30 s, less than the refresh margin: every use refreshes first, and no request is refused."""
+    protected = Protected(procs, tmp_path, ttl=30)
+    protected.login()
+    before = json.loads(protected.tokens.read_text())["tokens"]
+    url = start_triad(procs, protected.config, wait_ready=1)
+    first = (await whoami(url)).split()
+    second = (await whoami(url)).split()
+    assert first[0] == second[0] == "test-user"
+    assert first[1] != second[1], "each call should have gone out with a freshly refreshed token"
+    after = json.loads(protected.tokens.read_text())["tokens"]
+    assert after["access_token"] != before["access_token"], "the refreshed token was not kept"
+
+
+async def test_without_a_login_the_upstream_is_down_with_a_message_naming_triad_login(procs: list[Proc],
+                                                                                       tmp_path: Path) -> None:
+    protected = Protected(procs, tmp_path)
+    url = start_triad(procs, protected.config)
+    await procs[-1].until(r"needs authorization: run `triad login up`")
+    async with httpx2.AsyncClient(timeout=30) as http:
+        ready = (await http.get(url.removesuffix("/mcp") + "/readyz")).json()
+    assert "triad login up" in ready["upstreams"]["up"]["reason"], ready
+
+
+@pytest.mark.parametrize(("upstream", "expected"), [
+    ({"auth": {"grant": "client_credentials", "client_id": "x"}}, ("upstreams.up.auth", "client_secret")),
+    ({"auth": {"mode": "per_user"}, "sessions": "shared"}, ("upstreams.up", "per_client")),
+    ({"auth": {"type": "basic"}}, ("upstreams.up.auth.type", "oauth")),
+    ({"auth": {}, "headers": {"Authorization": "Bearer x"}}, ("upstreams.up", "not both")),
+])
+def test_check_names_the_auth_key_of_a_bad_block(tmp_path: Path, upstream: dict[str, Any],
+                                                 expected: tuple[str, str]) -> None:
+    config = write_config(tmp_path, {"upstreams": {"up": {"url": "http://127.0.0.1:1/mcp", **upstream}}})
+    done = subprocess.run([*TRIAD, "check", "-c", str(config)], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 1
+    assert all(part in done.stderr for part in expected), done.stderr
+
+
+CLIENTS = {name: {"token": f"{name}-token-0123456789abcdef"} for name in ("alice", "bob", "carol")}
+
+
+async def test_per_user_clients_each_call_with_their_own_upstream_identity(procs: list[Proc], tmp_path: Path) -> None:
+    """Triad's own login lists the catalog; alice and bob each logged in as themselves; carol did not."""
+    protected = Protected(procs, tmp_path, auth={"mode": "per_user"}, clients=CLIENTS)
+    protected.login(account="triad-service")
+    protected.login("alice", account="alice")
+    protected.login("bob", account="bob")
+    url = start_triad(procs, protected.config, wait_ready=1)
+    answers = {name: (await whoami(url, spec["token"])).split()[0] for name, spec in CLIENTS.items()
+               if name != "carol"}
+    assert answers == {"alice": "alice", "bob": "bob"}
+    assert (await whoami(url, CLIENTS["alice"]["token"])).split()[0] == "alice"  # a new session: the same identity
+    refused = await whoami(url, CLIENTS["carol"]["token"])
+    assert refused.startswith("error:") and "triad login up --client" in refused, refused
+    assert "triad-service" not in refused
+
+
+async def test_a_per_user_client_that_can_open_links_is_asked_by_url_elicitation(procs: list[Proc],
+                                                                                 tmp_path: Path) -> None:
+    """dave never logged in: his first call makes Triad ask his client to open the authorization link; the
+    client's "browser" logs in as dave, and the call goes on with dave's own token. dave takes longer than the
+    upstream's connect_timeout to come back: a person's time does not count against the upstream."""
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    protected = Protected(procs, tmp_path, auth={"mode": "per_user"}, connect_timeout="2s",
+                          clients={"dave": {"token": "dave-token-0123456789abcdef"}})
+    protected.login(account="triad-service")
+    url = start_triad(procs, protected.config, wait_ready=1)
+    asked: list[str] = []
+
+    async def open_link(_ctx: Any, params: Any) -> Any:
+        import mcp_types as types
+
+        asked.append(params.url)
+        await anyio.sleep(3)  # a person reading the page, longer than the upstream's connect_timeout (2 s)
+        async with httpx2.AsyncClient(follow_redirects=True, timeout=30, cookies={"as_account": "dave"}) as browser:
+            landing = await browser.get(params.url)
+        assert "Triad received" in landing.text
+        return types.ElicitResult(action="accept")
+
+    async with httpx2.AsyncClient(headers={"Authorization": "Bearer dave-token-0123456789abcdef"},
+                                  timeout=60) as http, \
+            streamable_http_client(url, http_client=http) as (read, write), \
+            ClientSession(read, write, elicitation_callback=open_link) as session:
+        await session.initialize()
+        result = await session.call_tool("whoami", {})
+    assert not result.is_error, result
+    assert result.content[0].text.split()[0] == "dave"
+    assert len(asked) == 1 and asked[0].startswith(protected.issuer)
+
+
+async def test_the_token_file_is_private_even_over_a_leftover_temporary_file(tmp_path: Path) -> None:
+    from mcp.shared.auth import OAuthToken
+
+    from consumers._token_store import TokenFile
+
+    path = tmp_path / "tokens" / "up.json"
+    path.parent.mkdir()
+    leftover = path.with_name(".up.json.tmp")
+    leftover.write_text("{}")
+    leftover.chmod(0o644)
+    store = TokenFile(path)
+    await store.set_tokens(OAuthToken(access_token="a-token", expires_in=60))
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert (await store.get_tokens()) is not None and store.expires_at is not None
+    await store.forget_tokens()
+    assert await store.get_tokens() is None and stat.S_IMODE(os.stat(path).st_mode) == 0o600
+
+
+async def test_a_token_the_upstream_refuses_is_refreshed_once_without_asking_anyone(procs: list[Proc],
+                                                                                     tmp_path: Path) -> None:
+    """The stored access token is refused (here: replaced by garbage) though not expired: Triad refreshes once on
+    the 401 and goes on; no person is asked (the daemon has no `browser`, so a new authorization would fail)."""
+    protected = Protected(procs, tmp_path)
+    protected.login()
+    document = json.loads(protected.tokens.read_text())
+    document["tokens"]["access_token"] = "refused-by-the-upstream"
+    protected.tokens.write_text(json.dumps(document))
+    url = start_triad(procs, protected.config, wait_ready=1)
+    assert (await whoami(url)).split()[0] == "test-user"
+    assert json.loads(protected.tokens.read_text())["tokens"]["access_token"] != "refused-by-the-upstream"
