@@ -13,9 +13,12 @@ the client. The mapping, where the two eras have a faithful one:
 - `tasks/cancel` -> `tasks/cancel`, answered with the 2026 empty ack (also for a task already terminal, which the
   legacy era refuses with -32602).
 
-Not mapped: a 2025-11-25 client's task on a 2026-07-28 upstream (its tools say nothing of tasks, and a synchronous
-answer would need a task Triad hosts; the call gets -32601, `NotATask`), `notifications/tasks/status` (2026 clients hear of tasks only through `subscriptions/listen`, which
-Triad does not relay for tasks), and the legacy `tasks/list` and `tasks/result`, which do not exist at 2026.
+Not mapped:
+- a 2025-11-25 client's task on a 2026-07-28 upstream: its tools say nothing of tasks, and a synchronous answer
+  would need a task Triad hosts; the call gets -32601 (`NotATask`);
+- `notifications/tasks/status`: 2026 clients hear of tasks only through `subscriptions/listen`, which Triad does
+  not relay for tasks;
+- the legacy `tasks/list` and `tasks/result`, which do not exist at 2026.
 
 Ownership: the `TaskRelay` creates an `InputBridge` for a task the first time a client sees it `input_required`;
 the bridge's `tasks/result` runs in the relay's task group (`TaskRelay.run()`) until the task ends.
