@@ -218,7 +218,8 @@ class Notifier:
         yet (the first one may come before the result that creates it) is dropped: status pushes are optional,
         and clients poll."""
         found = self._dispatcher.tasks.book.gateway_id(upstream, params.get("taskId"))
-        back = getattr(found[1].session, "back", None) if found is not None else None
+        session = self._dispatcher.tasks.session_of(found[1]) if found is not None else None
+        back = session.back if session is not None else None
         if found is None or not isinstance(back, SessionRelay) or self._tg is None:
             return
         connection, status = back.connection, with_task_id(params, found[0])
