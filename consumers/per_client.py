@@ -94,20 +94,21 @@ class ClientLink:
     """Opening waits for the client's person to authorize (`auth: per_user`), not only for the upstream."""
     lists: OwnLists | None = None
     stale: set[str] = field(default_factory=set)
-    """Own lists the upstream said changed on this session (both are re-listed by the owner task); until that is
-    done, `lists` are not shown: a client told that a list changed must not be shown the old one."""
-    relisted: anyio.Event = field(default_factory=anyio.Event)
-    """Set once `stale` is empty again (replaced when it fills)."""
+    """Own lists the upstream said changed on this session (both are re-listed by the owner task)."""
+    fresh: anyio.Event = field(default_factory=anyio.Event)
+    """Set while `lists` are what the session lists now: unset from a change until its re-list, so that a list
+    asked in between (after the `list_changed` a catalog change sends every client) waits for the new lists."""
     wake: anyio.Event = field(default_factory=anyio.Event)
 
     def close(self) -> None:
         self.closed.set()
+        self.fresh.set()
         self.wake.set()
 
     def changed(self, family: str) -> None:
-        if not self.stale:
-            self.relisted = anyio.Event()
         self.stale.add(family)
+        if self.fresh.is_set():
+            self.fresh = anyio.Event()
         self.wake.set()
 
 
@@ -194,7 +195,7 @@ class ClientSessions:
         those of a session that declared the same capabilities."""
         link = self._links.get(origin)
         if link is not None and link.lists is not None and not link.closed.is_set():
-            return None if link.stale else link.lists  # being re-listed: `lists_for` waits for it
+            return link.lists if link.fresh.is_set() else None
         learned = self._learned.get(_signature(origin))
         return OwnLists.of(learned, None) if learned is not None else None
 
@@ -202,11 +203,13 @@ class ClientSessions:
         """What the client's own session lists: known, or listed by opening its session now."""
         if (known := self.known_lists(origin)) is not None:
             return known
+        link = self._links.get(origin)
+        if link is not None and link.lists is not None and not link.closed.is_set():  # being listed again
+            with anyio.move_on_after(self._config().timeout):
+                await link.fresh.wait()
+            return link.lists
         await self.channel_for(origin)
         link = self._links.get(origin)
-        if link is not None and link.stale:
-            with anyio.move_on_after(self._config().timeout):  # past it, the lists it had stand
-                await link.relisted.wait()
         if link is None or link.lists is None:
             raise UpstreamUnavailable(self._upstream, f"upstream {self._upstream!r} closed this client's session")
         return link.lists
@@ -292,6 +295,7 @@ class ClientSessions:
                         await channel.listening()
                     offered = init.capabilities.model_dump(exclude_none=True)
                     link.lists = await _list_own(self._upstream, channel.session, offered)
+                    link.fresh.set()
                     self._learn(link.origin, link.lists.tools)
                     channel.watch.on_eof = link.close  # the upstream ended it: the next request opens anew
                     opening.deadline = math.inf
@@ -318,26 +322,25 @@ class ClientSessions:
                                              seconds=anyio.current_time() - started))
         finally:
             link.opened.set()  # a request waiting for a session that failed to open learns it now
-            link.relisted.set()  # and one waiting for its lists, that they will not change any more
             if self._links.get(link.origin) is link:
                 del self._links[link.origin]
 
     async def _relist(self, link: ClientLink, session: ClientSession, offered: Mapping[str, Any]) -> None:
         """Re-list after the upstream said a list changed on this client's session, and tell that client (only)
         which of its lists changed."""
-        pending, before = set(link.stale), link.lists
+        link.stale.clear()
+        before = link.lists
         try:
             with anyio.fail_after(self._config().timeout):
                 now = link.lists = await _list_own(self._upstream, session, offered)
         except Exception as exc:  # the old lists stand; the next change tries again
+            link.fresh.set()
             logger.warning("upstream %s: re-listing a client session failed: %s", self._upstream,
                            describe_failure(exc),
                            extra=log_fields(self._upstream, "relist_failed", session=link.origin))
             return
-        finally:
-            link.stale -= pending  # a change told meanwhile stays, for the next round
-            if not link.stale:
-                link.relisted.set()
+        if not link.stale:  # else another change came meanwhile: the next re-list makes them fresh
+            link.fresh.set()
         self._learn(link.origin, now.tools)
         back = link.origin.back
         if before is None or not isinstance(back, ListsChanged):

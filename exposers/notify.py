@@ -218,7 +218,8 @@ class Notifier:
         yet (the first one may come before the result that creates it) is dropped: status pushes are optional,
         and clients poll."""
         found = self._dispatcher.tasks.book.gateway_id(upstream, params.get("taskId"))
-        back = getattr(found[1].session, "back", None) if found is not None else None
+        session = self._dispatcher.tasks.session_of(found[1]) if found is not None else None
+        back = session.back if session is not None else None
         # a task outlives its session: once the session ended there is nobody to tell (and an outbox made for its
         # connection now would never be forgotten: its exit stack has run)
         if found is None or not isinstance(back, SessionRelay) or self._tg is None \

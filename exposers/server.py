@@ -132,7 +132,7 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
             if session is None:
                 session = connection.state[SESSION_IDENTITY_KEY] = caller
         return acting_identity(dispatcher.config, caller, session, client_name(ctx),
-                               session is not None and takes_tasks(connection))
+                               takes_tasks(connection) if session is not None else True)
 
     results = RawResults()
 
@@ -309,6 +309,8 @@ def hook_session(connection: Connection) -> Session:
     if found is None:
         modern = connection.protocol_version in MODERN_PROTOCOL_VERSIONS
         found = Session(session_label(connection), back=None if modern else SessionRelay(connection))
+        if connection.session_id:
+            found.key = hashlib.sha256(connection.session_id.encode()).hexdigest()[:40]
         connection.state[SESSION_STATE_KEY] = found
         connection.exit_stack.push_async_callback(found.close)
     if found.user is None and (owner := session_identity(connection)) is not None:
