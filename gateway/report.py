@@ -47,7 +47,7 @@ async def approve(config: TriadConfig, names: list[str]) -> int:
     """Pin the current definitions of `names` (or of every tool) in each pin_definitions hook's state file."""
     from gateway.daemon import running_gateway
     from gateway.pinning import PinStore
-    from gateway.shared import FilePins, Pins
+    from gateway.shared import FilePins, Pins, SharedStateUnavailable
 
     states = [str(spec.options.get("state", "triad-pins.json")) for spec in config.hooks
               if spec.name == "pin_definitions"]
@@ -68,8 +68,13 @@ async def approve(config: TriadConfig, names: list[str]) -> int:
             descriptor = tools[name]
             if descriptor.executor is None or descriptor.executor.kind != "mcp":
                 continue
-            changed = [await store.approve(descriptor.executor.id, descriptor.executor.tool, descriptor.wire)
-                       for store in stores]
+            try:
+                changed = [await store.approve(descriptor.executor.id, descriptor.executor.tool, descriptor.wire)
+                           for store in stores]
+            except SharedStateUnavailable:
+                print("triad: cannot approve: the cluster's approvals are in Redis, which is unreachable",
+                      file=sys.stderr)
+                return 1
             print(f"{name}: {'approved' if any(changed) else 'already approved'}")
     return 0
 

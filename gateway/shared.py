@@ -15,7 +15,12 @@ import anyio
 
 from gateway.pinning import PinStatus, PinStore
 
-__all__ = ["Buckets", "FilePins", "LocalBuckets", "Pins", "SharedState"]
+__all__ = ["Buckets", "FilePins", "LocalBuckets", "Pins", "SharedState", "SharedStateUnavailable"]
+
+
+class SharedStateUnavailable(Exception):
+    """The shared state cannot be reached now (with `cluster:`: Redis is down); what asked says so and goes on.
+    Defined here so that callers (the console, `triad approve`) need not import the Redis side."""
 
 
 class Buckets(Protocol):

@@ -87,6 +87,11 @@ class TriadCluster:
         self.procs.append(self.redis)
         wait_until(lambda: redis_ping(self.redis_port), "redis-server to answer")
 
+    def start_upstream(self) -> None:
+        self.upstream = Proc([PYTHON, str(self.upstream_script), "--transport", "http", "--name", marker("ledger")]
+                             if self.upstream_script != LEDGER else [PYTHON, str(LEDGER), "--name", marker("ledger")])
+        self.procs.append(self.upstream)
+
     def config(self, **extra: Any) -> dict[str, Any]:
         assert self.upstream is not None
         port = self.upstream.wait_for(r"READY (\d+)").group(1)
@@ -128,9 +133,7 @@ class TriadCluster:
         require("redis-server")
         require("haproxy")
         self.start_redis()
-        self.upstream = Proc([PYTHON, str(self.upstream_script), "--transport", "http", "--name", marker("ledger")]
-                             if self.upstream_script != LEDGER else [PYTHON, str(LEDGER), "--name", marker("ledger")])
-        self.procs.append(self.upstream)
+        self.start_upstream()
         self.write_config()
         for name in self.ports:
             self.start_replica(name)

@@ -418,6 +418,29 @@ async def test_approvals_of_pinned_definitions_are_the_clusters(procs: list[Proc
     assert not pins.exists()
 
 
+async def test_while_redis_is_down_the_pins_page_and_triad_approve_say_so(procs: list[Proc],
+                                                                          tmp_path: Path) -> None:
+    """With the cluster's approvals unreachable, the console's pins page answers 503 saying why (not a 500), and
+    `triad approve` exits non-zero with one line (not a traceback)."""
+    env = TriadCluster(procs, tmp_path, replicas=1,
+                       hooks=[{"pin_definitions": {"trust_new": False, "state": str(tmp_path / "pins.json")}}])
+    env.start_upstream()
+    env.write_config(console={"enabled": True})  # no redis-server on env.redis_port: Redis is down throughout
+    env.start_replica("r1").wait_for(r"upstream fx ready")
+    base = f"http://127.0.0.1:{env.ports['r1']}"
+    async with http_for("ops") as http:
+        signed = await http.post(f"{base}/console/login", data={"token": TOKENS["ops"]}, headers={"Origin": base})
+        assert signed.status_code == 303, signed.text
+        page = await http.get(f"{base}/console/pins")
+    assert page.status_code == 503 and "Redis is unreachable" in page.text
+    approved = await anyio.run_process(
+        [*TRIAD, "approve", "-c", str(env.config_path), "echo"], check=False,
+        env={**os.environ, "TRIAD_REPLICA_ID": "approver", "TRIAD_CLUSTER_KEY": CLUSTER_KEY})
+    errors = [line for line in approved.stderr.decode().splitlines() if line.startswith("triad:")]
+    assert approved.returncode == 1 and "Traceback" not in approved.stderr.decode(), approved.stderr.decode()
+    assert errors == ["triad: cannot approve: the cluster's approvals are in Redis, which is unreachable"]
+
+
 async def test_secrets_in_redis_are_encrypted_and_bound_to_their_identity(procs: list[Proc],
                                                                           tmp_path: Path) -> None:
     from gateway.cluster import Cluster, SecretUnreadable

@@ -38,6 +38,7 @@ from exposers.console.auth import (
 )
 from gateway.dispatch import Dispatcher
 from gateway.reload import Reloader
+from gateway.shared import SharedStateUnavailable
 
 HERE = Path(__file__).parent
 CONTENT_SECURITY_POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
@@ -170,14 +171,25 @@ def build_console(dispatcher: Dispatcher, reloader: Reloader | None) -> ASGIApp:
     async def reloads(request: Request, session: ConsoleSession) -> Response:
         return render(request, "reloads.html", session, **pages.reloads(dispatcher, reloader))
 
+    def pins_unavailable(request: Request, session: ConsoleSession) -> Response:
+        return render(request, "pins.html", session, status_code=503, configured=True, rows=[], approved=None,
+                      unavailable=True)
+
     async def pins(request: Request, session: ConsoleSession) -> Response:
-        configured, rows = await pages.pending_pins(dispatcher)
+        try:
+            configured, rows = await pages.pending_pins(dispatcher)
+        except SharedStateUnavailable:
+            return pins_unavailable(request, session)
         return render(request, "pins.html", session, configured=configured, rows=rows,
                       approved=request.query_params.get("approved"))
 
     async def approve(request: Request, session: ConsoleSession) -> Response:
         tool = request.state.form.get("tool")
-        if not isinstance(tool, str) or not await pages.approve(dispatcher, tool):
+        try:
+            done = isinstance(tool, str) and await pages.approve(dispatcher, tool)
+        except SharedStateUnavailable:
+            return pins_unavailable(request, session)
+        if not done:
             return refused(request, "no such tool, or no pin_definitions hook")
         return RedirectResponse(f"/console/pins?approved={tool}", status_code=303)
 

@@ -15,6 +15,8 @@ from typing import TypeVar
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from gateway.shared import SharedStateUnavailable
+
 logger = logging.getLogger("triad.cluster")
 
 T = TypeVar("T")
@@ -31,7 +33,7 @@ def text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-class RedisDown(Exception):
+class RedisDown(SharedStateUnavailable):
     """Redis could not be reached (or did not answer in time); the caller takes its fallback."""
 
 
