@@ -53,6 +53,14 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def is_wildcard(host: str) -> bool:
+    """0.0.0.0 or :: (every interface): an address to listen on, not one another host can reach."""
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_unspecified
+    except ValueError:
+        return False
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -266,6 +274,21 @@ class TriadConfig(_Model):
                 if client not in self.clients:
                     raise ValueError(f"auth.oauth.clients.{value} names {client!r}, which is not in clients:")
         return self
+
+    @model_validator(mode="after")
+    def _cluster_address_known(self) -> TriadConfig:
+        missing = self.cluster_address_missing(self.listen.host)
+        if missing is not None:
+            raise ValueError(missing)
+        return self
+
+    def cluster_address_missing(self, host: str) -> str | None:
+        """Why listening on `host` cannot work in this config's cluster: a wildcard address announced to the other
+        replicas would have them forward to themselves."""
+        if self.cluster is None or self.cluster.address is not None or not is_wildcard(host):
+            return None
+        return (f"cluster.address is required when listening on {host} (every interface): the other replicas "
+                f"reach this one there, e.g. cluster.address: http://10.0.0.5:8765")
 
     def hide_values(self, message: str) -> str:
         """`message` with every environment value this config was built from replaced by its `${NAME}`."""

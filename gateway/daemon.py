@@ -142,6 +142,9 @@ class _Uvicorn(uvicorn.Server):
 async def serve_http(config: TriadConfig, host: str, port: int) -> None:
     # Bound before the task group starts anything: a taken port is one line on stderr and exit 1, not a traceback
     # of the exception group (nor upstreams started for nothing).
+    missing = config.cluster_address_missing(host)  # `--host` may differ from listen.host, checked in the config
+    if missing is not None:
+        raise SystemExit(f"triad: {missing}")
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -441,6 +441,29 @@ async def test_while_redis_is_down_the_pins_page_and_triad_approve_say_so(procs:
     assert errors == ["triad: cannot approve: the cluster's approvals are in Redis, which is unreachable"]
 
 
+async def test_listening_on_every_interface_needs_cluster_address(procs: list[Proc], tmp_path: Path) -> None:
+    """A replica listening on 0.0.0.0 or :: without `cluster.address` would announce that wildcard to the others,
+    which would then forward to themselves: `triad check` refuses such a config, and `triad serve --host` refuses
+    to start, both naming `cluster.address`."""
+    env = TriadCluster(procs, tmp_path, replicas=1)
+    env.start_upstream()
+    env.write_config(listen={"host": "0.0.0.0"})
+    run_env = {**os.environ, "TRIAD_REPLICA_ID": "r1", "TRIAD_CLUSTER_KEY": CLUSTER_KEY}
+    with anyio.fail_after(EVENT_WAIT):
+        checked = await anyio.run_process([*TRIAD, "check", "-c", str(env.config_path)], check=False, env=run_env)
+    assert checked.returncode != 0 and b"cluster.address is required when listening on 0.0.0.0" in \
+        checked.stdout + checked.stderr, checked.stderr.decode()
+    env.write_config()
+    for host in ("0.0.0.0", "::"):
+        with anyio.fail_after(EVENT_WAIT):
+            served = await anyio.run_process([*TRIAD, "serve", "-c", str(env.config_path), "--host", host,
+                                              "--port", "0"], check=False, env=run_env)
+        assert served.returncode == 1, served.stderr.decode()
+        assert served.stderr.decode().strip().splitlines()[-1] == (
+            f"triad: cluster.address is required when listening on {host} (every interface): the other replicas "
+            f"reach this one there, e.g. cluster.address: http://10.0.0.5:8765")
+
+
 async def test_secrets_in_redis_are_encrypted_and_bound_to_their_identity(procs: list[Proc],
                                                                           tmp_path: Path) -> None:
     from gateway.cluster import Cluster, SecretUnreadable
