@@ -532,6 +532,46 @@ async def test_while_redis_is_down_approvals_fail_closed_and_limits_count_per_re
         assert await buckets.take("client:b:1/m", 1, 1 / 60) is not None
 
 
+async def test_replicas_pinning_a_tool_at_once_store_one_definition_with_its_own_digest(procs: list[Proc],
+                                                                                         tmp_path: Path) -> None:
+    """First use with `trust_new` on two replicas at once, each seeing another definition: exactly one of them is
+    pinned, its definition and digest together (the console's diff reads the definition)."""
+    from gateway.cluster import Cluster
+    from gateway.config import ClusterConfig
+    from gateway.pinning import definition_hash, pinned_fields
+
+    env = TriadCluster(procs, tmp_path)
+    env.start_redis()
+    settings = ClusterConfig(redis=f"redis://127.0.0.1:{env.redis_port}/0", replica_id="r1",
+                             secret_key=CLUSTER_KEY)  # type: ignore[arg-type]
+    first, second = Cluster(settings), Cluster(settings.model_copy(update={"replica_id": "r2"}))
+
+    async def pin_as(cluster: Cluster, tool: str) -> None:
+        await cluster.pins("pins").check("fx", tool, {"description": f"{tool} as {cluster.replica_id}"}, True)
+
+    tools = [f"tool{i}" for i in range(60)]
+    async with first.running(heartbeat=False), second.running(heartbeat=False):
+        # the two writes of a pin, seen between them: r2 wrote its definition of `half`, not yet its digest
+        await first.link.client.hset("triad:pin-definitions:pins", "fx:half",
+                                     json.dumps(pinned_fields({"description": "half as r2"})))
+        await pin_as(first, "half")
+        status = await first.pins("pins").status("fx", "half", {"description": "half as r1"})
+        assert status.state == "approved" and status.approved == pinned_fields({"description": "half as r1"})
+
+        async with anyio.create_task_group() as tg:
+            for tool in tools:
+                tg.start_soon(pin_as, first, tool)
+                tg.start_soon(pin_as, second, tool)
+        for tool in tools:
+            status = await first.pins("pins").status("fx", tool, {"description": f"{tool} as r1"})
+            other = await second.pins("pins").status("fx", tool, {"description": f"{tool} as r2"})
+            assert sorted([status.state, other.state]) == ["approved", "changed"], tool
+            assert status.approved is not None and definition_hash(status.approved) in (
+                definition_hash(pinned_fields({"description": f"{tool} as {name}"})) for name in ("r1", "r2"))
+            pinned = "r1" if status.state == "approved" else "r2"
+            assert status.approved == pinned_fields({"description": f"{tool} as {pinned}"}), tool
+
+
 async def test_rate_limit_buckets_in_redis_name_no_client_and_no_tool(procs: list[Proc], tmp_path: Path) -> None:
     """A bucket's Redis key is a keyed hash of what it counts (README: client ids never appear in Redis), and two
     replicas with the same cluster key still count in the same bucket."""

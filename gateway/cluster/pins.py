@@ -15,9 +15,19 @@ from gateway.cluster._link import KEY_PREFIX, Link, RedisDown, text
 from gateway.pinning import PinStatus, definition_hash, pinned_fields
 
 
+PIN_FIRST = """
+if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 1 then
+  redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
+end
+return redis.call('HGET', KEYS[1], ARGV[1])
+"""
+"""First use: pin digest and definition together unless a digest is pinned already; the pinned digest."""
+
+
 class RedisPins:
     def __init__(self, link: Link, state: str) -> None:
         self._link = link
+        self._pin_first = link.client.register_script(PIN_FIRST)
         self._digests = f"{KEY_PREFIX}pins:{state}"
         self._definitions = f"{KEY_PREFIX}pin-definitions:{state}"
         self._seen: dict[str, str] = {}
@@ -29,11 +39,10 @@ class RedisPins:
         try:
             pinned = await self._link.run(client.hget(self._digests, key))
             if pinned is None and trust_new:
-                # first use on any replica pins it; HSETNX: two replicas pinning at once agree on one definition
-                await self._link.run(client.hsetnx(self._definitions, key, json.dumps(pinned_fields(definition),
-                                                                                      default=str)))
-                await self._link.run(client.hsetnx(self._digests, key, digest))
-                pinned = await self._link.run(client.hget(self._digests, key))
+                # first use on any replica pins it; atomic: two replicas pinning at once agree on one definition
+                pinned = await self._link.run(self._pin_first(
+                    keys=[self._digests, self._definitions],
+                    args=[key, digest, json.dumps(pinned_fields(definition), default=str)]))
         except RedisDown:
             if self._seen.get(key) == digest:
                 return None
@@ -53,8 +62,10 @@ class RedisPins:
         before = await self._link.run(client.hget(self._digests, key))
         if before is not None and text(before) == digest:
             return False
-        await self._link.run(client.hset(self._definitions, key, json.dumps(pinned_fields(definition), default=str)))
-        await self._link.run(client.hset(self._digests, key, digest))
+        async with client.pipeline(transaction=True) as both:  # MULTI: the definition never pairs another's digest
+            both.hset(self._definitions, key, json.dumps(pinned_fields(definition), default=str))
+            both.hset(self._digests, key, digest)
+            await self._link.run(both.execute())
         return True
 
     async def status(self, upstream: str, raw: str, definition: Mapping[str, Any]) -> PinStatus:
