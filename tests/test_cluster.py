@@ -572,6 +572,45 @@ async def test_replicas_pinning_a_tool_at_once_store_one_definition_with_its_own
             assert status.approved == pinned_fields({"description": f"{tool} as {pinned}"}), tool
 
 
+async def test_a_heartbeat_in_flight_when_the_replica_leaves_does_not_bring_it_back(procs: list[Proc],
+                                                                                     tmp_path: Path) -> None:
+    """`leave()` while a beat is between its check and its write: the replica stays gone from the cluster's view
+    (it would otherwise be back, and be forwarded to, for three beats)."""
+    from gateway.cluster._link import Link
+    from gateway.cluster.replicas import MEMBERS, Replicas, record_key
+
+    class HeldLink(Link):
+        """Holds the next operation until `release` is set."""
+
+        def __init__(self, url: str) -> None:
+            super().__init__(url)
+            self.holding, self.held, self.release = False, anyio.Event(), anyio.Event()
+
+        async def run(self, operation: Any) -> Any:
+            if self.holding:
+                self.holding = False
+                self.held.set()
+                await self.release.wait()
+            return await super().run(operation)
+
+    env = TriadCluster(procs, tmp_path)
+    env.start_redis()
+    link = HeldLink(f"redis://127.0.0.1:{env.redis_port}/0")
+    replicas = Replicas(link, "r9", 0.3, dict)
+    await replicas.beat()
+    assert "r9" in replicas.alive
+    link.holding = True
+    with anyio.fail_after(EVENT_WAIT):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(replicas.beat)
+            await link.held.wait()  # the beat is about to write its record
+            await replicas.leave(stop_beating=True)
+            link.release.set()
+        assert await link.client.get(record_key("r9")) is None
+        assert not await link.client.sismember(MEMBERS, "r9")
+    await link.close()
+
+
 async def test_rate_limit_buckets_in_redis_name_no_client_and_no_tool(procs: list[Proc], tmp_path: Path) -> None:
     """A bucket's Redis key is a keyed hash of what it counts (README: client ids never appear in Redis), and two
     replicas with the same cluster key still count in the same bucket."""

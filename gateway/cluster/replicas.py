@@ -51,6 +51,9 @@ class Replicas:
         ttl_ms = int(self._beat * MISSED_BEATS * 1000)
         await self._link.run(client.set(record_key(self.replica_id), json.dumps(record), px=ttl_ms))
         await self._link.run(client.sadd(MEMBERS, self.replica_id))
+        if self._left:  # leave() ran while this beat was writing: take out what the beat put back
+            await self.leave()
+            return
         await self.read()
 
     async def read(self) -> None:
