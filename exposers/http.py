@@ -158,13 +158,15 @@ def principal_user(identity: Identity) -> AuthenticatedUser:
 class HostGuard:
     """The DNS-rebinding check of `/mcp` (Host, Origin), for routes the SDK does not serve itself."""
 
-    def __init__(self, app: ASGIApp, security: TransportSecuritySettings | None) -> None:
+    def __init__(self, app: ASGIApp, security: TransportSecuritySettings | None, mcp_too: bool = False) -> None:
         self.app = app
         self._security = TransportSecurityMiddleware(security) if security is not None else None
+        self._mcp_too = mcp_too
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        # `/mcp` is checked by the SDK and by Triad's direct path, each before anything else.
-        if self._security is not None and scope["type"] == "http" and scope["path"] != "/mcp":
+        # `/mcp` is checked by the SDK and by Triad's direct path, each before anything else (unless `mcp_too`:
+        # something runs before them, such as the cluster's forwarding).
+        if self._security is not None and scope["type"] == "http" and (self._mcp_too or scope["path"] != "/mcp"):
             refused = await self._security.validate_request(Request(scope), is_post=False)
             if refused is not None:
                 await refused(scope, receive, send)
@@ -266,8 +268,9 @@ def build_app(server: GatewayServer, dispatcher: Dispatcher, notifier: Notifier,
     if cluster is not None:
         from exposers.cluster_routes import ClusterRouter
 
-        mcp = router = ClusterRouter(mcp, cluster, lambda sid: session_transport(manager, sid) is not None,
-                                     MAX_REQUEST_BODY)
+        router = ClusterRouter(mcp, cluster, lambda sid: session_transport(manager, sid) is not None,
+                               MAX_REQUEST_BODY)
+        mcp = HostGuard(router, security, mcp_too=True)  # not forwarded before the Host/Origin check
     app = Starlette(
         routes=[
             Route("/mcp", endpoint=BearerAuth(mcp, dispatcher, gate)),

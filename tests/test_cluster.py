@@ -133,6 +133,12 @@ async def test_a_session_answers_only_its_opener_on_every_replica(cluster: Triad
                 assert answered.status_code == 404
                 await anyio.sleep(0.05)
         assert "echo" in {tool["name"] for tool in answer_of(answered)["result"]["tools"]}
+        # the DNS-rebinding check comes before forwarding, as on one replica
+        headers["Host"] = "evil.example"
+        assert (await on_second(alice)).status_code == 421
+        headers["Host"], headers["Origin"] = f"127.0.0.1:{cluster.ports[second]}", "http://evil.example"
+        assert (await on_second(alice)).status_code == 403
+        del headers["Host"], headers["Origin"]
         assert (await on_second(bob)).status_code == 404
         assert (await bob.post(cluster.replica_url(first), content=listing, headers=headers)).status_code == 404
 
