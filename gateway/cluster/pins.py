@@ -14,7 +14,6 @@ from typing import Any, Literal
 from gateway.cluster._link import KEY_PREFIX, Link, RedisDown, text
 from gateway.pinning import PinStatus, definition_hash, pinned_fields
 
-
 PIN_FIRST = """
 if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 1 then
   redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
