@@ -1,0 +1,99 @@
+"""Authorizations waiting for their redirect on Triad's own HTTP app (`/oauth/callback/<upstream>`), for
+`auth: per_user` when Triad serves HTTP: the person may be on any machine, not only on Triad's.
+
+Each waiting authorization is known by its `state` (the SDK's, 32 random bytes: unguessable), recorded with the
+user who started it and the upstream. An answer completes only that authorization, once: an unknown, expired or
+already answered state, a state of another upstream, or a caller who proves another identity is refused and
+changes nothing. Ownership: the daemon makes one `Redirects` per HTTP listener; `exposers.oauth_callback` answers
+the route with it; the flows (`consumers.oauth_client`) register and wait in their own tasks.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from enum import Enum
+from urllib.parse import parse_qs, quote, urlsplit
+
+import anyio
+from mcp.client.auth import AuthorizationCodeResult
+
+from consumers.config import AUTHORIZATION_WAIT
+
+CALLBACK_PREFIX = "/oauth/callback/"
+MAX_WAITING = 10_000
+"""Authorizations waiting at once (the oldest is dropped first: its person gets "unknown or expired")."""
+
+
+class Answer(Enum):
+    """What became of a redirect; the exposer turns each into a page (the message says it to the person)."""
+
+    ACCEPTED = "Triad received the authorization answer. You may close this page."
+    UNKNOWN = "This authorization link is unknown, expired or was already used. Ask your client to try again."
+    OTHER_UPSTREAM = "This authorization answer belongs to another upstream server."
+    OTHER_IDENTITY = "This authorization was started by another identity: only its own client's person may finish it."
+
+
+@dataclass
+class _Waiting:
+    upstream: str
+    user: str
+    deadline: float
+    result: AuthorizationCodeResult | None = None
+    received: anyio.Event = field(default_factory=anyio.Event)
+
+
+class Redirects:
+    def __init__(self, base_url: str) -> None:
+        """`base_url`: where Triad's HTTP app is reached by people (scheme and host, no trailing slash)."""
+        self.base_url = base_url.rstrip("/")
+        self._waiting: dict[str, _Waiting] = {}
+
+    def redirect_uri(self, upstream: str) -> str:
+        return f"{self.base_url}{CALLBACK_PREFIX}{quote(upstream, safe='')}"
+
+    def expect(self, upstream: str, user: str, authorization_url: str) -> str:
+        """Record the authorization `user` is about to be sent to; its state (the key of the answer)."""
+        state = parse_qs(urlsplit(authorization_url).query).get("state", [""])[0]
+        if not state:
+            raise ValueError("an authorization URL without state")
+        self._expire()
+        while len(self._waiting) >= MAX_WAITING:
+            del self._waiting[next(iter(self._waiting))]
+        self._waiting[state] = _Waiting(upstream, user, time.monotonic() + AUTHORIZATION_WAIT)
+        return state
+
+    async def result(self, state: str) -> AuthorizationCodeResult:
+        """The answer to the authorization of `state` (the caller bounds the wait)."""
+        waiting = self._waiting.get(state)
+        if waiting is None:
+            raise LookupError("no such authorization")
+        try:
+            await waiting.received.wait()
+            assert waiting.result is not None
+            return waiting.result
+        finally:
+            self.forget(state)
+
+    def forget(self, state: str) -> None:
+        self._waiting.pop(state, None)
+
+    def answer(self, upstream: str, state: str, caller: str | None, code: str, iss: str | None) -> Answer:
+        """A redirect arrived for `upstream`. `caller`: the user the request proves it is (a bearer token), if any."""
+        self._expire()
+        waiting = self._waiting.get(state) if state else None
+        if waiting is None or waiting.received.is_set():
+            return Answer.UNKNOWN
+        if waiting.upstream != upstream:
+            return Answer.OTHER_UPSTREAM
+        if caller is not None and caller != waiting.user:
+            return Answer.OTHER_IDENTITY
+        # An `error` answer has no code: the flow then fails with the SDK's "No authorization code received".
+        waiting.result = AuthorizationCodeResult(code=code, state=state, iss=iss)
+        waiting.received.set()
+        return Answer.ACCEPTED
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        for state in [state for state, waiting in self._waiting.items() if waiting.deadline < now]:
+            del self._waiting[state]
