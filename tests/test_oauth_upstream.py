@@ -238,3 +238,72 @@ async def test_a_token_the_upstream_refuses_is_refreshed_once_without_asking_any
     url = start_triad(procs, protected.config, wait_ready=1)
     assert (await whoami(url)).split()[0] == "test-user"
     assert json.loads(protected.tokens.read_text())["tokens"]["access_token"] != "refused-by-the-upstream"
+
+
+async def follow_to(url: str, until: str, account: str) -> str:
+    """A person's browser at the authorization server, logged in as `account`: the redirect it is sent back with,
+    to a URL starting with `until` (not followed)."""
+    async with httpx2.AsyncClient(follow_redirects=False, timeout=30, cookies={"as_account": account}) as browser:
+        for _hop in range(10):
+            answer = await browser.get(url)
+            assert answer.status_code in (302, 303), (answer.status_code, answer.text[:300])
+            url = str(answer.url.join(answer.headers["location"]))
+            if url.startswith(until):
+                return url
+    raise AssertionError("the authorization server never sent the browser back to Triad")
+
+
+async def test_a_remote_user_authorizes_through_triads_own_callback_which_no_one_else_can_complete(
+        procs: list[Proc], tmp_path: Path) -> None:
+    """alice's client is remote-style (HTTP, URL elicitation): the link she is sent comes back to Triad's own
+    `/oauth/callback/up`, not to a loopback listener (nothing listens on the configured redirect_port). Before
+    she gets there: bob, with his own token, holding her answer, is refused (403); her answer on another
+    upstream's route, or a made-up state, is refused (400); none of that changes anything. Her browser (no
+    token, as a browser is) completes it; a replay of the same answer is refused; her call runs as alice; bob's
+    own call never runs as alice."""
+    from urllib.parse import parse_qs, urlsplit
+
+    import mcp_types as types
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    clients = {name: {"token": f"{name}-token-0123456789abcdef"} for name in ("alice", "bob")}
+    protected = Protected(procs, tmp_path, auth={"mode": "per_user"}, clients=clients)
+    protected.login(account="triad-service")
+    url = start_triad(procs, protected.config, wait_ready=1)
+    base = url.removesuffix("/mcp")
+    callback = f"{base}/oauth/callback/up"
+    seen: dict[str, Any] = {}
+
+    async def open_link(_ctx: Any, params: Any) -> Any:
+        redirect = parse_qs(urlsplit(params.url).query)["redirect_uri"][0]
+        seen["redirect_uri"] = redirect
+        answer = await follow_to(params.url, callback, "alice")
+        query = answer.partition("?")[2]
+        async with httpx2.AsyncClient(timeout=30) as http:
+            as_bob = await http.get(answer, headers={"Authorization": f"Bearer {clients['bob']['token']}"})
+            elsewhere = await http.get(f"{base}/oauth/callback/other?{query}")
+            forged = await http.get(f"{callback}?code=x&state=made-up")
+            seen["refusals"] = [(r.status_code, r.text) for r in (as_bob, elsewhere, forged)]
+            seen["hers"] = (await http.get(answer)).status_code
+            replay = await http.get(answer)
+            seen["replay"] = (replay.status_code, replay.text)
+        return types.ElicitResult(action="accept")
+
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {clients['alice']['token']}"},
+                                  timeout=60) as http, \
+            streamable_http_client(url, http_client=http) as (read, write), \
+            ClientSession(read, write, elicitation_callback=open_link) as session:
+        await session.initialize()
+        result = await session.call_tool("whoami", {})
+    assert seen["redirect_uri"] == callback
+    (bob_status, bob_page), (other_status, other_page), (forged_status, forged_page) = seen["refusals"]
+    assert bob_status == 403 and "another identity" in bob_page
+    assert other_status == 400 and "another upstream" in other_page
+    assert forged_status == 400 and "unknown, expired or was already used" in forged_page
+    assert seen["hers"] == 200
+    assert seen["replay"][0] == 400 and "already used" in seen["replay"][1]
+    assert not result.is_error, result
+    assert result.content[0].text.split()[0] == "alice"
+    refused = await whoami(url, clients["bob"]["token"])  # bob's client cannot open links: no token of his
+    assert refused.startswith("error:") and "alice" not in refused, refused
