@@ -52,3 +52,7 @@ class SecretBox:
         issuer, subject = identity.principal or ("", "")
         text = "\0".join((identity.client_id, issuer, subject)).encode()
         return hmac.new(self._mac_key, text, hashlib.sha256).hexdigest()[:32]
+
+    def owner_hash(self, owner: str) -> str:
+        """As `identity_hash`, for whose upstream credential a record is (`gateway.identity.credential_owner`)."""
+        return hmac.new(self._mac_key, b"credential-owner\0" + owner.encode(), hashlib.sha256).hexdigest()[:32]
