@@ -94,6 +94,24 @@ class _Preregistered:
         return stored if stored is not None and stored.client_id == self._client.client_id else self._client
 
 
+class _ForRedirect:
+    """A store whose recorded registration counts only if it was made for this redirect URI: one made where Triad
+    was reached at another address (another `listen.public_url`, another `redirect_port`) is made anew."""
+
+    def __init__(self, inner: TokenStorage, redirect: str) -> None:
+        self._inner = inner
+        self._redirect = str(AnyUrl(redirect))
+        self.get_tokens = inner.get_tokens
+        self.set_tokens = inner.set_tokens
+        self.set_client_info = inner.set_client_info
+
+    async def get_client_info(self) -> OAuthClientInformationFull | None:
+        stored = await self._inner.get_client_info()
+        if stored is None or not stored.redirect_uris:
+            return stored
+        return stored if any(str(uri) == self._redirect for uri in stored.redirect_uris) else None
+
+
 def token_store(config: UpstreamAuthConfig, user: str | None = None) -> CredentialStore:
     """Triad's own credential (`user` None), or one user's: `<store>.users/<hash of the user>.json` beside it."""
     if config.token_store is None:
@@ -170,7 +188,7 @@ class UpstreamOAuth:
                                                       scope, config.issuer)
         redirect = self._redirects.redirect_uri(self.upstream) if self._redirects is not None \
             else redirect_uri(config.redirect_port)
-        storage: TokenStorage = self.store
+        storage: TokenStorage = _ForRedirect(self.store, redirect)
         if config.client_id is not None:
             method = config.token_endpoint_auth_method or ("client_secret_basic" if secret else "none")
             storage = _Preregistered(self.store, OAuthClientInformationFull(
@@ -343,7 +361,7 @@ class UpstreamOAuth:
     async def _ask_to_come_back_here(self, url: str) -> None:
         """The user's authorization, answered on Triad's own callback route, where it is expected for them."""
         assert self._redirects is not None and self._user is not None and self.ask is not None
-        self._state = self._redirects.expect(self.upstream, self._user, url)
+        url, self._state = self._redirects.expect(self.upstream, self._user, url)
         try:
             await self.ask(url)
         except BaseException as exc:

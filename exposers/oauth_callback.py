@@ -15,6 +15,7 @@ from html import escape
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from consumers._redirects import CALLBACK_PREFIX, Answer, Redirects
 
@@ -27,7 +28,10 @@ Caller = Callable[[Request], Awaitable[str | None]]
 _STATUS = {Answer.ACCEPTED: 200, Answer.UNKNOWN: 400, Answer.OTHER_UPSTREAM: 400, Answer.OTHER_IDENTITY: 403}
 
 
-def callback_route(redirects: Redirects, caller: Caller) -> Route:
+def callback_route(redirects: Redirects, caller: Caller,
+                   wrap: Callable[[ASGIApp], ASGIApp] | None = None) -> Route:
+    """`wrap`: with `cluster:`, forwards an answer another replica waits for (`ClusterRouter.callbacks`)."""
+
     async def callback(request: Request) -> Response:
         query = request.query_params
         try:
@@ -38,7 +42,21 @@ def callback_route(redirects: Redirects, caller: Caller) -> Route:
                                   query.get("code") or "", query.get("iss"))
         return _page(answer)
 
-    return Route(CALLBACK_PREFIX + "{upstream}", endpoint=callback, methods=["GET"])
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        await (await callback(Request(scope, receive, send)))(scope, receive, send)
+
+    return Route(CALLBACK_PREFIX + "{upstream}", endpoint=_Asgi(wrap(app)) if wrap is not None else callback,
+                 methods=["GET"])
+
+
+class _Asgi:
+    """An ASGI app as a route's endpoint (Starlette calls an endpoint that is a plain function with a Request)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self._app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._app(scope, receive, send)
 
 
 def _page(answer: Answer) -> Response:

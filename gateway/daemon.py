@@ -119,7 +119,7 @@ async def running_gateway(config: TriadConfig, host: str | None = None, *, watch
             tg.cancel_scope.cancel()
 
 
-def _redirects(config: TriadConfig, host: str, address: str) -> Redirects | None:
+def _redirects(config: TriadConfig, host: str, address: str, replica: str | None) -> Redirects | None:
     """Where a person's own upstream authorization comes back to this listener (`/oauth/callback/<upstream>`):
     `listen.public_url`, else the origin of `auth.oauth.audience`, else the listen address when it is loopback
     (its Host is then the only one HostGuard lets in). None: no address people can reach is known (the loopback
@@ -135,7 +135,7 @@ def _redirects(config: TriadConfig, host: str, address: str) -> Redirects | None
             logger.warning("per-user upstream authorizations come back on the loopback redirect (a person on "
                            "this machine only): set listen.public_url")
         return None
-    return Redirects(base)
+    return Redirects(base, replica)
 
 
 def _cluster(config: TriadConfig) -> Any:
@@ -184,7 +184,7 @@ async def _serve_http_on(config: TriadConfig, host: str, sock: socket.socket) ->
     address = f"http://{'[' + host + ']' if ':' in host else host}:{actual_port}"
     async with running_gateway(config, host, watch=True, address=address) as gw:
         server = build_server(gw.dispatcher, gw.notifier, LOCAL, gw.rounds)
-        redirects = _redirects(config, host, address)
+        redirects = _redirects(config, host, address, gw.cluster.replica_id if gw.cluster is not None else None)
         gw.pool.for_users.redirects = redirects
         app = build_app(server, gw.dispatcher, gw.notifier, host, gw.reloader, gw.rounds, gw.cluster, redirects)
         userver = _Uvicorn(ListenerConfig(app, log_config=None, lifespan="on", access_log=False,

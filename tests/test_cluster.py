@@ -23,7 +23,7 @@ import pytest
 from pydantic import SecretStr
 
 from tests.cluster_env import CLUSTER_KEY, TOKENS, TriadCluster, handshake_session, http_for, modern_client, wait_until
-from tests.conftest import ROOT, TRIAD, Proc
+from tests.conftest import LEAN_PATH, ROOT, TRIAD, Proc
 from tests.raw_clients import HandshakeSession, answer_of, call, dumps, sse_session
 
 pytestmark = pytest.mark.anyio
@@ -475,10 +475,11 @@ async def test_while_redis_is_down_approvals_fail_closed_and_limits_count_per_re
 
 async def test_a_users_upstream_token_got_on_one_replica_is_used_and_refreshed_for_all(
         procs: list[Proc], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """`auth: per_user` with `cluster:`: alice authorizes once, through r1 (URL elicitation, r1's own callback);
-    r2 then calls with the same upstream token (same `jti`) without asking her. When the token is due, r2 refreshes
+    """`auth: per_user` with `cluster:`: alice authorizes once, through r1 (URL elicitation); her browser brings
+    the answer to r2, as a load balancer may, which forwards it to r1, where her authorization waits. r2 then calls with the same upstream token (same `jti`) without asking her. When the token is due, r2 refreshes
     it; r1, holding the old one, takes up r2's refreshed token from Redis instead of refreshing itself (same new
-    `jti`). Redis holds the tokens encrypted only; no per-user token file is written."""
+    `jti`). Redis holds the tokens encrypted only; no per-user token file is written. (Both replicas have one
+    `listen.public_url`, as behind a load balancer: the registration r1 made is valid for r2's refresh too.)"""
     from mcp import ClientSession
     from mcp.client.streamable_http import streamable_http_client
 
@@ -496,17 +497,22 @@ async def test_a_users_upstream_token_got_on_one_replica_is_used_and_refreshed_f
                "secret_key": "${TRIAD_CLUSTER_KEY}", "heartbeat": "0.3s"}
     ttl = int(REFRESH_MARGIN) + 20  # due 20 s after it is issued
     protected = Protected(procs, tmp_path, ttl=ttl, auth={"mode": "per_user"}, cluster=cluster,
-                          clients={"alice": {"token": TOKENS["alice"]}})
+                          clients={"alice": {"token": TOKENS["alice"]}, "ops": {"token": TOKENS["ops"]}},
+                          listen={"public_url": f"http://127.0.0.1:{env.ports['r1']}",  # one for all replicas
+                                  **({} if LEAN_PATH else {"lean_path": False})})
     protected.login(account="triad-service")  # Triad's own credential (the catalog), in its file
     env.config_path = protected.config
     for name in env.ports:
         env.start_replica(name).wait_for(r"upstream up ready")
     r1, r2 = (env.replica_url(name) for name in env.ports)
+    wait_until(lambda: "r1" in env.cluster_view("r2")["replicas"], "r2 to know where r1 is")
 
     async def open_link(_ctx: Any, params: Any) -> Any:
         answer = await follow_to(params.url, r1.removesuffix("/mcp") + "/oauth/callback/up", "alice")
+        assert "state=r1." in answer
         async with http_for("alice") as http:  # her browser: here with her token, which changes nothing
-            assert (await http.get(answer)).status_code == 200
+            landing = await http.get(answer.replace(r1.removesuffix("/mcp"), r2.removesuffix("/mcp")))
+            assert landing.status_code == 200, landing.text
         return types.ElicitResult(action="accept")
 
     async with http_for("alice") as http, streamable_http_client(r1, http_client=http) as (read, write), \
