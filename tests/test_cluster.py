@@ -476,8 +476,9 @@ async def test_while_redis_is_down_approvals_fail_closed_and_limits_count_per_re
 async def test_a_users_upstream_token_got_on_one_replica_is_used_and_refreshed_for_all(
         procs: list[Proc], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`auth: per_user` with `cluster:`: alice authorizes once, through r1 (URL elicitation); her browser brings
-    the answer to r2, as a load balancer may, which forwards it to r1, where her authorization waits. r2 then calls with the same upstream token (same `jti`) without asking her. When the token is due, r2 refreshes
-    it; r1, holding the old one, takes up r2's refreshed token from Redis instead of refreshing itself (same new
+    the answer to r2, as a load balancer may, which forwards it to r1, where her authorization waits. r2 then
+    calls with the same upstream token (same `jti`) without asking her. When the token is due, r2 refreshes it;
+    r1, holding the old one, takes up r2's refreshed token from Redis instead of refreshing itself (same new
     `jti`). Redis holds the tokens encrypted only; no per-user token file is written. (Both replicas have one
     `listen.public_url`, as behind a load balancer: the registration r1 made is valid for r2's refresh too.)"""
     from mcp import ClientSession
