@@ -94,24 +94,6 @@ class _Preregistered:
         return stored if stored is not None and stored.client_id == self._client.client_id else self._client
 
 
-class _ForRedirect:
-    """A store whose recorded registration counts only if it was made for this redirect URI: one made where Triad
-    was reached at another address (another `listen.public_url`, another `redirect_port`) is made anew."""
-
-    def __init__(self, inner: TokenStorage, redirect: str) -> None:
-        self._inner = inner
-        self._redirect = str(AnyUrl(redirect))
-        self.get_tokens = inner.get_tokens
-        self.set_tokens = inner.set_tokens
-        self.set_client_info = inner.set_client_info
-
-    async def get_client_info(self) -> OAuthClientInformationFull | None:
-        stored = await self._inner.get_client_info()
-        if stored is None or not stored.redirect_uris:
-            return stored
-        return stored if any(str(uri) == self._redirect for uri in stored.redirect_uris) else None
-
-
 def token_store(config: UpstreamAuthConfig, user: str | None = None) -> CredentialStore:
     """Triad's own credential (`user` None), or one user's: `<store>.users/<hash of the user>.json` beside it."""
     if config.token_store is None:
@@ -188,7 +170,7 @@ class UpstreamOAuth:
                                                       scope, config.issuer)
         redirect = self._redirects.redirect_uri(self.upstream) if self._redirects is not None \
             else redirect_uri(config.redirect_port)
-        storage: TokenStorage = _ForRedirect(self.store, redirect)
+        storage: TokenStorage = self.store
         if config.client_id is not None:
             method = config.token_endpoint_auth_method or ("client_secret_basic" if secret else "none")
             storage = _Preregistered(self.store, OAuthClientInformationFull(
@@ -335,6 +317,7 @@ class UpstreamOAuth:
             raise UpstreamAuthorizationRequired(
                 self.upstream, f"upstream {self.upstream!r} needs authorization: run `triad login {self.upstream}` "
                 "(or set auth.browser)")
+        self._check_registration()
         if self._redirects is not None:
             await self._ask_to_come_back_here(url)
             return
@@ -357,6 +340,21 @@ class UpstreamOAuth:
             self._pending = None
             await pending.close()
             raise
+
+    def _check_registration(self) -> None:
+        """A registration made for another redirect URI (`triad login` on the loopback one, another
+        `listen.public_url`) still refreshes tokens, but an authorization server refuses it a new authorization:
+        dropped here, so that the next attempt registers anew (this one fails saying so)."""
+        context = self.provider.context
+        registered = context.client_info.redirect_uris if context.client_info is not None else None
+        wanted = context.client_metadata.redirect_uris or []
+        if self._config.client_id is not None or not registered \
+                or {str(uri) for uri in wanted} & {str(uri) for uri in registered}:
+            return
+        context.client_info = None
+        raise UpstreamAuthorizationRequired(
+            self.upstream, f"upstream {self.upstream!r}: Triad's registration there was made for another redirect "
+            "address; it registers anew: try again")
 
     async def _ask_to_come_back_here(self, url: str) -> None:
         """The user's authorization, answered on Triad's own callback route, where it is expected for them."""

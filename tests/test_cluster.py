@@ -479,7 +479,8 @@ async def test_a_users_upstream_token_got_on_one_replica_is_used_and_refreshed_f
     the answer to r2, as a load balancer may, which forwards it to r1, where her authorization waits. r2 then
     calls with the same upstream token (same `jti`) without asking her. When the token is due, r2 refreshes it;
     r1, holding the old one, takes up r2's refreshed token from Redis instead of refreshing itself (same new
-    `jti`). Redis holds the tokens encrypted only; no per-user token file is written. (Both replicas have one
+    `jti`). bob's `triad login --client bob` also keeps his tokens in Redis, where r2 finds them. Redis holds the
+    tokens encrypted only; no per-user token file is written. (Both replicas have one
     `listen.public_url`, as behind a load balancer: the registration r1 made is valid for r2's refresh too.)"""
     from mcp import ClientSession
     from mcp.client.streamable_http import streamable_http_client
@@ -498,7 +499,7 @@ async def test_a_users_upstream_token_got_on_one_replica_is_used_and_refreshed_f
                "secret_key": "${TRIAD_CLUSTER_KEY}", "heartbeat": "0.3s"}
     ttl = int(REFRESH_MARGIN) + 20  # due 20 s after it is issued
     protected = Protected(procs, tmp_path, ttl=ttl, auth={"mode": "per_user"}, cluster=cluster,
-                          clients={"alice": {"token": TOKENS["alice"]}, "ops": {"token": TOKENS["ops"]}},
+                          clients={name: {"token": TOKENS[name]} for name in ("alice", "bob", "ops")},
                           listen={"public_url": f"http://127.0.0.1:{env.ports['r1']}",  # one for all replicas
                                   **({} if LEAN_PATH else {"lean_path": False})})
     protected.login(account="triad-service")  # Triad's own credential (the catalog), in its file
@@ -537,4 +538,6 @@ async def test_a_users_upstream_token_got_on_one_replica_is_used_and_refreshed_f
         assert refreshed_by_r2[0] == "alice" and refreshed_by_r2[1] != first_jti
         assert (await stored.get_tokens()) is not None and stored.expires_at > time.time() + REFRESH_MARGIN
     assert (await whoami(r1, TOKENS["alice"])).split()[:2] == refreshed_by_r2  # r1 took up r2's refresh
+    protected.login("bob", account="bob")  # `triad login --client bob` keeps bob's tokens in Redis too
+    assert (await whoami(r2, TOKENS["bob"])).split()[0] == "bob"
     assert not (tmp_path / "triad.tokens" / "up.users").exists()

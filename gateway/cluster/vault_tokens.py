@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
@@ -20,7 +21,12 @@ from gateway.cluster._link import RedisDown
 from gateway.cluster.secret_box import SecretUnreadable
 from gateway.cluster.vault import Vault
 
-__all__ = ["VaultTokens"]
+__all__ = ["VaultTokens", "vault_stores"]
+
+
+def vault_stores(vault: Vault) -> Callable[[str, str], VaultTokens]:
+    """(upstream, user) -> that user's store: `consumers.UserAuthorization.stores` with `cluster:`."""
+    return lambda upstream, user: VaultTokens(vault, user, upstream)
 
 
 class VaultTokens:

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from consumers import Upstream, UpstreamPool
 from gateway.cluster.cluster import Cluster
-from gateway.cluster.vault_tokens import VaultTokens
+from gateway.cluster.vault_tokens import vault_stores
 from gateway.reload import Reloader
 
 logger = logging.getLogger("triad.cluster")
@@ -41,7 +41,7 @@ def join(cluster: Cluster, pool: UpstreamPool, notifier: _Notified,
          reloader: Reloader | None) -> Callable[[Upstream], None]:
     """Wire the events, and keep per-user upstream tokens in the vault; returns what the pool's change callback must
     also call."""
-    pool.for_users.stores = lambda upstream, user: VaultTokens(cluster.vault, user, upstream)
+    pool.for_users.stores = vault_stores(cluster.vault)
     known: dict[str, str] = {}
     """Upstream -> the digest of its offer last seen here or announced by another replica."""
     asked: set[str] = set()
