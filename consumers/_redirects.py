@@ -13,6 +13,7 @@ the route with it; the flows (`consumers.oauth_client`) register and wait in the
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
@@ -48,11 +49,12 @@ class _Waiting:
 
 
 class Redirects:
-    def __init__(self, base_url: str, replica: str | None = None) -> None:
+    def __init__(self, base_url: str, replica: str | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         """`base_url`: where Triad's HTTP app is reached by people (scheme and host, no trailing slash);
         `replica`: this replica's id, with `cluster:`."""
         self.base_url = base_url.rstrip("/")
         self._replica = replica
+        self._clock = clock
         self._waiting: dict[str, _Waiting] = {}
 
     def redirect_uri(self, upstream: str) -> str:
@@ -70,7 +72,7 @@ class Redirects:
         self._expire()
         while len(self._waiting) >= MAX_WAITING:
             del self._waiting[next(iter(self._waiting))]
-        self._waiting[public] = _Waiting(upstream, user, time.monotonic() + AUTHORIZATION_WAIT, state)
+        self._waiting[public] = _Waiting(upstream, user, self._clock() + AUTHORIZATION_WAIT, state)
         url = urlunsplit(parts._replace(query=urlencode([(k, public if k == "state" else v) for k, v in query])))
         return url, public
 
@@ -105,7 +107,7 @@ class Redirects:
         return Answer.ACCEPTED
 
     def _expire(self) -> None:
-        now = time.monotonic()
+        now = self._clock()
         for state in [state for state, waiting in self._waiting.items() if waiting.deadline < now]:
             del self._waiting[state]
 

@@ -145,9 +145,9 @@ class UpstreamOAuth:
         self.store = stores(upstream, user) if stores is not None and user is not None else token_store(config, user)
         self._seeded = False
         self._state: str | None = None
+        """The state of the authorization waiting on Triad's own callback route (`_redirects`)."""
         self._taken_up = False
         """The last `_take_up_stored` found fresh tokens."""
-        """The state of the authorization waiting on Triad's own callback route (`_redirects`)."""
         self._discovered: OAuthMetadata | None = None
         self._pending: LoopbackRedirect | None = None
         """The loopback redirect of the authorization under way (opened by `_redirect`, closed by `_callback`)."""
@@ -268,9 +268,13 @@ class UpstreamOAuth:
         """Adopt tokens stored since this source last read them (another replica refreshed or authorized, a
         `triad login` ran); True when there were such. Read only when a token is due, missing or refused."""
         context = self.provider.context
-        stored = await self.store.get_tokens()
-        current = context.current_tokens
         self._taken_up = False
+        try:
+            stored = await self.store.get_tokens()
+        except OSError as exc:  # the store is unreachable (the cluster's Redis): go on with what is held here
+            logger.debug("upstream %s: stored tokens not read: %s", self.upstream, exc)
+            return False
+        current = context.current_tokens
         if stored is None or (current is not None and stored.access_token == current.access_token):
             return False
         context.current_tokens = stored

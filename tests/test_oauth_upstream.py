@@ -307,3 +307,27 @@ async def test_a_remote_user_authorizes_through_triads_own_callback_which_no_one
     assert result.content[0].text.split()[0] == "alice"
     refused = await whoami(url, clients["bob"]["token"])  # bob's client cannot open links: no token of his
     assert refused.startswith("error:") and "alice" not in refused, refused
+
+
+async def test_an_authorization_state_is_answered_once_for_its_own_user_and_expires() -> None:
+    """The callback's bookkeeping (`consumers._redirects`): the state the person is sent with names the replica
+    that waits; another identity, another upstream, a used or an expired state are refused and change nothing."""
+    from consumers._redirects import Answer, Redirects, state_owner
+    from consumers.config import AUTHORIZATION_WAIT
+
+    now = [1000.0]
+    hub = Redirects("https://triad.example/", "r1", clock=lambda: now[0])
+    assert hub.redirect_uri("my up") == "https://triad.example/oauth/callback/my%20up"
+    url, state = hub.expect("up", "alice", "https://as.example/authorize?client_id=c&state=abc&scope=a+b")
+    assert state == "r1.abc" and state_owner(state) == "r1"
+    assert url == "https://as.example/authorize?client_id=c&state=r1.abc&scope=a+b"
+    assert hub.answer("up", state, "bob", "code", None) is Answer.OTHER_IDENTITY
+    assert hub.answer("other", state, None, "code", None) is Answer.OTHER_UPSTREAM
+    assert hub.answer("up", "r1.forged", None, "code", None) is Answer.UNKNOWN
+    assert hub.answer("up", state, None, "the-code", "https://as.example") is Answer.ACCEPTED  # a browser: no token
+    result = await hub.result(state)
+    assert (result.code, result.state, result.iss) == ("the-code", "abc", "https://as.example")  # the SDK's state
+    assert hub.answer("up", state, None, "code", None) is Answer.UNKNOWN  # used once
+    _url, late = hub.expect("up", "alice", "https://as.example/authorize?state=def")
+    now[0] += AUTHORIZATION_WAIT + 1
+    assert hub.answer("up", late, "alice", "code", None) is Answer.UNKNOWN  # expired
