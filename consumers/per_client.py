@@ -95,14 +95,20 @@ class ClientLink:
     lists: OwnLists | None = None
     stale: set[str] = field(default_factory=set)
     """Own lists the upstream said changed on this session (both are re-listed by the owner task)."""
+    fresh: anyio.Event = field(default_factory=anyio.Event)
+    """Set while `lists` are what the session lists now: unset from a change until its re-list, so that a list
+    asked in between (after the `list_changed` a catalog change sends every client) waits for the new lists."""
     wake: anyio.Event = field(default_factory=anyio.Event)
 
     def close(self) -> None:
         self.closed.set()
+        self.fresh.set()
         self.wake.set()
 
     def changed(self, family: str) -> None:
         self.stale.add(family)
+        if self.fresh.is_set():
+            self.fresh = anyio.Event()
         self.wake.set()
 
 
@@ -189,7 +195,7 @@ class ClientSessions:
         those of a session that declared the same capabilities."""
         link = self._links.get(origin)
         if link is not None and link.lists is not None and not link.closed.is_set():
-            return link.lists
+            return link.lists if link.fresh.is_set() else None
         learned = self._learned.get(_signature(origin))
         return OwnLists.of(learned, None) if learned is not None else None
 
@@ -197,6 +203,11 @@ class ClientSessions:
         """What the client's own session lists: known, or listed by opening its session now."""
         if (known := self.known_lists(origin)) is not None:
             return known
+        link = self._links.get(origin)
+        if link is not None and link.lists is not None and not link.closed.is_set():  # being listed again
+            with anyio.move_on_after(self._config().timeout):
+                await link.fresh.wait()
+            return link.lists
         await self.channel_for(origin)
         link = self._links.get(origin)
         if link is None or link.lists is None:
@@ -284,6 +295,7 @@ class ClientSessions:
                         await channel.listening()
                     offered = init.capabilities.model_dump(exclude_none=True)
                     link.lists = await _list_own(self._upstream, channel.session, offered)
+                    link.fresh.set()
                     self._learn(link.origin, link.lists.tools)
                     channel.watch.on_eof = link.close  # the upstream ended it: the next request opens anew
                     opening.deadline = math.inf
@@ -322,10 +334,13 @@ class ClientSessions:
             with anyio.fail_after(self._config().timeout):
                 now = link.lists = await _list_own(self._upstream, session, offered)
         except Exception as exc:  # the old lists stand; the next change tries again
+            link.fresh.set()
             logger.warning("upstream %s: re-listing a client session failed: %s", self._upstream,
                            describe_failure(exc),
                            extra=log_fields(self._upstream, "relist_failed", session=link.origin))
             return
+        if not link.stale:  # else another change came meanwhile: the next re-list makes them fresh
+            link.fresh.set()
         self._learn(link.origin, now.tools)
         back = link.origin.back
         if before is None or not isinstance(back, ListsChanged):
