@@ -94,6 +94,26 @@ class _Preregistered:
         return stored if stored is not None and stored.client_id == self._client.client_id else self._client
 
 
+class _ForRedirect:
+    """A store that keeps quiet about a registration made for another redirect URI (`triad login` on the loopback
+    one, another `listen.public_url`) while no token could be refreshed with it: the authorization that comes
+    next then registers anew, since an authorization server refuses a redirect URI it was not given."""
+
+    def __init__(self, inner: TokenStorage, redirect: str) -> None:
+        self._inner = inner
+        self._redirect = str(AnyUrl(redirect))
+        self.get_tokens = inner.get_tokens
+        self.set_tokens = inner.set_tokens
+        self.set_client_info = inner.set_client_info
+
+    async def get_client_info(self) -> OAuthClientInformationFull | None:
+        stored = await self._inner.get_client_info()
+        if stored is None or not stored.redirect_uris or self._redirect in {str(uri) for uri in stored.redirect_uris}:
+            return stored
+        tokens = await self._inner.get_tokens()
+        return stored if tokens is not None and tokens.refresh_token else None
+
+
 def token_store(config: UpstreamAuthConfig, user: str | None = None) -> CredentialStore:
     """Triad's own credential (`user` None), or one user's: `<store>.users/<hash of the user>.json` beside it."""
     if config.token_store is None:
@@ -170,7 +190,7 @@ class UpstreamOAuth:
                                                       scope, config.issuer)
         redirect = self._redirects.redirect_uri(self.upstream) if self._redirects is not None \
             else redirect_uri(config.redirect_port)
-        storage: TokenStorage = self.store
+        storage: TokenStorage = _ForRedirect(self.store, redirect)
         if config.client_id is not None:
             method = config.token_endpoint_auth_method or ("client_secret_basic" if secret else "none")
             storage = _Preregistered(self.store, OAuthClientInformationFull(
@@ -346,9 +366,9 @@ class UpstreamOAuth:
             raise
 
     def _check_registration(self) -> None:
-        """A registration made for another redirect URI (`triad login` on the loopback one, another
-        `listen.public_url`) still refreshes tokens, but an authorization server refuses it a new authorization:
-        dropped here, so that the next attempt registers anew (this one fails saying so)."""
+        """A registration made for another redirect URI kept for its refresh token (`_ForRedirect`), now that an
+        authorization is needed after all: dropped, so that the next attempt registers anew (this one fails
+        saying so)."""
         context = self.provider.context
         registered = context.client_info.redirect_uris if context.client_info is not None else None
         wanted = context.client_metadata.redirect_uris or []

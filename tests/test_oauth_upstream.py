@@ -331,3 +331,40 @@ async def test_an_authorization_state_is_answered_once_for_its_own_user_and_expi
     _url, late = hub.expect("up", "alice", "https://as.example/authorize?state=def")
     now[0] += AUTHORIZATION_WAIT + 1
     assert hub.answer("up", late, "alice", "code", None) is Answer.UNKNOWN  # expired
+
+
+async def test_a_user_logged_in_on_the_loopback_later_authorizes_through_triads_callback(procs: list[Proc],
+                                                                                       tmp_path: Path) -> None:
+    """erin was logged in by the operator (`triad login --client erin`: registered for the loopback redirect);
+    her tokens are gone since (here: forgotten), the registration stays. Asked through her client, her
+    authorization comes back on Triad's own callback: Triad registers anew for that redirect (the authorization
+    server would refuse the old registration there) and her first call goes on as erin."""
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    token = "erin-token-0123456789abcdef"
+    protected = Protected(procs, tmp_path, auth={"mode": "per_user"}, clients={"erin": {"token": token}})
+    protected.login(account="triad-service")
+    protected.login("erin", account="erin")
+    [kept] = (tmp_path / "triad.tokens" / "up.users").glob("*.json")
+    document = json.loads(kept.read_text())
+    loopback_client = document["client"]["client_id"]
+    kept.write_text(json.dumps({**document, "tokens": None, "expires_at": None}))
+    url = start_triad(procs, protected.config, wait_ready=1)
+
+    async def open_link(_ctx: Any, params: Any) -> Any:
+        import mcp_types as types
+
+        answer = await follow_to(params.url, url.removesuffix("/mcp") + "/oauth/callback/up", "erin")
+        async with httpx2.AsyncClient(timeout=30) as browser:
+            assert (await browser.get(answer)).status_code == 200
+        return types.ElicitResult(action="accept")
+
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http, \
+            streamable_http_client(url, http_client=http) as (read, write), \
+            ClientSession(read, write, elicitation_callback=open_link) as session:
+        await session.initialize()
+        result = await session.call_tool("whoami", {})
+    assert not result.is_error, result
+    assert result.content[0].text.split()[0] == "erin"
+    assert json.loads(kept.read_text())["client"]["client_id"] != loopback_client
