@@ -2,6 +2,7 @@
 
 from consumers._credentials import UserAuthorization
 from consumers._errors import describe_failure
+from consumers.channel import TASK_STATUS
 from consumers.lifecycle import UpstreamState
 from consumers.listing import Catalog
 from consumers.login import LoginError, login
@@ -12,6 +13,7 @@ from consumers.upstream import Upstream
 
 __all__ = [
     "CURRENT_DOWNSTREAM",
+    "TASK_STATUS",
     "Catalog",
     "ClientOrigin",
     "Downstream",

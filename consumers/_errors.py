@@ -10,8 +10,10 @@ from mcp.shared.exceptions import MCPError
 
 from consumers.errors import UpstreamError, UpstreamRefused, UpstreamUnavailable
 
+UNAVAILABLE_STATUSES = frozenset({502, 503, 504})
+"""Statuses that say an HTTP upstream (or a proxy in front of it) is not reachable: connection-level failures."""
 UNAVAILABLE_DATA_KEY = "triad/httpStatus"
-"""In the `data` of the error `consumers.transports` makes of an HTTP 502, 503 or 504: the status."""
+"""In the `data` of the error `consumers.transports` makes of an `UNAVAILABLE_STATUSES` answer: the status."""
 
 
 class UpstreamConnectionFailed(UpstreamUnavailable):

@@ -27,7 +27,7 @@ import mcp_types as types
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
-from consumers._errors import HopBroken, HopUnavailable, SessionGone
+from consumers._errors import UNAVAILABLE_STATUSES, HopBroken, HopUnavailable, SessionGone
 from consumers._http_rules import HTTP_RULES, env_proxy
 from consumers.relay import Downstream, ProgressFn, UpstreamRequest, ask_wire
 
@@ -41,8 +41,6 @@ DEFAULT_RETRY_MS = 1000
 """The wait before taking up a reply stream again when the upstream named none (SSE `retry:`)."""
 MAX_RETRY_MS = 30_000
 MAX_RESUMES = 5
-UNAVAILABLE_STATUSES = frozenset({502, 503, 504})
-"""Statuses that say the upstream (or a proxy in front of it) is not reachable: connection-level failures."""
 """How often a reply stream that ends before its result is taken up again (each bounded by the call's deadline)."""
 
 
@@ -196,34 +194,39 @@ class HttpHop:
     async def _read_stream(self, response: aiohttp.ClientResponse, stream: _Stream, request_id: str,
                            on_progress: ProgressFn, downstream: Downstream | None) -> dict[str, Any] | None:
         reply: dict[str, Any] | None = None
-        # Read to the end of the stream (the upstream ends it after the result) so the connection goes back to
-        # the pool; an upstream that keeps it open a moment longer loses it.
-        with anyio.CancelScope() as tail:
-            async for message in _events(response, stream):
-                if reply is not None:
-                    continue
-                if message.get("id") == request_id and "method" not in message:
-                    reply = message
-                    tail.deadline = anyio.current_time() + TAIL_WAIT
-                    continue
-                method = message.get("method")
-                if not isinstance(method, str):
-                    continue
-                found = message.get("params")
-                params: dict[str, Any] = found if isinstance(found, dict) else {}
-                if "id" in message:
-                    await self._answer(message["id"], method, params, downstream)
-                elif method == "notifications/progress" and params.get("progressToken") == request_id:
-                    await on_progress({key: value for key, value in params.items() if key != "progressToken"})
-                elif method == "notifications/message" and downstream is not None:
-                    try:
-                        log = types.LoggingMessageNotificationParams.model_validate(params, by_name=False)
-                    except ValidationError:
-                        logger.debug("an upstream sent a malformed log message")
+        # The upstream's own requests are answered side by side (it may ask several questions at once, each
+        # waiting for its client), and the stream read on meanwhile; once the result is in, they are moot.
+        async with anyio.create_task_group() as answers:
+            # Read to the end of the stream (the upstream ends it after the result) so the connection goes back to
+            # the pool; an upstream that keeps it open a moment longer loses it.
+            with anyio.CancelScope() as tail:
+                async for message in _events(response, stream):
+                    if reply is not None:
+                        continue
+                    if message.get("id") == request_id and "method" not in message:
+                        reply = message
+                        tail.deadline = anyio.current_time() + TAIL_WAIT
+                        continue
+                    method = message.get("method")
+                    if not isinstance(method, str):
+                        continue
+                    found = message.get("params")
+                    params: dict[str, Any] = found if isinstance(found, dict) else {}
+                    if "id" in message:
+                        answers.start_soon(self._answer, message["id"], method, params, downstream)
+                    elif method == "notifications/progress" and params.get("progressToken") == request_id:
+                        await on_progress({key: value for key, value in params.items() if key != "progressToken"})
+                    elif method == "notifications/message" and downstream is not None:
+                        try:
+                            log = types.LoggingMessageNotificationParams.model_validate(params, by_name=False)
+                        except ValidationError:
+                            logger.debug("an upstream sent a malformed log message")
+                        else:
+                            await downstream.log(log)
                     else:
-                        await downstream.log(log)
-                else:
-                    self._on_notification(method, params)
+                        self._on_notification(method, params)
+            if reply is not None:
+                answers.cancel_scope.cancel()
         return reply
 
     async def _answer(self, message_id: Any, method: str, params: dict[str, Any],

@@ -23,7 +23,7 @@ from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 
 from consumers._credentials import CredentialUse
-from consumers._errors import UNAVAILABLE_DATA_KEY
+from consumers._errors import UNAVAILABLE_DATA_KEY, UNAVAILABLE_STATUSES
 from consumers._http_rules import HTTP_RULES
 from consumers.child_process import ChildOutput, open_child
 from consumers.config import UpstreamConfig
@@ -124,10 +124,6 @@ class _DrainingTransport(httpx2.AsyncBaseTransport):
 
     async def aclose(self) -> None:
         await self._inner.aclose()
-
-
-UNAVAILABLE_STATUSES = frozenset({502, 503, 504})
-"""What an HTTP upstream, or a proxy in front of it, answers when nothing took the request."""
 
 
 async def _unavailable(request: httpx2.Request, response: httpx2.Response) -> httpx2.Response:

@@ -20,7 +20,6 @@ forwarded request carries `X-Triad-Forwarded` and is never forwarded again.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -31,7 +30,7 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from consumers._redirects import state_owner
-from exposers._wire import read_body, replay
+from exposers._wire import ParseError, parse_json, read_body, replay
 from exposers.input_rounds import STATE_PREFIX, round_owner
 from exposers.server import IDENTITY_SCOPE_KEY
 from gateway.identity import Identity
@@ -98,8 +97,8 @@ class ClusterRouter:
         if MARKER not in body:
             return None
         try:
-            message = json.loads(body)
-        except ValueError:
+            message = parse_json(body)
+        except ParseError:  # served here, where the same parser answers it with a parse error
             return None
         params = message.get("params") if isinstance(message, dict) else None
         owner = round_owner(params.get("requestState")) if isinstance(params, dict) else None

@@ -50,9 +50,9 @@ from gateway.dispatch import Dispatcher
 logger = logging.getLogger("triad.exposer")
 
 PING_INTERVAL = 15.0
+"""A 2026-07-28 call silent this long gets a stream with a keep-alive comment this often (the SDK's interval)."""
 _GUARDS: set[asyncio.Task[None]] = set()
 """The guards of handshake-era calls in flight (the event loop keeps only weak references to tasks)."""
-"""A 2026-07-28 call silent this long gets a stream with a keep-alive comment this often (the SDK's interval)."""
 
 
 class Answers:

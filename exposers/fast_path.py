@@ -182,7 +182,8 @@ class FastPath:
         if not isinstance(identity, Identity):
             return None
         client = verdict.client_info if isinstance(verdict.client_info, dict) else {}
-        return acting_identity(self._dispatcher.config, identity, None, client.get("name")), verdict.protocol_version
+        return acting_identity(self._dispatcher.config, identity, None, client.get("name"), tasks=True), \
+            verdict.protocol_version
 
     async def _serve(self, receive: Receive, send: Send, message: dict[str, Any], connection: Connection,
                      identity: Identity, session_id: str) -> bool:

@@ -28,7 +28,7 @@ from mcp.shared.exceptions import MCPError
 
 from consumers import CURRENT_DOWNSTREAM
 from exposers.relay import Relay
-from gateway.identity import Identity
+from gateway.identity import Identity, same_principal
 
 logger = logging.getLogger("triad.exposer")
 
@@ -228,7 +228,9 @@ class InputRounds:
     async def _resume(self, request: Relay, method: str, params: Mapping[str, Any], owner: Identity,
                       state: str) -> dict[str, Any]:
         flight = self._parked.get(state)
-        if flight is None or flight.owner != owner or flight.method != method:
+        # `principal` is not part of an identity's equality: a round, like a session, is its subject's alone
+        if flight is None or flight.owner != owner or not same_principal(flight.owner, owner) \
+                or flight.method != method:
             raise MCPError(types.INVALID_PARAMS, "Invalid or expired requestState")
         question = flight.question
         assert question is not None and flight.relay is not None

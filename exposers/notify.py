@@ -34,6 +34,7 @@ from mcp.server.subscriptions import (
 )
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from consumers import TASK_STATUS
 from exposers.relay import SessionRelay
 from gateway.dispatch import Dispatcher
 from gateway.errors import InvalidRequest
@@ -48,14 +49,13 @@ SEND_TIMEOUT = 10.0
 """How long handing one notification to a connection may take. A client that reads its stream takes
 microseconds; one that takes this long has stopped reading, and gets no more notifications."""
 MAX_SUBSCRIPTIONS = 256
-"""Resource subscriptions one session may hold at once: each costs an entry here and, for a new URI, one at the
-upstream, so a client cannot grow either without bound."""
+"""Resource subscriptions one session (or one 2026-07-28 listen stream) may hold at once: each costs an entry here
+and, for a new URI, one at the upstream, so a client cannot grow either without bound."""
 OUTBOX_SIZE = 1024
 """Distinct notifications waiting for one connection (list changes, and one per subscribed resource that
 changed); more, and the connection is stuck."""
 
 Send = Callable[[], Awaitable[None]]
-TASK_STATUS = "notifications/tasks/status"
 
 
 class SessionRecords(Protocol):
@@ -218,8 +218,12 @@ class Notifier:
         yet (the first one may come before the result that creates it) is dropped: status pushes are optional,
         and clients poll."""
         found = self._dispatcher.tasks.book.gateway_id(upstream, params.get("taskId"))
-        back = getattr(found[1].session, "back", None) if found is not None else None
-        if found is None or not isinstance(back, SessionRelay) or self._tg is None:
+        session = self._dispatcher.tasks.session_of(found[1]) if found is not None else None
+        back = session.back if session is not None else None
+        # a task outlives its session: once the session ended there is nobody to tell (and an outbox made for its
+        # connection now would never be forgotten: its exit stack has run)
+        if found is None or not isinstance(back, SessionRelay) or self._tg is None \
+                or back.connection not in self._connections:
             return
         connection, status = back.connection, with_task_id(params, found[0])
         self._send(connection, ("task", found[0], status.get("status")),
@@ -231,9 +235,13 @@ class Notifier:
         inner = ListenHandler(self.bus)
 
         async def listen(ctx: Any, params: Any) -> Any:
+            uris = params.notifications.resource_subscriptions or ()
+            if len(uris) > MAX_SUBSCRIPTIONS:  # each is made at its upstream: bounded as a session's are
+                raise InvalidRequest(f"a listen stream may hold at most {MAX_SUBSCRIPTIONS} resource subscriptions; "
+                                     f"this one asks for {len(uris)}")
             held: list[tuple[str, str, str]] = []
             try:
-                for uri in params.notifications.resource_subscriptions or ():
+                for uri in uris:
                     try:
                         owner, raw = await self._dispatcher.subscribe(identity_of(ctx), {"uri": uri})
                     except Exception as exc:  # that URI gets no updates; the stream still serves

@@ -192,8 +192,10 @@ def keep_cancel_reason(connection: Connection, params: Any) -> None:
     """A client's `notifications/cancelled`: the SDK's server cancels the request itself and keeps no reason, so
     the reason is kept here (in the session's state, bounded) for the upstream's cancellation, which the SDK's
     client sends after this runs (the SDK hands the notification on before the cancelled call unwinds)."""
-    reason, request_id = (params or {}).get("reason"), (params or {}).get("requestId")
-    if not isinstance(reason, str) or request_id is None:
+    found = params if isinstance(params, dict) else {}
+    reason, request_id = found.get("reason"), found.get("requestId")
+    # unvalidated here: anything but a JSON-RPC id (a string or an integer) names no request
+    if not isinstance(reason, str) or not isinstance(request_id, str | int) or isinstance(request_id, bool):
         return
     reasons = connection.state.setdefault(CANCEL_REASONS_STATE_KEY, {})
     reasons[request_id] = reason
@@ -208,8 +210,8 @@ def connection_state(ctx: ServerRequestContext[Any]) -> dict[str, Any]:
 
 def takes_tasks(connection: Connection | None) -> bool:
     """A handshake-era client that declared the tasks capability (2025-11-25) can run a tool as a task. A
-    2026-07-28 client declares the extension per request, and Triad relays it only to 2026-07-28 upstreams, whose
-    tools say nothing of tasks (`gateway.catalog.TAKES_TASKS`)."""
+    2026-07-28 request takes tasks in any case: it declares the extension per request, and a call that needs it
+    and does not gets -32021 (`gateway.task_eras`; `gateway.catalog.TAKES_TASKS`)."""
     return "tasks" in (declared_capabilities(connection) or {})
 
 

@@ -82,7 +82,7 @@ async def serve(dispatcher: Dispatcher, rounds: InputRounds | None, request: Cli
         params, identity, session = request.params, request.identity, request.session
         if request.method == "tools/call":
             return await dispatcher.call_tool(identity, params, relay.progress if request.wants_progress else None,
-                                              session)
+                                              session, "2026-07-28" if request.relay.modern else "2025-11-25")
         if request.method == "resources/read":
             return await dispatcher.read_resource(identity, params, session)
         if request.method in TASK_METHODS:

@@ -51,7 +51,15 @@ from gateway.dispatch import LEGACY_TASKS, SUBSCRIBE, Dispatcher
 from gateway.errors import TriadError, UpstreamRefused
 from gateway.hooks import Session
 from gateway.identity import Identity, credential_owner, narrowed
-from gateway.tasks import EXTENSION, LEGACY_METHODS, METHODS, MODERN_METHODS, TaskRequestParams, declares_extension
+from gateway.tasks import (
+    EXTENSION,
+    LEGACY_METHODS,
+    METHODS,
+    MODERN_METHODS,
+    TaskRequestParams,
+    declares_extension,
+    missing_extension_data,
+)
 from gateway.tracing import tracing_enabled
 from gateway.views import SessionLists
 
@@ -124,7 +132,7 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
             if session is None:
                 session = connection.state[SESSION_IDENTITY_KEY] = caller
         return acting_identity(dispatcher.config, caller, session, client_name(ctx),
-                               session is not None and takes_tasks(connection))
+                               takes_tasks(connection) if session is not None else True)
 
     results = RawResults()
 
@@ -172,7 +180,7 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
             if not declares_extension(envelope_capabilities(ctx.params)):
                 raise MCPError(types.MISSING_REQUIRED_CLIENT_CAPABILITY, f"{ctx.method} needs the {EXTENSION} "
                                "extension declared in the request's client capabilities",
-                               data={"requiredCapabilities": {"extensions": {EXTENSION: {}}}})
+                               data=missing_extension_data())
             headers = ctx.request.headers if isinstance(ctx.request, Request) else None
             named = headers.get("mcp-name") if headers is not None else None
             if named is not None and named.strip() != (ctx.params or {}).get("taskId"):
@@ -301,6 +309,8 @@ def hook_session(connection: Connection) -> Session:
     if found is None:
         modern = connection.protocol_version in MODERN_PROTOCOL_VERSIONS
         found = Session(session_label(connection), back=None if modern else SessionRelay(connection))
+        if connection.session_id:
+            found.key = hashlib.sha256(connection.session_id.encode()).hexdigest()[:40]
         connection.state[SESSION_STATE_KEY] = found
         connection.exit_stack.push_async_callback(found.close)
     if found.user is None and (owner := session_identity(connection)) is not None:

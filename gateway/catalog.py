@@ -109,8 +109,8 @@ _EMPTY = Catalog()
 TAKES_TASKS_KEY = "the client takes tasks"
 TAKES_TASKS = {"kind": "context", "key": TAKES_TASKS_KEY, "equals": True}
 """A tool whose `execution.taskSupport` is `required` can only be called as a task (2025-11-25): a client that did
-not declare the tasks capability (and any 2026-07-28 client: Triad does not translate tasks between eras) could
-not call it, so it does not see it; this is the reason `triad plan` shows. Checked per caller
+not declare the tasks capability could not call it, so it does not see it; this is the reason `triad plan` shows
+(a 2026-07-28 client sees it, and is told -32021 if it calls it without the extension). Checked per caller
 (`gateway.views.build_view`, from `Identity.tasks`)."""
 
 

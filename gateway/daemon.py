@@ -107,6 +107,7 @@ async def running_gateway(config: TriadConfig, host: str | None = None, *, watch
         tg.start_soon(dispatcher.run, name="registry")
         tg.start_soon(notifier.run, name="notifier")
         tg.start_soon(rounds.run, name="input-rounds")
+        tg.start_soon(dispatcher.tasks.run, name="task-questions")
         await pool.start(tg)
         if watch and reloader is not None:
             tg.start_soon(reloader.watch, name="config-watch")

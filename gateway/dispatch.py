@@ -40,7 +40,7 @@ from gateway.search_tools import TRIAD_TOOLS, call_triad_tool, settings_for
 from gateway.shared import SharedState
 from gateway.snapshot import Snapshot
 from gateway.task_relay import TaskRelay
-from gateway.tasks import EXTENSION, TaskBook, offers_extension, offers_legacy_tasks
+from gateway.tasks import EXTENSION, Era, TaskBook, offers_extension, offers_legacy_tasks
 from gateway.views import ClientView, SessionLists, paginate, schema_profile, tool_wire
 from gateway.wire import RUN_LIST_META_KEY, clean_result, expose_links, forwardable_meta, input_round
 from policy import Pipeline
@@ -51,7 +51,7 @@ SUBSCRIBE = "resources/subscribe"
 """In `Dispatcher.offered()`: some upstream lets clients subscribe to its resources."""
 LEGACY_TASKS = "tasks"
 """In `Dispatcher.offered()`: some handshake-era upstream runs `tools/call` as a task (2025-11-25); `EXTENSION`:
-some 2026-07-28 upstream offers the tasks extension."""
+some upstream's tasks can be offered to 2026-07-28 clients (its own extension, or translated legacy tasks)."""
 
 
 def _subscribable(upstream: Upstream) -> bool:
@@ -92,7 +92,8 @@ class Dispatcher:
         self._states: weakref.WeakKeyDictionary[Upstream, UpstreamState] = weakref.WeakKeyDictionary()
         """Each upstream's last state seen, to count its restarts (down, then ready again)."""
         self.tasks = TaskRelay(TaskBook(), self._forward, self._upstream,
-                               lambda upstream: self.registry.uri_parts.get(upstream), lambda: self.hooks)
+                               lambda upstream: self.registry.uri_parts.get(upstream), lambda: self.hooks,
+                               lambda: self.config.page_size)
         """The tasks upstreams created for clients, and the `tasks/*` requests about them."""
 
     # -- registry path -------------------------------------------------------------------------------------------
@@ -246,7 +247,7 @@ class Dispatcher:
             if _subscribable(upstream):
                 families.add(SUBSCRIBE)
             if offers_legacy_tasks(upstream.catalog.capabilities) and not upstream.modern:
-                families.add(LEGACY_TASKS)
+                families |= {LEGACY_TASKS, EXTENSION}  # Triad translates its tasks for 2026-07-28 clients
             if offers_extension(upstream.catalog.capabilities) and upstream.modern:
                 families.add(EXTENSION)
         return families
@@ -281,7 +282,8 @@ class Dispatcher:
     # -- call path -----------------------------------------------------------------------------------------------
 
     async def call_tool(self, identity: Identity, params: Mapping[str, Any], progress: ProgressFn | None = None,
-                        session: Session | None = None) -> dict[str, Any]:
+                        session: Session | None = None, era: Era = "2025-11-25") -> dict[str, Any]:
+        """`era`: the client's (a 2026-07-28 client's task on a handshake-era upstream is translated)."""
         if not self._settled:  # right after start, a name is unknown only once its upstream has had its chance
             await self.settled()
         view = self._request_view(identity, params)
@@ -289,14 +291,14 @@ class Dispatcher:
             # it finds only what this session may call (its own upstream sessions' lists, `sessions: per_client`)
             view = self._request_view(identity, params, await self.own_lists(session))
             return await call_triad_tool(self, view, params, progress, session)
-        return await self.call_visible_tool(view, params, progress, session)
+        return await self.call_visible_tool(view, params, progress, session, era)
 
     def tool_wire(self, view: ClientView, descriptor: ToolDescriptor) -> dict[str, Any]:
         """A tool as `view`'s caller sees it (its schema after the caller's profile, cached per version)."""
         return tool_wire(descriptor, view.profile, self._current().schemas)
 
     async def call_visible_tool(self, view: ClientView, params: Mapping[str, Any], progress: ProgressFn | None = None,
-                                session: Session | None = None) -> dict[str, Any]:
+                                session: Session | None = None, era: Era = "2025-11-25") -> dict[str, Any]:
         """A call of a tool by its exposed name, in `view`: what `tools/call` does, and `call_tool` after it."""
         identity, name = view.identity, params.get("name")
         entry = view.tools.get(name) if isinstance(name, str) else None
@@ -314,8 +316,7 @@ class Dispatcher:
             arguments = ctx.arguments if ctx is not None else params.get("arguments")
             if shape := entry.descriptor.arguments:  # hidden and fixed by a tool override, whatever was sent
                 arguments = shape.apply(arguments)
-            # a task (2025-11-25) is asked of an upstream of that era only; 2026-07-28 ones decide themselves
-            task = params.get("task") if not upstream.modern else None
+            task = self.tasks.task_param(upstream, entry.descriptor.wire, params, entry.descriptor.name, era)
             request = types.CallToolRequest(params=types.CallToolRequestParams.model_validate(
                 {"name": entry.executor.tool, "arguments": arguments, "_meta": meta, **input_round(params),
                  **({"task": task} if task is not None else {})}, by_name=False))
@@ -323,7 +324,7 @@ class Dispatcher:
             relayed = self.hooks.progress(ctx, progress) if ctx is not None else progress
             result = await self._forward(upstream, "tool", request, progress=relayed, retry_safe=safe, client=session,
                                          call_limits=limits, caller=(identity.client_id, entry.descriptor.name))
-            result = self.tasks.adopt(result, upstream, identity, session, ctx)
+            result = self.tasks.adopt(result, upstream, identity, session, ctx, era)
             return expose_links(result, self.registry.uri_parts.get(upstream.name))
 
         if not self.hooks:

@@ -28,6 +28,7 @@ validated config and rebuilt on reload.
 from __future__ import annotations
 
 import logging
+import secrets
 import warnings
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -75,6 +76,10 @@ class Session:
     A request without a session (2026-07-28) gets a fresh one with no `back`."""
 
     id: str | None = None
+    key: str = field(default_factory=lambda: secrets.token_hex(20))
+    """What names the session in shared tables (`gateway.tasks.TaskBook`): derived from the transport's session id
+    where there is one (`exposers.server.hook_session`, as `gateway.cluster` keys its session records), else
+    random; never the session id itself, which is a bearer secret."""
     state: dict[str, Any] = field(default_factory=dict)
     lock: anyio.Lock = field(default_factory=anyio.Lock)
     back: Downstream | None = None

@@ -28,11 +28,11 @@ logger = logging.getLogger("triad.dispatch")
 MAX_CACHED_VIEWS = 1024
 """Views of identities without run-level lists, which the config bounds; past this many, the cache starts over."""
 MAX_CACHED_RUN_LIST_VIEWS = 64
+"""Views narrowed by run-level lists, which clients choose freely: the least recently used goes first, and they
+never push a client's own view out of the cache above."""
 MAX_CACHED_SESSION_VIEWS = 256
 """Views narrowed by what sessions' own upstream sessions list (`sessions: per_client`): equal lists share one, the
 least recently used goes first."""
-"""Views narrowed by run-level lists, which clients choose freely: the least recently used goes first, and they
-never push a client's own view out of the cache above."""
 
 
 class Snapshot:

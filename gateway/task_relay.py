@@ -1,28 +1,83 @@
 """The call path of tasks: a task an upstream created is recorded for its creator, and `tasks/*` requests go to the
-upstream (and upstream session) that holds the task, under the upstream's own id (`gateway.tasks`).
+upstream (and upstream session) that holds the task, under the upstream's own id (`gateway.tasks`). A 2026-07-28
+client's task on a handshake-era upstream is translated (`gateway.task_eras`).
 
 Ownership: the dispatcher creates one `TaskRelay` with its `TaskBook` and its way to the upstreams; the exposer
 calls `request()` for each `tasks/*` request it accepted (the era's gates, -32601, -32021 and -32020, are the
-exposer's: `exposers.server`).
+exposer's: `exposers.server`). The daemon runs `run()`, the task group of the `tasks/result` streams Triad holds
+open for the questions of translated tasks (`InputBridge`).
 """
 
 from __future__ import annotations
 
+import base64
+import logging
+import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from consumers import Upstream
-from consumers.errors import UpstreamRefused
-from gateway.errors import INVALID_PARAMS
-from gateway.hooks import CallContext, HookChain, Outcome
+import anyio
+import mcp_types as types
+from anyio.abc import TaskGroup
+from pydantic import ValidationError
+
+from consumers import CURRENT_DOWNSTREAM, Upstream
+from consumers.errors import UpstreamError, UpstreamRefused
+from gateway.errors import INVALID_PARAMS, InvalidRequest, TriadError
+from gateway.hooks import CallContext, HookChain, Outcome, Session
 from gateway.identity import Identity
-from gateway.tasks import RELATED_TASK, Era, TaskBook, TaskEntry, created_task, task_request, with_task_id
+from gateway.task_eras import (
+    InputBridge,
+    NotATask,
+    failed_error,
+    legacy_task_param,
+    modern_created,
+    modern_task,
+    without_related_task,
+)
+from gateway.tasks import (
+    RELATED_TASK,
+    TERMINAL,
+    Era,
+    TaskBook,
+    TaskEntry,
+    created_task,
+    declares_extension,
+    task_request,
+    with_task_id,
+)
 from gateway.wire import expose_links, forwardable_meta
 
 Forward = Callable[..., Awaitable[dict[str, Any]]]
 """`Dispatcher._forward`: (upstream, kind, request, **options) -> the raw result."""
 MAX_LIST_PAGES = 100
 """Pages of an upstream's `tasks/list` Triad walks for one client's `tasks/list`."""
+QUESTION_WAIT = 5.0
+"""How long a `tasks/get` of a translated `input_required` task waits for the upstream's questions to arrive on
+the `tasks/result` stream Triad opened for them (they come at once; the bound is for an upstream that never asks)."""
+logger = logging.getLogger(__name__)
+
+
+def key_of(session: Any) -> str | None:
+    """The key a downstream session's tasks are bound to (None: a request without a session)."""
+    return session.key if isinstance(session, Session) else None
+
+
+def _cursor_at(seq: int) -> str:
+    return base64.urlsafe_b64encode(f"tasks:{seq}".encode()).decode()
+
+
+def _cursor_position(cursor: Any) -> int:
+    """Where a `tasks/list` cursor of Triad's own points (0: the start); anything else is -32602."""
+    if cursor is None:
+        return 0
+    try:
+        kind, _, seq = base64.urlsafe_b64decode(str(cursor).encode()).decode().partition(":")
+        if kind == "tasks" and seq.isdigit():
+            return int(seq)
+    except (ValueError, UnicodeDecodeError):
+        pass
+    raise InvalidRequest(f"Invalid cursor: {cursor}")
 
 
 def era_of(upstream: Upstream) -> Era:
@@ -31,33 +86,74 @@ def era_of(upstream: Upstream) -> Era:
 
 class TaskRelay:
     def __init__(self, book: TaskBook, forward: Forward, upstream: Callable[[str], Upstream],
-                 uri_part: Callable[[str], str | None], hooks: Callable[[], HookChain]) -> None:
+                 uri_part: Callable[[str], str | None], hooks: Callable[[], HookChain],
+                 page_size: Callable[[], int] = lambda: 100) -> None:
         self.book = book
+        self._page_size = page_size
+        self._sessions: weakref.WeakValueDictionary[str, Session] = weakref.WeakValueDictionary()
+        """The live downstream sessions that hold tasks, by key: where a task's status pushes go (in-process)."""
         self._hooks = hooks
         self._forward = forward
         self._upstream = upstream
         self._uri_part = uri_part
+        self._bridges: dict[str, InputBridge] = {}
+        self._tg: TaskGroup | None = None
+
+    async def run(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+        """Own the `tasks/result` streams held open for translated tasks' questions (for the daemon's life)."""
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            task_status.started()
+            await anyio.sleep_forever()
+
+    def task_param(self, upstream: Upstream, tool: Mapping[str, Any], params: Mapping[str, Any], name: str,
+                   era: Era) -> Any:
+        """The `params.task` of a call to `upstream` (None: none). A 2026-07-28 upstream decides itself; a
+        handshake-era one gets a 2025-11-25 client's own, and for a 2026-07-28 client one that follows from the
+        tool's `taskSupport` and whether the request declares the extension (`gateway.task_eras`)."""
+        if upstream.modern:
+            if era == "2025-11-25" and params.get("task") is not None:
+                raise NotATask(f"{name} does not run as a task (its upstream speaks 2026-07-28 tasks)")
+            return None
+        if era == "2026-07-28":  # what this request declared (`capabilities`: of the request at 2026-07-28)
+            downstream = CURRENT_DOWNSTREAM.get()
+            return legacy_task_param(tool, downstream is not None and declares_extension(downstream.capabilities),
+                                     name)
+        return params.get("task")
 
     def adopt(self, result: dict[str, Any], upstream: Upstream, identity: Identity, session: Any,
-              call: CallContext | None) -> dict[str, Any]:
-        """A `tools/call` result as its client gets it: a task the upstream created is recorded for the client
-        (with the hooks' view of the call, `call`) and named by Triad's own id; any other result is returned as
-        it is."""
+              call: CallContext | None, era: Era) -> dict[str, Any]:
+        """A `tools/call` result as its client (of `era`) gets it: a task the upstream created is recorded for
+        the client (with the hooks' view of the call, `call`) and named by Triad's own id; any other result is
+        returned as it is."""
         created = created_task(result)
         if created is None:
             return result
-        task_id = self.book.adopt(upstream.name, created[0], identity, session, era_of(upstream), created[1], call)
+        if era != era_of(upstream):
+            if upstream.modern:  # no 2025-11-25 client asks a 2026 upstream for a task (it declares no extension)
+                return result
+            result = modern_created(result)
+        if isinstance(session, Session) and era == "2025-11-25":
+            self._sessions[session.key] = session
+        task_id = self.book.adopt(upstream.name, created[0], identity, key_of(session), era, created[1], call)
         return with_task_id(result, task_id)
+
+    def session_of(self, entry: TaskEntry) -> Session | None:
+        """The downstream session that created a handshake-era task, while it lasts (in this process)."""
+        return self._sessions.get(entry.session) if entry.session is not None else None
 
     async def request(self, identity: Identity, session: Any, method: str, params: Mapping[str, Any],
                       era: Era) -> dict[str, Any]:
         """A client's `tasks/*` request of `era`, sent to the upstream session that holds the task."""
         if method == "tasks/list":
-            return await self._list(identity, session)
+            return await self._list(identity, session, params.get("cursor"))
         task_id = params.get("taskId")
-        entry = self.book.find(task_id, identity, session, era)
+        entry = self.book.find(task_id, identity, key_of(session), era)
         assert isinstance(task_id, str)  # `find` found it
         upstream = self._upstream(entry.upstream)
+        if entry.era != era_of(upstream):
+            return {"resultType": "complete", **await self._translated(task_id, entry, upstream, identity, method,
+                                                                       params)}
         forwarded = {**params, "taskId": entry.upstream_id, "_meta": forwardable_meta(params.get("_meta"))}
         # `tasks/result` waits for the task to end: the upstream's longest call, not its usual timeout
         limits = (upstream.config.max_call_time,) * 2 if method == "tasks/result" else (None, None)
@@ -78,6 +174,91 @@ class TaskRelay:
             result = {**result, "result": await self._after_hooks(entry, expose_links(dict(result["result"]), part))}
         return with_task_id(result, task_id) if "taskId" in result else result
 
+    # -- a 2026-07-28 client's task on a handshake-era upstream (`gateway.task_eras`) ----------------------------
+
+    async def _translated(self, task_id: str, entry: TaskEntry, upstream: Upstream, identity: Identity,
+                          method: str, params: Mapping[str, Any]) -> dict[str, Any]:
+        bridge = self._bridges.get(task_id)
+        if method == "tasks/update":
+            if bridge is not None:
+                bridge.answer(params.get("inputResponses"))
+            return {}
+        if method == "tasks/cancel":
+            try:
+                await self._send(upstream, entry, identity, "tasks/cancel")
+            except UpstreamRefused as exc:  # a terminal task: 2026's cancel is an idempotent ack
+                if exc.code != INVALID_PARAMS:
+                    raise
+            return {}
+        try:
+            task = await self._send(upstream, entry, identity, "tasks/get")
+        except UpstreamRefused as exc:
+            if exc.code == INVALID_PARAMS:
+                self.book.forget(task_id)
+            raise
+        out = {**modern_task(task), "taskId": task_id}
+        status = task.get("status")
+        if status == "input_required":
+            bridge = bridge or self._open_bridge(task_id, entry, upstream, identity)
+            with anyio.move_on_after(QUESTION_WAIT):
+                while not bridge.pending and not bridge.done.is_set():
+                    await bridge.changed.wait()
+            if bridge.pending:
+                return {**out, "inputRequests": dict(bridge.pending)}
+            out["status"] = "working"  # answered; the upstream has not moved on yet
+        elif status in ("completed", "failed"):
+            outcome = await self._outcome(bridge, upstream, entry, identity)
+            self._bridges.pop(task_id, None)
+            if "error" in outcome:
+                return {**out, "status": "failed", "error": outcome["error"]}
+            payload = expose_links(without_related_task(outcome["result"]), self._uri_part(upstream.name))
+            return {**out, "status": "completed", "result": await self._after_hooks(entry, payload)}
+        elif status in TERMINAL:
+            self._bridges.pop(task_id, None)
+        return out
+
+    async def _send(self, upstream: Upstream, entry: TaskEntry, identity: Identity, method: str,
+                    final: bool = False) -> dict[str, Any]:
+        """`method` about the entry's task, to the upstream that holds it (`final`: `tasks/result`, which waits)."""
+        limits = (upstream.config.max_call_time,) * 2 if final else (None, None)
+        return await self._forward(upstream, "task", task_request(method, {"taskId": entry.upstream_id}),
+                                   call_limits=limits, caller=(identity.client_id, method))
+
+    async def _outcome(self, bridge: InputBridge | None, upstream: Upstream, entry: TaskEntry,
+                       identity: Identity) -> dict[str, Any]:
+        """A terminal task's payload: `{"result": ...}` or `{"error": ...}` (its `tasks/result`)."""
+        if bridge is not None:
+            with anyio.move_on_after(QUESTION_WAIT):  # the stream Triad holds ends as the task does
+                await bridge.done.wait()
+            if bridge.outcome is not None:
+                return bridge.outcome
+        try:
+            return {"result": await self._send(upstream, entry, identity, "tasks/result", final=True)}
+        except UpstreamRefused as exc:
+            return {"error": failed_error(exc)}
+
+    def _open_bridge(self, task_id: str, entry: TaskEntry, upstream: Upstream, identity: Identity) -> InputBridge:
+        if self._tg is None:
+            raise UpstreamError(upstream.name, "Triad cannot take this task's questions yet (starting)")
+        for gone in [known for known in self._bridges if known not in self.book]:  # expired, never read again
+            del self._bridges[gone]
+        bridge = self._bridges[task_id] = InputBridge()
+
+        async def hold() -> None:
+            token = CURRENT_DOWNSTREAM.set(BridgeDownstream(bridge))
+            try:
+                bridge.finish({"result": await self._send(upstream, entry, identity, "tasks/result", final=True)})
+            except TriadError as exc:
+                bridge.finish({"error": failed_error(exc)})
+            except Exception:
+                logger.exception("tasks/result of %s's task failed", upstream.name)
+                bridge.finish({"error": failed_error(None)})
+            finally:
+                CURRENT_DOWNSTREAM.reset(token)
+
+        self._tg.start_soon(hold, name=f"task-questions-{upstream.name}")
+        return bridge
+
     async def _after_hooks(self, entry: TaskEntry, result: dict[str, Any]) -> dict[str, Any]:
         """A task's result through the after-hooks, as the call's own result would have gone (a redaction hook
         must not be passed by running a tool as a task)."""
@@ -88,23 +269,56 @@ class TaskRelay:
             final = await hooks.after(call, Outcome(result, None, 0.0))
         return final if final is not None else result
 
-    async def _list(self, identity: Identity, session: Any) -> dict[str, Any]:
-        """The caller's own tasks (2025-11-25), as each upstream session holding some of them lists them: an
-        upstream session shared by clients lists every client's, and only the caller's are kept."""
-        mine = dict(self.book.owned(identity, session, "2025-11-25"))
-        tasks: list[dict[str, Any]] = []
-        for name in sorted({entry.upstream for entry in mine.values()}):
-            upstream = self._upstream(name)
-            cursor: Any = None
+    async def _list(self, identity: Identity, session: Any, cursor: Any) -> dict[str, Any]:
+        """A page of the caller's own tasks (2025-11-25), oldest first, as each upstream session holding some of
+        them lists them (an upstream session shared by clients lists every client's; only the caller's are kept).
+        The cursor is Triad's own: where the page ended in the order Triad adopted the tasks."""
+        after = _cursor_position(cursor)
+        mine = sorted(self.book.owned(identity, key_of(session), "2025-11-25"), key=lambda item: item[1].seq)
+        rest = [(task_id, entry) for task_id, entry in mine if entry.seq > after]
+        size = max(1, self._page_size())
+        page = dict(rest[:size])
+        found: dict[str, dict[str, Any]] = {}
+        for name in sorted({entry.upstream for entry in page.values()}):
+            upstream, upstream_cursor = self._upstream(name), None
             for _ in range(MAX_LIST_PAGES):
-                page = await self._forward(upstream, "task", task_request(
-                    "tasks/list", {"cursor": cursor} if isinstance(cursor, str) else {}), client=session,
-                    caller=(identity.client_id, "tasks/list"))
-                for task in page.get("tasks") or ():
-                    found = self.book.gateway_id(name, task.get("taskId")) if isinstance(task, dict) else None
-                    if found is not None and found[0] in mine:
-                        tasks.append(with_task_id(task, found[0]))
-                cursor = page.get("nextCursor")
-                if not isinstance(cursor, str):
+                listed = await self._forward(upstream, "task", task_request(
+                    "tasks/list", {"cursor": upstream_cursor} if isinstance(upstream_cursor, str) else {}),
+                    client=session, caller=(identity.client_id, "tasks/list"))
+                for task in listed.get("tasks") or ():
+                    known = self.book.gateway_id(name, task.get("taskId")) if isinstance(task, dict) else None
+                    if known is not None and known[0] in page:
+                        found[known[0]] = with_task_id(task, known[0])
+                upstream_cursor = listed.get("nextCursor")
+                if not isinstance(upstream_cursor, str) or len(found) == len(page):
                     break
-        return {"tasks": tasks}
+        out: dict[str, Any] = {"tasks": [found[task_id] for task_id in page if task_id in found]}
+        if len(rest) > size:
+            out["nextCursor"] = _cursor_at(page[list(page)[-1]].seq)
+        return out
+
+
+class BridgeDownstream:
+    """The downstream of a `tasks/result` stream Triad holds open for a translated task: the upstream's questions
+    wait in the `InputBridge` for the 2026 client's `tasks/update`; its logs go nowhere (no request to carry them)."""
+
+    modern = False
+    log_level = None
+    cancel_reason = None
+
+    def __init__(self, bridge: InputBridge) -> None:
+        self._bridge = bridge
+
+    @property
+    def capabilities(self) -> dict[str, Any] | None:
+        return {"elicitation": {"form": {}}, "sampling": {}}
+
+    async def log(self, params: types.LoggingMessageNotificationParams) -> None:
+        return None
+
+    async def ask(self, request: Any, result_type: Any) -> Any:
+        answer = await self._bridge.ask(request.model_dump(by_alias=True, mode="json", exclude_none=True))
+        try:
+            return result_type.model_validate(answer, by_name=False)
+        except ValidationError:
+            return types.ErrorData(code=INVALID_PARAMS, message=f"the client's answer to {request.method} is malformed")

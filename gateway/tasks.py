@@ -1,7 +1,7 @@
 """Tasks (the MCP tasks extension) through Triad: which upstream holds each task, and who may see it.
 
-Both eras where the spec defines tasks are relayed, each to upstreams of its own era (the two are not
-wire-compatible, and Triad does not translate between them):
+Both eras where the spec defines tasks are relayed, each to upstreams of its own era, and a 2026-07-28 client's
+also to handshake-era upstreams, translated (`gateway.task_eras`: the two are not wire-compatible):
 - 2025-11-25: a `tools/call` with `params.task` gets a `CreateTaskResult` (`{task: {taskId, ...}}`); then
   `tasks/get`, `tasks/result`, `tasks/list`, `tasks/cancel`; `notifications/tasks/status` pushed on the session.
 - 2026-07-28 (`io.modelcontextprotocol/tasks`): the upstream decides per call (`{resultType: "task", taskId, ...}`)
@@ -10,9 +10,10 @@ wire-compatible, and Triad does not translate between them):
 An upstream's task id never reaches a client. For each task an upstream creates, Triad mints an id of its own
 (random, 192 bits: ids of two upstreams cannot collide, and an id says nothing of its upstream) and keeps it in a
 `TaskBook` until the task's TTL runs out: the upstream, the upstream's id, who created it (the principal, and in
-the handshake era the downstream session, whose upstream session holds the task: with `sessions: per_client`, the
-client's own). A request naming a task that someone else created gets exactly the error of an unknown task, and
-`tasks/list` shows a caller only its own. The table is plain data keyed by the id, so it could live in Redis.
+the handshake era the downstream session's key, `gateway.hooks.Session.key`: its upstream session holds the task,
+with `sessions: per_client` the client's own). A request naming a task that someone else created gets exactly the
+error of an unknown task, and `tasks/list` shows a caller only its own, a page at a time. The table is plain data
+keyed by the id, so it could live in Redis, but for `call` (the hooks' state of the creating call, in-process).
 
 Ownership: the dispatcher creates one `TaskBook`; it is touched only by the call path (no task of its own).
 """
@@ -52,11 +53,13 @@ class TaskEntry:
     upstream_id: str
     owner: tuple[str, tuple[str, str] | None]
     """The creator's principal (`gateway.identity.same_principal`: client and OAuth subject)."""
-    session: Any
-    """The creating downstream session (`gateway.hooks.Session`) in the handshake era, whose upstream session holds
-    the task; None in 2026-07-28, where requests stand alone."""
+    session: str | None
+    """The key of the creating downstream session (`gateway.hooks.Session.key`) in the handshake era, whose
+    upstream session holds the task; None in 2026-07-28, where requests stand alone."""
     era: Era
     expires: float
+    seq: int
+    """Its place in the order tasks were adopted (`tasks/list` pages by it: a cursor survives expiries)."""
     call: Any = None
     """The hooks' view of the call that created the task (`gateway.hooks.CallContext`; None without hooks): the
     after-hooks see the task's result too, as they would the call's."""
@@ -71,11 +74,15 @@ class TaskBook:
         self._clock = clock
         self._tasks: dict[str, TaskEntry] = {}
         self._by_upstream: dict[tuple[str, str], str] = {}
+        self._seq = 0
 
     def __len__(self) -> int:
         return len(self._tasks)
 
-    def adopt(self, upstream: str, upstream_id: str, identity: Identity, session: Any, era: Era,
+    def __contains__(self, task_id: object) -> bool:
+        return task_id in self._tasks
+
+    def adopt(self, upstream: str, upstream_id: str, identity: Identity, session: str | None, era: Era,
               ttl_ms: Any, call: Any = None) -> str:
         """Record a task an upstream just created for `identity`; the id the client gets."""
         self._purge()
@@ -87,13 +94,14 @@ class TaskBook:
             self._tasks.pop(old, None)
         while len(self._tasks) >= MAX_TASKS:
             self.forget(next(iter(self._tasks)))
+        self._seq += 1
         self._tasks[task_id] = TaskEntry(upstream, upstream_id, owner_of(identity),
                                          session if era == "2025-11-25" else None, era,
-                                         self._clock() + min(ttl, MAX_TTL), call)
+                                         self._clock() + min(ttl, MAX_TTL), self._seq, call)
         self._by_upstream[(upstream, upstream_id)] = task_id
         return task_id
 
-    def find(self, task_id: Any, identity: Identity, session: Any, era: Era) -> TaskEntry:
+    def find(self, task_id: Any, identity: Identity, session: str | None, era: Era) -> TaskEntry:
         """The caller's own task; anything else (unknown, expired, another's, another era's) is unknown."""
         entry = self._tasks.get(task_id) if isinstance(task_id, str) else None
         if entry is not None and entry.expires <= self._clock():
@@ -103,7 +111,7 @@ class TaskBook:
             raise UnknownName(f"Unknown task: {task_id}")
         return entry
 
-    def owned(self, identity: Identity, session: Any, era: Era) -> Iterator[tuple[str, TaskEntry]]:
+    def owned(self, identity: Identity, session: str | None, era: Era) -> Iterator[tuple[str, TaskEntry]]:
         """The caller's own live tasks, oldest first."""
         self._purge()
         return ((task_id, entry) for task_id, entry in list(self._tasks.items())
@@ -120,9 +128,9 @@ class TaskBook:
         if entry is not None:
             self._by_upstream.pop((entry.upstream, entry.upstream_id), None)
 
-    def _mine(self, entry: TaskEntry, identity: Identity, session: Any, era: Era) -> bool:
+    def _mine(self, entry: TaskEntry, identity: Identity, session: str | None, era: Era) -> bool:
         return entry.owner == owner_of(identity) and entry.era == era and \
-            (era != "2025-11-25" or entry.session is session)
+            (era != "2025-11-25" or (session is not None and entry.session == session))
 
     def _purge(self) -> None:
         now = self._clock()

@@ -24,7 +24,7 @@ from pydantic import SecretStr
 
 from tests.cluster_env import CLUSTER_KEY, TOKENS, TriadCluster, handshake_session, http_for, modern_client, wait_until
 from tests.conftest import LEAN_PATH, ROOT, TRIAD, Proc
-from tests.raw_clients import HandshakeSession, answer_of, call, dumps, sse_session
+from tests.raw_clients import HandshakeSession, answer_of, call, dumps, modern_headers, modern_post, sse_session
 
 pytestmark = pytest.mark.anyio
 
@@ -135,6 +135,19 @@ async def test_a_session_answers_only_its_opener_on_every_replica(cluster: Triad
         assert "echo" in {tool["name"] for tool in answer_of(answered)["result"]["tools"]}
         assert (await on_second(bob)).status_code == 404
         assert (await bob.post(cluster.replica_url(first), content=listing, headers=headers)).status_code == 404
+
+
+async def test_a_deeply_nested_body_naming_a_round_gets_a_parse_error(cluster: TriadCluster) -> None:
+    """The router reads a body that names a round's state before anything else parses it: nesting past the limit
+    is a parse error there as on one replica (`exposers._wire.parse_json`), never an exception in the app (a 500
+    and a traceback)."""
+    nested = (b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "echo", '
+              b'"requestState": "triad-round:r2.x", "arguments": {"a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}}}")
+    async with http_for("alice") as alice:
+        answered = await modern_post(alice, cluster.replica_url("r1"), nested, modern_headers("tools/call", "echo"))
+    assert answered.status_code == 400, answered.text
+    assert answered.json()["error"]["code"] == -32700
+    assert "Traceback" not in cluster.replicas["r1"].stderr
 
 
 async def test_a_reload_reaches_a_listening_client_on_every_replica(cluster: TriadCluster) -> None:
@@ -541,3 +554,23 @@ async def test_a_users_upstream_token_got_on_one_replica_is_used_and_refreshed_f
     protected.login("bob", account="bob")  # `triad login --client bob` keeps bob's tokens in Redis too
     assert (await whoami(r2, TOKENS["bob"])).split()[0] == "bob"
     assert not (tmp_path / "triad.tokens" / "up.users").exists()
+
+
+async def test_rate_limit_buckets_in_redis_name_no_client_and_no_tool(procs: list[Proc], tmp_path: Path) -> None:
+    """A bucket's Redis key is a keyed hash of what it counts (README: client ids never appear in Redis), and two
+    replicas with the same cluster key still count in the same bucket."""
+    from gateway.cluster import Cluster
+    from gateway.config import ClusterConfig
+
+    env = TriadCluster(procs, tmp_path)
+    env.start_redis()
+    settings = ClusterConfig(redis=f"redis://127.0.0.1:{env.redis_port}/0", replica_id="r1",
+                             secret_key=CLUSTER_KEY)  # type: ignore[arg-type]
+    first, second = Cluster(settings), Cluster(settings.model_copy(update={"replica_id": "r2"}))
+    async with first.running(heartbeat=False), second.running(heartbeat=False):
+        key = "client:alice-of-accounting:2/m"
+        taken = [await replica.buckets().take(key, 2, 2 / 60) is None for replica in (first, second, first)]
+        assert taken == [True, True, False]
+        await first.buckets().take("tool:payroll_export:9/m", 9, 9 / 60)
+        keys = await first.link.client.keys("*")
+        assert keys and not [k for k in keys if b"alice-of-accounting" in k or b"payroll_export" in k], keys

@@ -180,3 +180,21 @@ async def test_a_session_holds_a_bounded_number_of_resource_subscriptions(triads
         await other.subscribe_resource("test://watched-resource/one-more")  # type: ignore[arg-type]
         await session.unsubscribe_resource("test://watched-resource/0")  # type: ignore[arg-type]
         await session.subscribe_resource("test://watched-resource/one-more")  # type: ignore[arg-type]
+
+
+async def test_a_listen_stream_holds_a_bounded_number_of_resource_subscriptions(triads: dict[str, tuple[str, Proc]]
+                                                                                ) -> None:
+    """A 2026-07-28 listen stream's resource subscriptions are each made at the upstream: past `MAX_SUBSCRIPTIONS`
+    the stream is refused before any is made, as a session's subscription is."""
+    from exposers.notify import MAX_SUBSCRIPTIONS
+
+    url, _ = triads["handshake"]
+    uris = [f"test://watched-resource/{n}" for n in range(MAX_SUBSCRIPTIONS + 1)]
+    async with Client(url, mode="2026-07-28", cache=None) as modern:
+        with pytest.raises(MCPError, match="resource subscriptions"):
+            async with modern.listen(resource_subscriptions=uris) as watching:
+                with anyio.fail_after(15):
+                    async for _event in watching:
+                        break
+        async with modern.listen(resource_subscriptions=uris[:MAX_SUBSCRIPTIONS]):
+            pass  # at the bound, the stream is served

@@ -230,3 +230,20 @@ async def test_nested_and_non_finite_json_gets_a_parse_error_over_stdio(config: 
         assert "fx__rich" in {tool["name"] for tool in listed["result"]["tools"]}
         served = await session.request(call(20, "fx__rich", {"x": 1.5}))
         assert served["id"] == 20 and json.loads(served["result"]["content"][0]["text"]) == {"x": 1.5}
+
+
+@pytest.mark.anyio
+async def test_a_cancellation_naming_no_valid_request_id_is_ignored(triad: tuple[str, Proc]) -> None:
+    """`notifications/cancelled` whose `requestId` is not a JSON-RPC id (a list, an object) reaches Triad's
+    middleware unvalidated: it is ignored, never an exception in the notification handler (an ERROR traceback a
+    client could write into the log at will), and the session goes on."""
+    url, proc = triad
+    async with httpx2.AsyncClient(timeout=30) as http:
+        session = await HandshakeSession(http, url).open()
+        for request_id in ([1], {"a": 1}):
+            cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled",
+                      "params": {"requestId": request_id, "reason": "odd"}}
+            assert (await session.post(dumps(cancel))).status_code == 202
+        listed = answer_of(await session.post(dumps({"jsonrpc": "2.0", "id": 3, "method": "tools/list"})))
+        assert "fx__rich" in {tool["name"] for tool in listed["result"]["tools"]}
+    assert "Traceback" not in proc.stderr

@@ -292,3 +292,27 @@ def test_claims_map_to_identities_without_granting_ownership() -> None:
     with pytest.raises(ValueError, match="not in clients"):
         TriadConfig.model_validate({"auth": {"oauth": {"issuer": "i", "audience": "https://t/mcp",
                                                        "clients": {"x": "nobody"}}}})
+
+
+@pytest.mark.parametrize("lean_path", [True, False], ids=["lean", "sdk"])
+async def test_two_subjects_of_one_client_cannot_answer_each_others_input_round(setup: Setup,
+                                                                              lean_path: bool) -> None:
+    """A parked call (a 2026-07-28 input round) belongs to the subject that made it, as a session does: another
+    subject of the same client presenting its `requestState` gets what an expired state gets, and the owner's
+    own retry still completes the call."""
+    setup.start_triad(auth={"oauth": setup.oauth()}, listen={"lean_path": lean_path})
+    capabilities = {"elicitation": {"form": {}}}
+    async with httpx2.AsyncClient(timeout=30, headers={"Authorization": f"Bearer {setup.mint(sub='ada')}"}) as ada, \
+            httpx2.AsyncClient(timeout=30, headers={"Authorization": f"Bearer {setup.mint(sub='bo')}"}) as bo:
+        first = (await modern_post(ada, setup.url, 1, "ask", {"question": "go?"}, capabilities)).json()["result"]
+        assert first["resultType"] == "input_required"
+        (key, _question), = first["inputRequests"].items()
+
+        def answer(text: str) -> dict[str, Any]:
+            return {"inputResponses": {key: {"action": "accept", "content": {"answer": text}}},
+                    "requestState": first["requestState"]}
+
+        stolen = await modern_post(bo, setup.url, 2, "ask", {"question": "go?"}, capabilities, **answer("bo's"))
+        assert stolen.json()["error"]["message"] == "Invalid or expired requestState", stolen.text
+        mine = await modern_post(ada, setup.url, 3, "ask", {"question": "go?"}, capabilities, **answer("ada's"))
+        assert "ada's" in mine.json()["result"]["content"][0]["text"], mine.text

@@ -9,6 +9,7 @@ process there, would find no task). 2026-07-28: the conformance fixture (`tests/
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import socket
 from collections.abc import AsyncIterator
@@ -21,6 +22,9 @@ import httpx2
 import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 
+from gateway.errors import UnknownName
+from gateway.identity import Identity
+from gateway.tasks import TaskBook
 from tests.conftest import NODE_DIR, PYTHON, ROOT, TRIAD, Proc, marker, start_triad, write_config
 from tests.raw_clients import (
     HANDSHAKE,
@@ -177,13 +181,16 @@ async def test_a_legacy_task_is_cancelled_by_its_owner_session_only(procs: list[
 
 
 @asynccontextmanager
-async def modern_triad(procs: list[Proc], tmp_path: Path, **extra: Any) -> AsyncIterator[str]:
+async def modern_triad(procs: list[Proc], tmp_path: Path, protocol: str = "auto", **extra: Any) -> AsyncIterator[str]:
+    """Triad in front of the conformance fixture, which runs tasks in both eras (`protocol: handshake`: Triad
+    speaks 2025-11-25 to it)."""
     fixture = Proc([PYTHON, str(ROOT / "tests" / "servers" / "conformance_upstream.py"), "--transport", "http",
                     "--name", marker("tasks-modern")])
     procs.append(fixture)
     port = fixture.wait_for(r"READY (\d+)").group(1)
-    config = write_config(tmp_path, {"upstreams": {"fx": {"url": f"http://127.0.0.1:{port}/mcp", "protocol": "auto"}},
-                                     "naming": {"prefix": "never"}, "clients": CLIENTS, **extra})
+    upstream = {"url": f"http://127.0.0.1:{port}/mcp", "protocol": protocol}
+    config = write_config(tmp_path, {"upstreams": {"fx": upstream}, "naming": {"prefix": "never"}, "clients": CLIENTS,
+                                     **extra})
     yield start_triad(procs, config, wait_ready=1)
 
 
@@ -219,6 +226,107 @@ async def test_a_modern_task_belongs_to_the_principal_that_created_it(procs: lis
         # the fixture settles a cancelled task at once (a server may take its time: clients poll)
         assert (await modern_ask(http, url, ADA, "tasks/get", {"taskId": task_id}))["result"]["status"] \
             == "cancelled"
+
+
+async def settled(http: httpx2.AsyncClient, url: str, task_id: str, until: str = "") -> dict[str, Any]:
+    """Poll a 2026-07-28 task as a client does (the fixture's pollIntervalMs is 200) until it is terminal, or
+    `until`."""
+    for _ in range(150):
+        got = (await modern_ask(http, url, ADA, "tasks/get", {"taskId": task_id}))["result"]
+        if got["status"] in ("completed", "failed", "cancelled", until):
+            return got
+        await anyio.sleep(0.2)
+    raise AssertionError(f"task {task_id} is still {got['status']}")
+
+
+async def test_a_modern_clients_task_on_a_handshake_era_upstream_is_translated(procs: list[Proc],
+                                                                               tmp_path: Path) -> None:
+    """A 2026-07-28 client, a 2025-11-25 upstream: the task is the client's, in the client's era, both ways."""
+    async with modern_triad(procs, tmp_path, protocol="handshake") as url, httpx2.AsyncClient(timeout=60) as http:
+        created = (await modern_ask(http, url, ADA, "tools/call", {"name": "slow_compute",
+                                                                   "arguments": {"seconds": 60, "label": "x"}}))
+        task = created["result"]
+        assert task["resultType"] == "task" and task["status"] == "working" and "task" not in task
+        assert task["ttlMs"] == 300_000 and task["pollIntervalMs"] == 200 and "ttl" not in task
+        # another principal: what an unknown id gets
+        unknown = await modern_ask(http, url, BOB, "tasks/get", {"taskId": "no-such-task"})
+        for method in ("tasks/get", "tasks/cancel", "tasks/update"):
+            params = {"taskId": task["taskId"], **({"inputResponses": {}} if method == "tasks/update" else {})}
+            assert (await modern_ask(http, url, BOB, method, params))["error"]["code"] \
+                == unknown["error"]["code"] == -32602, method
+        # the legacy upstream's cancel of a terminal task is refused; 2026's is an ack either way
+        for _ in range(2):
+            ack = (await modern_ask(http, url, ADA, "tasks/cancel", {"taskId": task["taskId"]}))["result"]
+            assert ack["resultType"] == "complete" and "taskId" not in ack
+        assert (await settled(http, url, task["taskId"]))["status"] == "cancelled"
+
+        # a tool that runs only as a task: -32021 for a request without the extension, as a 2026 server says
+        refused = (await modern_ask(http, url, ADA, "tools/call", {"name": "failing_job", "arguments": {}},
+                                    extension=False))["error"]
+        assert refused["code"] == -32021 and EXTENSION in refused["data"]["requiredCapabilities"]["extensions"]
+        # a tool error is `failed` in 2025-11-25 and `completed` with isError in 2026; a JSON-RPC error is `failed`
+        failing = (await modern_ask(http, url, ADA, "tools/call", {"name": "failing_job", "arguments": {}}))["result"]
+        done = await settled(http, url, failing["taskId"])
+        assert done["status"] == "completed" and done["result"]["isError"] is True
+        assert "io.modelcontextprotocol/related-task" not in done["result"].get("_meta", {})
+        crashed = (await modern_ask(http, url, ADA, "tools/call", {"name": "protocol_error_job",
+                                                                   "arguments": {}}))["result"]
+        failed = await settled(http, url, crashed["taskId"])
+        assert failed["status"] == "failed" and failed["error"]["code"] == -32603 and "result" not in failed
+
+        # the upstream's questions, asked on a tasks/result stream, become inputRequests; tasks/update answers them
+        asking = (await modern_ask(http, url, ADA, "tools/call", {"name": "multi_input", "arguments": {}}))["result"]
+        waiting = await settled(http, url, asking["taskId"], until="input_required")
+        for _ in range(50):  # both questions come at once, each on its own
+            if len(waiting.get("inputRequests", {})) == 2:
+                break
+            waiting = await settled(http, url, asking["taskId"], until="input_required")
+        first, second = sorted(waiting["inputRequests"])
+        assert waiting["inputRequests"][first]["method"] == "elicitation/create"
+        answer = {"action": "accept", "content": {"name": "Ada"}}
+        await modern_ask(http, url, ADA, "tasks/update", {"taskId": asking["taskId"],
+                                                          "inputResponses": {first: answer}})
+        partial = await settled(http, url, asking["taskId"], until="input_required")
+        assert list(partial["inputRequests"]) == [second]
+        await modern_ask(http, url, ADA, "tasks/update", {"taskId": asking["taskId"],
+                                                          "inputResponses": {second: answer}})
+        done = await settled(http, url, asking["taskId"])
+        assert done["status"] == "completed" and done["result"]["content"][0]["text"].startswith("both answered")
+
+
+async def test_a_legacy_clients_tasks_list_comes_in_pages_of_triads_own(procs: list[Proc], tmp_path: Path) -> None:
+    """Many tasks: `tasks/list` pages by Triad's own cursor (the upstream's list covers every client's tasks)."""
+    async with modern_triad(procs, tmp_path, protocol="handshake", page_size=2) as url, \
+            httpx2.AsyncClient(timeout=60) as http:
+        ada = await Client(http, url, ADA).open({"tasks": {}})
+        bob = await Client(http, url, BOB).open({"tasks": {}})
+        call = {"name": "slow_compute", "arguments": {"seconds": 60, "label": "x"}, "task": {}}
+        bobs = (await bob.ask("tools/call", call))["result"]["task"]["taskId"]
+        adas = [(await ada.ask("tools/call", call))["result"]["task"]["taskId"] for _ in range(5)]
+        pages, cursor = [], None
+        while True:
+            page = (await ada.ask("tasks/list", {"cursor": cursor} if cursor else {}))["result"]
+            pages.append([task["taskId"] for task in page["tasks"]])
+            cursor = page.get("nextCursor")
+            if cursor is None:
+                break
+        assert pages == [adas[:2], adas[2:4], adas[4:]]
+        assert [t["taskId"] for t in (await bob.ask("tasks/list", {}))["result"]["tasks"]] == [bobs]
+        assert (await ada.ask("tasks/list", {"cursor": "not-a-cursor"}))["error"]["code"] == -32602
+        for task_id in [*adas, bobs]:
+            await (ada if task_id in adas else bob).ask("tasks/cancel", {"taskId": task_id})
+
+
+async def test_a_legacy_clients_task_on_a_modern_upstream_is_refused_precisely(procs: list[Proc],
+                                                                                tmp_path: Path) -> None:
+    """No faithful mapping: a 2026-07-28 upstream's tool is `forbidden` as a 2025-11-25 task (-32601)."""
+    async with modern_triad(procs, tmp_path) as url, httpx2.AsyncClient(timeout=60) as http:
+        ada = await Client(http, url, ADA).open({"tasks": {}})
+        assert "tasks" not in ada.capabilities
+        call = {"name": "slow_compute", "arguments": {"seconds": 0, "label": "x"}}
+        refused = (await ada.ask("tools/call", {**call, "task": {}}))["error"]
+        assert refused["code"] == -32601 and "slow_compute" in refused["message"]
+        assert (await ada.ask("tools/call", call))["result"]["content"][0]["text"] == "computed x"
 
 
 async def test_a_synchronous_call_of_a_modern_client_is_not_a_task(procs: list[Proc], tmp_path: Path) -> None:
@@ -281,3 +389,15 @@ async def test_a_legacy_task_over_triad_stdio_pushes_its_status_to_its_client(pr
                 await process.wait()
             if process.returncode is None:
                 process.kill()
+
+
+def test_a_task_entry_is_plain_data_keyed_by_its_session() -> None:
+    """What Triad keeps of a task names its downstream session by key, so the table could be shared (Redis)."""
+    book = TaskBook()
+    owner = Identity(client_id="ada")
+    task_id = book.adopt("fx", "up-1", owner, "k" * 40, "2025-11-25", 60_000)
+    entry = book.find(task_id, owner, "k" * 40, "2025-11-25")
+    assert json.loads(json.dumps(dataclasses.asdict(entry)))["session"] == "k" * 40
+    for other in ("x" * 40, None):  # another session of the same client, or none: as if unknown
+        with pytest.raises(UnknownName):
+            book.find(task_id, owner, other, "2025-11-25")

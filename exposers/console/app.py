@@ -197,8 +197,6 @@ def build_console(dispatcher: Dispatcher, reloader: Reloader | None) -> ASGIApp:
     return _SecurityHeaders(app)
 
 
-
-
 async def _form(request: Request) -> dict[str, Any] | None:
     """The urlencoded form of a POST, or None when it is larger than `MAX_FORM_BYTES`."""
     length = request.headers.get("content-length")

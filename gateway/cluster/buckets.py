@@ -1,5 +1,6 @@
 """`rate_limit` buckets in Redis: one token bucket per key, taken atomically by a Lua script on Redis's own clock,
-so N per minute holds for N calls in total whichever replica takes them.
+so N per minute holds for N calls in total whichever replica takes them. A bucket's key names what it counts (a
+client, a tool, an upstream) by a keyed hash (`SecretBox.name_hash`): Redis never sees a client id.
 
 While Redis is unreachable each replica counts in its own buckets (`LocalBuckets`, same rates): limits still
 hold per replica, so the cluster as a whole may let through up to N per replica until Redis is back.
@@ -8,6 +9,7 @@ hold per replica, so the cluster as a whole may let through up to N per replica 
 from __future__ import annotations
 
 from gateway.cluster._link import KEY_PREFIX, Link, RedisDown
+from gateway.cluster.secret_box import SecretBox
 from gateway.shared import LocalBuckets
 
 TAKE = """
@@ -32,14 +34,16 @@ return wait
 
 
 class RedisBuckets:
-    def __init__(self, link: Link) -> None:
+    def __init__(self, link: Link, box: SecretBox) -> None:
         self._link = link
+        self._box = box
         self._script = link.client.register_script(TAKE)
         self._fallback = LocalBuckets()
 
     async def take(self, key: str, capacity: float, refill: float) -> float | None:
         try:
-            wait = await self._link.run(self._script(keys=[f"{KEY_PREFIX}bucket:{key}"], args=[capacity, refill]))
+            bucket = f"{KEY_PREFIX}bucket:{self._box.name_hash('bucket', key)}"
+            wait = await self._link.run(self._script(keys=[bucket], args=[capacity, refill]))
         except RedisDown:
             return self._fallback.take_now(key, capacity, refill)
         return float(wait) if wait is not None else None

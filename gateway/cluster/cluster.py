@@ -37,7 +37,7 @@ class Cluster:
         self.replicas = Replicas(self.link, config.replica_id, config.heartbeat, facts)
         self.events = Events(self.link, config.replica_id)
         self.sessions = Sessions(self.link, config.replica_id)
-        self._buckets = RedisBuckets(self.link)
+        self._buckets = RedisBuckets(self.link, self.box)
         self._pins: dict[str, RedisPins] = {}
         self.vault = Vault(self.link, self.box)
         """Per-identity secrets, encrypted with the cluster key."""

@@ -50,9 +50,12 @@ class SecretBox:
         """Who a record belongs to, as a keyed hash: the client and, for an OAuth caller, the token's issuer and
         subject (the same principal the SDK binds a session to on one replica)."""
         issuer, subject = identity.principal or ("", "")
-        text = "\0".join((identity.client_id, issuer, subject)).encode()
-        return hmac.new(self._mac_key, text, hashlib.sha256).hexdigest()[:32]
+        return self._mac("\0".join((identity.client_id, issuer, subject)))
 
-    def owner_hash(self, owner: str) -> str:
-        """As `identity_hash`, for whose upstream credential a record is (`gateway.identity.credential_owner`)."""
-        return hmac.new(self._mac_key, b"credential-owner\0" + owner.encode(), hashlib.sha256).hexdigest()[:32]
+    def name_hash(self, purpose: str, name: str) -> str:
+        """A keyed hash naming a record by what it is about (a rate limit's client or tool), which Redis must not
+        read."""
+        return self._mac(f"{purpose}\0{name}")
+
+    def _mac(self, text: str) -> str:
+        return hmac.new(self._mac_key, text.encode(), hashlib.sha256).hexdigest()[:32]

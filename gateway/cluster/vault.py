@@ -24,7 +24,8 @@ class Vault:
 
     def _key(self, owner: Owner, name: str) -> str:
         purpose = hashlib.sha256(name.encode()).hexdigest()[:32]
-        whose = self._box.identity_hash(owner) if isinstance(owner, Identity) else self._box.owner_hash(owner)
+        whose = self._box.identity_hash(owner) if isinstance(owner, Identity) \
+            else self._box.name_hash("credential-owner", owner)
         return f"{KEY_PREFIX}secret:{whose}:{purpose}"
 
     async def put(self, identity: Owner, name: str, value: bytes, ttl: float | None = None) -> None:

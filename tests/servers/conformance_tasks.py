@@ -21,6 +21,8 @@ from anyio.abc import TaskGroup
 from conformance_fixtures import elicit, input_required, text, tool
 from mcp.server import Server
 from mcp.shared.exceptions import MCPError
+from mcp.shared.message import ServerMessageMetadata
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ConfigDict
 
 EXTENSION = "io.modelcontextprotocol/tasks"
@@ -37,6 +39,11 @@ TASK_TOOLS = [
     tool("test_tool_with_task", "Asks a name in-band, then runs as a task (requires the tasks extension)"),
 ]
 REQUIRED = {"failing_job", "protocol_error_job", "test_tool_with_task"}
+for _tool in TASK_TOOLS:  # 2025-11-25 only (the SDK strips `execution` at 2026-07-28)
+    if _tool["name"] != "greet":
+        _tool["execution"] = {"taskSupport": "required" if _tool["name"] in REQUIRED else "optional"}
+LEGACY_CAPABILITY = {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}
+RELATED_TASK = "io.modelcontextprotocol/related-task"
 TERMINAL = ("completed", "failed", "cancelled")
 
 
@@ -75,6 +82,19 @@ class _Task:
             out["inputRequests"] = dict(self.pending)
         return out
 
+    def legacy_wire(self) -> dict[str, Any]:
+        """The 2025-11-25 Task: a tool error is `failed` there (its result comes from `tasks/result`)."""
+        failed = self.status == "completed" and (self.result or {}).get("isError") is True
+        return {"taskId": self.task_id, "status": "failed" if failed else self.status, "createdAt": self.created,
+                "lastUpdatedAt": self.updated, "ttl": TTL_MS, "pollInterval": POLL_MS}
+
+
+class _Modern:
+    """A legacy call's context as `Tasks.call` reads it: as if it declared the extension."""
+
+    def __init__(self, ctx: Any) -> None:
+        self.params = {"_meta": {"io.modelcontextprotocol/clientCapabilities": {"extensions": {EXTENSION: {}}}}}
+
 
 def declared(params: Any) -> bool:
     meta = (params or {}).get("_meta") or {}
@@ -104,6 +124,102 @@ class Tasks:
         server.add_request_handler("tasks/get", TaskParams, self._get)
         server.add_request_handler("tasks/update", TaskParams, self._update)
         server.add_request_handler("tasks/cancel", TaskParams, self._cancel)
+        server.middleware.append(self._legacy)
+
+    # -- 2025-11-25: `params.task`, tasks/get|result|list|cancel (the SDK serves none of it: a middleware does) --
+
+    async def _legacy(self, ctx: Any, call_next: Any) -> Any:
+        params = ctx.params or {}
+        if ctx.method == "initialize":
+            result = await call_next(ctx)
+            if params.get("protocolVersion") in MODERN_PROTOCOL_VERSIONS or result is None:
+                return result
+            if isinstance(result, dict):
+                return {**result, "capabilities": {**result.get("capabilities", {}), "tasks": LEGACY_CAPABILITY}}
+            caps = result.capabilities.model_copy(
+                update={"tasks": types.ServerTasksCapability.model_validate(LEGACY_CAPABILITY)})
+            return result.model_copy(update={"capabilities": caps})
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            return await call_next(ctx)
+        if ctx.method == "tools/call" and params.get("name") in {t["name"] for t in TASK_TOOLS}:
+            return await self._legacy_call(ctx, params)
+        if ctx.method == "tasks/list":
+            return {"tasks": [task.legacy_wire() for task in self._tasks.values()]}
+        if ctx.method in ("tasks/get", "tasks/result", "tasks/cancel"):
+            task = self._tasks.get(params.get("taskId"))
+            if task is None:
+                raise MCPError(types.INVALID_PARAMS, f"Unknown task: {params.get('taskId')}")
+            if ctx.method == "tasks/get":
+                return task.legacy_wire()
+            if ctx.method == "tasks/cancel":
+                if task.status in TERMINAL:
+                    raise MCPError(types.INVALID_PARAMS, f"task {task.task_id} is already {task.status}")
+                task.scope.cancel()
+                task.set("cancelled")
+                return task.legacy_wire()
+            return await self._legacy_result(ctx, task)
+        return await call_next(ctx)
+
+    async def _legacy_call(self, ctx: Any, params: dict[str, Any]) -> dict[str, Any]:
+        name, arguments, as_task = params["name"], params.get("arguments") or {}, "task" in params
+        if name in REQUIRED and not as_task:
+            raise MCPError(types.METHOD_NOT_FOUND, f"{name} requires task augmentation")
+        if name == "greet" or not as_task:
+            if name == "slow_compute":
+                await anyio.sleep(float(arguments.get("seconds") or 0))
+                return text(f"computed {arguments.get('label')}")
+            if name == "greet":
+                return text(f"Hello, {arguments.get('name')}!")
+            # confirm_delete, multi_input without a task: their questions asked on the call's own stream
+            questions = {"confirm": [elicit(f"Delete {arguments.get('filename')}?", {"confirm": {"type": "boolean"}},
+                                            ("confirm",))],
+                         "multi_input": [elicit("First?", {"name": {"type": "string"}}, ("name",)),
+                                         elicit("Second?", {"name": {"type": "string"}}, ("name",))]}
+            asked = [await self._ask_client(ctx, question, None)
+                     for question in questions["confirm" if name == "confirm_delete" else name]]
+            return text(f"answered: {len(asked)}")
+        if name == "slow_compute":
+            created = self._start(self._compute, float(arguments.get("seconds") or 0), str(arguments.get("label")))
+        elif name == "test_tool_with_task":  # the name is asked before the task exists, on the call's stream
+            answer = await self._ask_client(ctx, elicit("What is your name?", {"name": {"type": "string"}},
+                                                        ("name",)), None)
+            created = self._start(self._compute, 0.5, f"Hello, {(answer.get('content') or {}).get('name')}")
+        else:
+            created = await self.call(_Modern(ctx), name, arguments, {})
+            assert created is not None
+        task = self._tasks[created["taskId"]]
+        return {"task": task.legacy_wire()}
+
+    async def _legacy_result(self, ctx: Any, task: _Task) -> dict[str, Any]:
+        """Blocks until the task ends; questions it has meanwhile are asked on this request's stream, at once."""
+        while task.status not in TERMINAL:
+            if task.status == "input_required" and task.pending:
+                async with anyio.create_task_group() as tg:
+                    for key, question in list(task.pending.items()):
+                        tg.start_soon(self._answer, ctx, task, key, question)
+            await anyio.sleep(0.05)
+        related = {RELATED_TASK: {"taskId": task.task_id}}
+        if task.status == "failed":
+            raise MCPError(task.error["code"], task.error["message"]) if task.error else \
+                MCPError(types.INTERNAL_ERROR, "failed")
+        if task.status == "cancelled":
+            raise MCPError(types.INVALID_PARAMS, f"task {task.task_id} was cancelled")
+        return {**(task.result or {}), "_meta": related}
+
+    async def _answer(self, ctx: Any, task: _Task, key: str, question: dict[str, Any]) -> None:
+        answer = await self._ask_client(ctx, question, task.task_id)
+        task.pending.pop(key, None)
+        task.answers[key] = answer
+        task.answered.set()
+
+    async def _ask_client(self, ctx: Any, question: dict[str, Any], task_id: str | None) -> dict[str, Any]:
+        params = dict(question["params"])
+        if task_id is not None:
+            params["_meta"] = {RELATED_TASK: {"taskId": task_id}}
+        answer = await ctx.session.send_request(
+            types.ElicitRequest.model_validate({"method": "elicitation/create", "params": params}),
+            types.ElicitResult, metadata=ServerMessageMetadata(related_request_id=ctx.request_id))
+        return answer.model_dump(by_alias=True, mode="json", exclude_none=True)
 
     async def call(self, ctx: Any, name: str, arguments: dict[str, Any], responses: dict[str, Any]
                    ) -> dict[str, Any] | None:
