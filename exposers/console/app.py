@@ -181,7 +181,7 @@ def build_console(dispatcher: Dispatcher, reloader: Reloader | None) -> ASGIApp:
         except SharedStateUnavailable:
             return pins_unavailable(request, session)
         return render(request, "pins.html", session, configured=configured, rows=rows,
-                      approved=request.query_params.get("approved"))
+                      approved=request.query_params.get("approved"), unavailable=False)
 
     async def approve(request: Request, session: ConsoleSession) -> Response:
         tool = request.state.form.get("tool")
