@@ -21,6 +21,7 @@ from pydantic import SecretStr
 from consumers.config import UpstreamConfig
 from consumers.lifecycle import UpstreamState
 from consumers.log_fields import log_fields
+from consumers.relay import ClientOrigin
 from consumers.transports import TlsContext
 from consumers.upstream import Upstream
 
@@ -60,7 +61,8 @@ class UpstreamPool:
         """One TLS context for every upstream's HTTPS connections, made when the first needs it."""
         self.on_updated: Callable[[str, str], None] = lambda _upstream, _uri: None
         """Told (upstream, raw URI) when a resource some client subscribed to changed (the exposer sets it)."""
-        self.on_task_status: Callable[[str, dict[str, Any]], None] = lambda _upstream, _params: None
+        self.on_task_status: Callable[[str, dict[str, Any], ClientOrigin | None], None] = \
+            lambda _upstream, _params, _origin: None
         """Told (upstream, params) of each task status an upstream pushes (the exposer sets it)."""
         for name, up in config.enabled_upstreams().items():
             self._upstreams[name] = self._task_statuses(Upstream(name, up, config.resolve_cwd(up), self._changed,
@@ -129,7 +131,7 @@ class UpstreamPool:
         self.on_updated(upstream, uri)
 
     def _task_statuses(self, upstream: Upstream) -> Upstream:
-        upstream.on_task_status = lambda name, params: self.on_task_status(name, params)
+        upstream.on_task_status = lambda name, params, origin: self.on_task_status(name, params, origin)
         return upstream
 
     def _changed(self, upstream: Upstream) -> None:
