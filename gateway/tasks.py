@@ -47,6 +47,9 @@ LEGACY_METHODS = frozenset({"tasks/get", "tasks/result", "tasks/list", "tasks/ca
 MODERN_METHODS = frozenset({"tasks/get", "tasks/update", "tasks/cancel"})
 METHODS = LEGACY_METHODS | MODERN_METHODS
 TERMINAL = frozenset({"completed", "failed", "cancelled"})
+TASK_PREFIX = "triad-task:"
+"""With `cluster:`, Triad's task ids are `triad-task:<replica>.<random>`: the replica whose book holds the task
+(`task_owner`; `exposers.cluster_routes` forwards a `tasks/*` request landing elsewhere there)."""
 
 Era = Literal["2025-11-25", "2026-07-28"]
 
@@ -77,8 +80,9 @@ def owner_of(identity: Identity) -> tuple[str, tuple[str, str] | None]:
 
 
 class TaskBook:
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic, replica: str | None = None) -> None:
         self._clock = clock
+        self._prefix = f"{TASK_PREFIX}{replica}." if replica else ""
         self._tasks: dict[str, TaskEntry] = {}
         self._by_upstream: dict[tuple[str, str | None, str], str] = {}
         self._held: Counter[tuple[str, tuple[str, str] | None]] = Counter()
@@ -98,7 +102,7 @@ class TaskBook:
         self._purge()
         ttl = ttl_ms / 1000 if isinstance(ttl_ms, int | float) and not isinstance(ttl_ms, bool) and ttl_ms > 0 \
             else MAX_TTL
-        task_id = secrets.token_urlsafe(24)
+        task_id = self._prefix + secrets.token_urlsafe(24)
         old = self._by_upstream.get((upstream, holder, upstream_id))
         if old is not None:  # the upstream session reused an id: the old task is gone
             self.forget(old)
@@ -154,6 +158,14 @@ class TaskBook:
         now = self._clock()
         for task_id in [t for t, e in self._tasks.items() if e.expires <= now]:
             self.forget(task_id)
+
+
+def task_owner(task_id: Any) -> str | None:
+    """The replica a task id names (`TASK_PREFIX`); None: no replica's (no `cluster:`, or not Triad's id)."""
+    if not isinstance(task_id, str) or not task_id.startswith(TASK_PREFIX):
+        return None
+    replica, dot, _token = task_id[len(TASK_PREFIX):].partition(".")
+    return replica if dot else None
 
 
 # -- the wire ----------------------------------------------------------------------------------------------------
