@@ -8,10 +8,12 @@ also to handshake-era upstreams, translated (`gateway.task_eras`: the two are no
   for a request that declares the extension in its `_meta`; then `tasks/get`, `tasks/update`, `tasks/cancel`.
 
 An upstream's task id never reaches a client. For each task an upstream creates, Triad mints an id of its own
-(random, 192 bits: ids of two upstreams cannot collide, and an id says nothing of its upstream) and keeps it in a
-`TaskBook` until the task's TTL runs out: the upstream, the upstream's id, who created it (the principal, and in
-the handshake era the downstream session's key, `gateway.hooks.Session.key`: its upstream session holds the task,
-with `sessions: per_client` the client's own). A request naming a task that someone else created gets exactly the
+(random, 192 bits: ids of two upstreams cannot collide, and an id says nothing of its upstream; with `cluster:` it
+names the replica that holds it, `TASK_PREFIX`) and keeps it in a `TaskBook` until the task's TTL runs out: the
+upstream, the upstream session that holds it (with `sessions: per_client` the client's own: such sessions may
+number their tasks alike), the upstream's id, who created it (the principal, and in the handshake era the
+downstream session's key, `gateway.hooks.Session.key`). Each principal holds at most `MAX_TASKS_PER_OWNER`.
+A request naming a task that someone else created gets exactly the
 error of an unknown task, and `tasks/list` shows a caller only its own, a page at a time. The table is plain data
 keyed by the id, so it could live in Redis, but for `call` (the hooks' state of the creating call, in-process).
 
