@@ -13,9 +13,9 @@ names the replica that holds it, `TASK_PREFIX`) and keeps it in a `TaskBook` unt
 upstream, the upstream session that holds it (with `sessions: per_client` the client's own: such sessions may
 number their tasks alike), the upstream's id, who created it (the principal, and in the handshake era the
 downstream session's key, `gateway.hooks.Session.key`). Each principal holds at most `MAX_TASKS_PER_OWNER`.
-A request naming a task that someone else created gets exactly the
-error of an unknown task, and `tasks/list` shows a caller only its own, a page at a time. The table is plain data
-keyed by the id, so it could live in Redis, but for `call` (the hooks' state of the creating call, in-process).
+A request naming a task that someone else created gets exactly the error of an unknown task, and `tasks/list` shows a
+caller only its own, a page at a time. The table is plain data keyed by the id, so it could live in Redis, but for
+`call` (the hooks' state of the creating call, in-process).
 
 Ownership: the dispatcher creates one `TaskBook`; it is touched only by the call path (no task of its own).
 """
