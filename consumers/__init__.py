@@ -1,5 +1,6 @@
 """Upstream connections: one owner task per upstream, transports, the pool keyed by name, and the relay seam."""
 
+from consumers._credentials import UserAuthorization
 from consumers._errors import describe_failure
 from consumers.channel import TASK_STATUS
 from consumers.lifecycle import UpstreamState
@@ -23,6 +24,7 @@ __all__ = [
     "UpstreamPool",
     "UpstreamRequest",
     "UpstreamState",
+    "UserAuthorization",
     "describe_failure",
     "login",
 ]

@@ -9,22 +9,38 @@ tokens stay in their file).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from consumers.config import UpstreamAuthConfig
 
 if TYPE_CHECKING:
+    from consumers._redirects import Redirects
+    from consumers._token_store import CredentialStore
     from consumers.oauth_client import Asker, UpstreamOAuth
 
 MAX_HELD = 10_000
 """Users whose token source is kept in memory at once."""
 
 
+@dataclass
+class UserAuthorization:
+    """What the daemon lends every upstream for per-user credentials (`auth: per_user`); unset, a user's tokens
+    are kept in a file beside Triad's and come back on the loopback redirect."""
+
+    redirects: Redirects | None = None
+    """Triad serves HTTP: an authorization comes back on its own `/oauth/callback/<upstream>`."""
+    stores: Callable[[str, str], CredentialStore] | None = None
+    """(upstream, user) -> where that user's tokens are kept (with `cluster:`, Redis, shared by the replicas)."""
+
+
 class Credentials:
     def __init__(self, upstream: str) -> None:
         self._upstream = upstream
         self._held: dict[str | None, UpstreamOAuth] = {}
+        self.for_users = UserAuthorization()
+        """Replaced by the pool's (one for all its upstreams), which the daemon fills in."""
 
     def get(self, url: str, config: UpstreamAuthConfig, user: str | None, ask: Asker | None) -> UpstreamOAuth:
         """`user`'s token source (None: Triad's own), made anew when the upstream's URL or auth block changed.
@@ -35,7 +51,8 @@ class Credentials:
         if found is None or not found.serves(url, config):
             if len(self._held) >= MAX_HELD:
                 del self._held[next(iter(self._held))]
-            found = UpstreamOAuth(self._upstream, url, config, ask, user)
+            found = UpstreamOAuth(self._upstream, url, config, ask, user,
+                                  self.for_users if user is not None else None)
         elif ask is not None:
             found.ask = ask
         self._held[user] = found  # most recently used last

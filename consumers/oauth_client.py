@@ -13,7 +13,11 @@ client-credentials provider does the machine-to-machine grant. This module adds 
   alone goes straight to a new authorization);
 - the person: an authorization code comes back on a loopback redirect (`consumers._loopback`); the URL is shown
   by `triad login`, or given to the configured `browser` command; without either the daemon does not wait for
-  anyone and the upstream fails with `UpstreamAuthorizationRequired`, naming `triad login`.
+  anyone and the upstream fails with `UpstreamAuthorizationRequired`, naming `triad login`. A user's own
+  authorization (`auth: per_user`) comes back on Triad's HTTP app when it serves one (`consumers._redirects`), so
+  that the person may be anywhere;
+- tokens another process stored meanwhile (another replica's refresh, a `triad login`) are taken up before
+  refreshing or answering a 401 (`_take_up_stored`).
 
 Tokens live in a `TokenStorage` (`consumers._token_store`); they never reach a log line, an error or a metric.
 One `UpstreamOAuth` per credential (Triad's, or one user's), shared by every connection that uses it
@@ -30,6 +34,7 @@ import time
 import warnings
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 import httpx2
@@ -58,6 +63,9 @@ from consumers.config import AUTHORIZATION_WAIT, UpstreamAuthConfig
 from consumers.errors import UpstreamAuthorizationFailed, UpstreamAuthorizationRequired
 from consumers.relay import Downstream
 
+if TYPE_CHECKING:
+    from consumers._credentials import UserAuthorization
+
 logger = logging.getLogger("triad.upstream")
 
 Asker = Callable[[str], Awaitable[None]]
@@ -84,6 +92,26 @@ class _Preregistered:
     async def get_client_info(self) -> OAuthClientInformationFull | None:
         stored = await self._inner.get_client_info()
         return stored if stored is not None and stored.client_id == self._client.client_id else self._client
+
+
+class _ForRedirect:
+    """A store that keeps quiet about a registration made for another redirect URI (`triad login` on the loopback
+    one, another `listen.public_url`) while no token could be refreshed with it: the authorization that comes
+    next then registers anew, since an authorization server refuses a redirect URI it was not given."""
+
+    def __init__(self, inner: TokenStorage, redirect: str) -> None:
+        self._inner = inner
+        self._redirect = str(AnyUrl(redirect))
+        self.get_tokens = inner.get_tokens
+        self.set_tokens = inner.set_tokens
+        self.set_client_info = inner.set_client_info
+
+    async def get_client_info(self) -> OAuthClientInformationFull | None:
+        stored = await self._inner.get_client_info()
+        if stored is None or not stored.redirect_uris or self._redirect in {str(uri) for uri in stored.redirect_uris}:
+            return stored
+        tokens = await self._inner.get_tokens()
+        return stored if tokens is not None and tokens.refresh_token else None
 
 
 def token_store(config: UpstreamAuthConfig, user: str | None = None) -> CredentialStore:
@@ -123,16 +151,23 @@ class UpstreamOAuth:
     """One credential towards one upstream: the SDK provider, its store, and the person to ask."""
 
     def __init__(self, upstream: str, url: str, config: UpstreamAuthConfig, ask: Asker | None = None,
-                 user: str | None = None) -> None:
-        """`user`: whose credential this is (`auth: per_user`); None for Triad's own."""
+                 user: str | None = None, for_users: UserAuthorization | None = None) -> None:
+        """`user`: whose credential this is (`auth: per_user`); None for Triad's own. `for_users`: where a user's
+        tokens are kept and their authorization comes back, when not in a file and on the loopback redirect."""
         self.upstream = upstream
         self._url = url
         self._config = config
         self.ask = ask
         """How to show a person the authorization URL (None: `auth.browser`, or no one)."""
         self._user = user
-        self.store = token_store(config, user)
+        self._redirects = for_users.redirects if for_users is not None and user is not None else None
+        stores = for_users.stores if for_users is not None and user is not None else None
+        self.store = stores(upstream, user) if stores is not None and user is not None else token_store(config, user)
         self._seeded = False
+        self._state: str | None = None
+        """The state of the authorization waiting on Triad's own callback route (`_redirects`)."""
+        self._taken_up = False
+        """The last `_take_up_stored` found fresh tokens."""
         self._discovered: OAuthMetadata | None = None
         self._pending: LoopbackRedirect | None = None
         """The loopback redirect of the authorization under way (opened by `_redirect`, closed by `_callback`)."""
@@ -153,8 +188,9 @@ class UpstreamOAuth:
                 return ClientCredentialsOAuthProvider(url, self.store, config.client_id, secret,
                                                       "client_secret_post" if post else "client_secret_basic",
                                                       scope, config.issuer)
-        redirect = redirect_uri(config.redirect_port)
-        storage: TokenStorage = self.store
+        redirect = self._redirects.redirect_uri(self.upstream) if self._redirects is not None \
+            else redirect_uri(config.redirect_port)
+        storage: TokenStorage = _ForRedirect(self.store, redirect)
         if config.client_id is not None:
             method = config.token_endpoint_auth_method or ("client_secret_basic" if secret else "none")
             storage = _Preregistered(self.store, OAuthClientInformationFull(
@@ -180,6 +216,8 @@ class UpstreamOAuth:
         tokens = context.current_tokens
         if self._seeded and tokens is not None and context.is_token_valid() and not self._due():
             return f"Bearer {tokens.access_token}"
+        if self._seeded:
+            await self._take_up_stored()
         return await self._drive(None)
 
     async def challenged(self, status: int, www_authenticate: str | None, rejected: str | None) -> str | None:
@@ -188,6 +226,8 @@ class UpstreamOAuth:
         current = self.provider.context.current_tokens
         if current is not None and f"Bearer {current.access_token}" != rejected:
             return f"Bearer {current.access_token}"  # another request already renewed it
+        if await self._take_up_stored() and (stored := self.provider.context.current_tokens) is not None:
+            return f"Bearer {stored.access_token}"  # another replica or process renewed it
         if status == 401 and self.provider.context.can_refresh_token():
             self._force_refresh()
             renewed = await self._drive(None)
@@ -244,6 +284,24 @@ class UpstreamOAuth:
             if isinstance(discovery.get("resource"), dict):
                 context.protected_resource_metadata = ProtectedResourceMetadata.model_validate(discovery["resource"])
 
+    async def _take_up_stored(self) -> bool:
+        """Adopt tokens stored since this source last read them (another replica refreshed or authorized, a
+        `triad login` ran); True when there were such. Read only when a token is due, missing or refused."""
+        context = self.provider.context
+        self._taken_up = False
+        try:
+            stored = await self.store.get_tokens()
+        except OSError as exc:  # the store is unreachable (the cluster's Redis): go on with what is held here
+            logger.debug("upstream %s: stored tokens not read: %s", self.upstream, exc)
+            return False
+        current = context.current_tokens
+        if stored is None or (current is not None and stored.access_token == current.access_token):
+            return False
+        context.current_tokens = stored
+        context.token_expiry_time = self.store.expires_at
+        self._taken_up = not self._due() and context.is_token_valid()
+        return self._taken_up
+
     async def _remember(self) -> None:
         context = self.provider.context
         if context.oauth_metadata is None or context.oauth_metadata is self._discovered:
@@ -283,6 +341,10 @@ class UpstreamOAuth:
             raise UpstreamAuthorizationRequired(
                 self.upstream, f"upstream {self.upstream!r} needs authorization: run `triad login {self.upstream}` "
                 "(or set auth.browser)")
+        self._check_registration()
+        if self._redirects is not None:
+            await self._ask_to_come_back_here(url)
+            return
         pending = LoopbackRedirect(self._config.redirect_port)
         await pending.open()
         self._pending = pending
@@ -303,18 +365,53 @@ class UpstreamOAuth:
             await pending.close()
             raise
 
+    def _check_registration(self) -> None:
+        """A registration made for another redirect URI kept for its refresh token (`_ForRedirect`), now that an
+        authorization is needed after all: dropped, so that the next attempt registers anew (this one fails
+        saying so)."""
+        context = self.provider.context
+        registered = context.client_info.redirect_uris if context.client_info is not None else None
+        wanted = context.client_metadata.redirect_uris or []
+        if self._config.client_id is not None or not registered \
+                or {str(uri) for uri in wanted} & {str(uri) for uri in registered}:
+            return
+        context.client_info = None
+        raise UpstreamAuthorizationRequired(
+            self.upstream, f"upstream {self.upstream!r}: Triad's registration there was made for another redirect "
+            "address; it registers anew: try again")
+
+    async def _ask_to_come_back_here(self, url: str) -> None:
+        """The user's authorization, answered on Triad's own callback route, where it is expected for them."""
+        assert self._redirects is not None and self._user is not None and self.ask is not None
+        url, self._state = self._redirects.expect(self.upstream, self._user, url)
+        try:
+            await self.ask(url)
+        except BaseException as exc:
+            self._redirects.forget(self._state)
+            self._state = None
+            if isinstance(exc, _Declined):
+                raise UpstreamAuthorizationRequired(
+                    self.upstream, f"upstream {self.upstream!r}: the authorization was declined") from None
+            raise
+
     async def _callback(self) -> AuthorizationCodeResult:
         pending, self._pending = self._pending, None
-        assert pending is not None
+        state, self._state = self._state, None
         try:
             with anyio.fail_after(AUTHORIZATION_WAIT):
+                if state is not None and self._redirects is not None:
+                    return await self._redirects.result(state)
+                assert pending is not None
                 return await pending.result()
         except TimeoutError:
             raise UpstreamAuthorizationRequired(
                 self.upstream, f"upstream {self.upstream!r}: no authorization came back within "
                 f"{AUTHORIZATION_WAIT:g}s") from None
         finally:
-            await pending.close()
+            if state is not None and self._redirects is not None:
+                self._redirects.forget(state)
+            if pending is not None:
+                await pending.close()
 
 
 class _RefreshingAuth(httpx2.Auth):
@@ -327,8 +424,10 @@ class _RefreshingAuth(httpx2.Auth):
     async def async_auth_flow(self, request: httpx2.Request) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
         owner = self._owner
         await owner._seed()
-        owner._refresh_if_due()
         context = owner.provider.context
+        if owner._due() or not context.is_token_valid():
+            await owner._take_up_stored()
+        owner._refresh_if_due()
         refreshed = False
         flow = owner.provider.async_auth_flow(request)
         try:
@@ -337,10 +436,11 @@ class _RefreshingAuth(httpx2.Auth):
                 while True:
                     response = yield outgoing
                     if outgoing is request and response.status_code == 401 and not refreshed \
-                            and context.can_refresh_token():
+                            and (await owner._take_up_stored() or context.can_refresh_token()):
                         refreshed = True
                         await flow.aclose()
-                        owner._force_refresh()
+                        if not owner._taken_up:
+                            owner._force_refresh()
                         flow = owner.provider.async_auth_flow(request)
                         outgoing = await flow.__anext__()
                         continue

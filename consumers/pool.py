@@ -18,6 +18,7 @@ import anyio
 from anyio.abc import TaskGroup
 from pydantic import SecretStr
 
+from consumers._credentials import UserAuthorization
 from consumers.config import UpstreamConfig
 from consumers.lifecycle import UpstreamState
 from consumers.log_fields import log_fields
@@ -64,8 +65,10 @@ class UpstreamPool:
         self.on_task_status: Callable[[str, dict[str, Any], ClientOrigin | None], None] = \
             lambda _upstream, _params, _origin: None
         """Told (upstream, params) of each task status an upstream pushes (the exposer sets it)."""
+        self.for_users = UserAuthorization()
+        """Where per-user authorizations come back and their tokens are kept (the daemon fills it in)."""
         for name, up in config.enabled_upstreams().items():
-            self._upstreams[name] = self._task_statuses(Upstream(name, up, config.resolve_cwd(up), self._changed,
+            self._upstreams[name] = self._wired(Upstream(name, up, config.resolve_cwd(up), self._changed,
                                                                  self._updated, self._tls))
 
     @property
@@ -109,7 +112,7 @@ class UpstreamPool:
                 diff["kept" if current.config == up else "updated"].append(name)
                 current.config = up
                 continue
-            fresh = self._task_statuses(Upstream(name, up, cwd, self._changed, self._updated, self._tls))
+            fresh = self._wired(Upstream(name, up, cwd, self._changed, self._updated, self._tls))
             if name in self._pending:
                 self._pending.pop(name).stop()
             if name in self._upstreams and self._upstreams[name].state is UpstreamState.READY:
@@ -130,8 +133,9 @@ class UpstreamPool:
     def _updated(self, upstream: str, uri: str) -> None:
         self.on_updated(upstream, uri)
 
-    def _task_statuses(self, upstream: Upstream) -> Upstream:
+    def _wired(self, upstream: Upstream) -> Upstream:
         upstream.on_task_status = lambda name, params, origin: self.on_task_status(name, params, origin)
+        upstream.credentials.for_users = self.for_users
         return upstream
 
     def _changed(self, upstream: Upstream) -> None:

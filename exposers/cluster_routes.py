@@ -11,7 +11,9 @@ body) with the answer streamed back:
   Triad's task id (`gateway.tasks.task_owner`);
 - a request on a handshake-era session another replica owns (the load balancer lost its table, or a new
   balancer took over): forwarded only when the cluster's record says the caller opened that session and its
-  replica is alive (`gateway.cluster.Cluster.session_owner`).
+  replica is alive (`gateway.cluster.Cluster.session_owner`);
+- a person's browser bringing back a per-user authorization (`/oauth/callback/<upstream>`, `callbacks`): the
+  replica that waits for it is named in its `state` (`consumers._redirects`).
 
 Anything else, and any forward whose owner cannot be reached, is served here as on one replica: an unknown session
 is 404 (the client opens a new one), a round's state no replica holds is "Invalid or expired requestState". A
@@ -26,8 +28,10 @@ from typing import Any
 
 import anyio
 import httpx2
+from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from consumers._redirects import state_owner
 from exposers._wire import ParseError, parse_json, read_body, replay
 from exposers.input_rounds import STATE_PREFIX, round_owner
 from exposers.server import IDENTITY_SCOPE_KEY
@@ -78,6 +82,20 @@ class ClusterRouter:
             return
         await self._forward_or_serve(scope, receive, send, self._owner_address)
 
+    def callbacks(self, app: ASGIApp) -> ASGIApp:
+        """`app` (the authorization callback route), with an answer another replica waits for forwarded there."""
+
+        async def route(scope: Scope, receive: Receive, send: Send) -> None:
+            owner = state_owner(Request(scope).query_params.get("state") or "")
+            address = self._cluster.replicas.address_of(owner) \
+                if owner is not None and owner != self._cluster.replica_id else None
+            if address is None or FORWARDED_HEADER in dict(scope["headers"]):
+                await app(scope, receive, send)
+                return
+            await self._forward_or_serve(scope, receive, send, lambda _body: address, app)
+
+        return route
+
     def _owner_address(self, body: bytes) -> str | None:
         """The address of the replica that holds the round or task the request names; None: this one."""
         if not any(marker in body for marker in MARKERS):
@@ -97,16 +115,17 @@ class ClusterRouter:
         return address
 
     async def _forward_or_serve(self, scope: Scope, receive: Receive, send: Send,
-                                address_of: Callable[[bytes], str | None]) -> None:
-        """Read the body; forward the request to `address_of(body)`, or serve it here (None, a body over the
-        limit, or an owner that cannot be reached)."""
+                                address_of: Callable[[bytes], str | None], serve: ASGIApp | None = None) -> None:
+        """Read the body; forward the request to `address_of(body)`, or serve it here with `serve` (default: the
+        `/mcp` app) when None, a body over the limit, or an owner that cannot be reached."""
+        serve = serve or self.app
         read = await read_body(receive, self._max_body) if scope["method"] == "POST" else (b"", False)
         if read is None:  # the client went away
             return
         body, more = read
         address = address_of(body) if not more else None
         if address is None:
-            await self.app(scope, replay(body, more, receive), send)
+            await serve(scope, replay(body, more, receive), send)
             return
         headers = [(k, v) for k, v in scope["headers"] if k not in HOP_BY_HOP]
         headers.append((FORWARDED_HEADER, self._cluster.replica_id.encode()))
@@ -118,7 +137,7 @@ class ClusterRouter:
             response = await self._client.send(request, stream=True)
         except httpx2.TransportError as exc:  # the owner is gone: answered here, as on one replica
             logger.info("cluster: could not forward to %s (%s); served here", address, type(exc).__name__)
-            await self.app(scope, replay(body, False, receive), send)
+            await serve(scope, replay(body, False, receive), send)
             return
         try:
             await send({"type": "http.response.start", "status": response.status_code,

@@ -16,7 +16,7 @@ import contextlib
 import dataclasses
 import logging
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
@@ -38,14 +38,26 @@ from exposers.console import build_console
 from exposers.fast_path import FastPath
 from exposers.input_rounds import InputRounds
 from exposers.notify import Notifier
+from exposers.oauth_callback import callback_route
 from exposers.oauth_routes import challenge, metadata_routes
 from exposers.server import IDENTITY_SCOPE_KEY, GatewayServer, SessionOrigin, label_session_id
 from gateway.config import TriadConfig, is_loopback
 from gateway.dispatch import Dispatcher
 from gateway.errors import InvalidRequest
-from gateway.identity import LOCAL, Identity, identity_for, identity_for_token, requires_token, run_list
+from gateway.identity import (
+    LOCAL,
+    Identity,
+    credential_owner,
+    identity_for,
+    identity_for_token,
+    requires_token,
+    run_list,
+)
 from gateway.oauth import KeysUnavailable, TokenGate, TokenRejected
 from gateway.reload import Reloader
+
+if TYPE_CHECKING:
+    from consumers._redirects import Redirects
 
 logger = logging.getLogger(__name__)
 
@@ -173,9 +185,11 @@ class HostGuard:
 
 
 def build_app(server: GatewayServer, dispatcher: Dispatcher, notifier: Notifier, host: str,
-              reloader: Reloader | None = None, rounds: InputRounds | None = None, cluster: Any = None) -> Starlette:
+              reloader: Reloader | None = None, rounds: InputRounds | None = None, cluster: Any = None,
+              redirects: Redirects | None = None) -> Starlette:
     """`cluster`: with `cluster:` in the config, the replica's `gateway.cluster.Cluster` (requests another replica
-    owns are forwarded to it, and `/readyz` shows the cluster)."""
+    owns are forwarded to it, and `/readyz` shows the cluster). `redirects`: per-user authorizations waiting for
+    their answer on `/oauth/callback/<upstream>`."""
     security = security_settings(host)
     hide_session_ids(label_session_id)
     manager = StreamableHTTPSessionManager(
@@ -216,6 +230,19 @@ def build_app(server: GatewayServer, dispatcher: Dispatcher, notifier: Notifier,
             return await caller_of(config, gate, request.headers.get("authorization", "")) is not None
         except (TokenRejected, KeysUnavailable):
             return False
+
+    async def callback_caller(request: Request) -> str | None:
+        """Whose authorization a callback that carries a bearer token may complete (a browser carries none)."""
+        header = request.headers.get("authorization", "")
+        if not header or not requires_token(dispatcher.config):
+            return None
+        try:
+            identity = await caller_of(dispatcher.config, gate, header)
+        except (TokenRejected, KeysUnavailable):
+            identity = None
+        if identity is None:
+            raise PermissionError("a token that proves no one")
+        return credential_owner(identity)
 
     async def readyz(request: Request) -> Response:
         upstreams = {name: {"state": up.state.value, **({"reason": up.reason} if up.reason else {})}
@@ -279,6 +306,8 @@ def build_app(server: GatewayServer, dispatcher: Dispatcher, notifier: Notifier,
             Route("/metrics", endpoint=metrics),
             Route("/admin/reload", endpoint=BearerAuth(_endpoint(admin_reload), dispatcher, gate), methods=["POST"]),
             *metadata_routes(dispatcher),
+            *([callback_route(redirects, callback_caller, router.callbacks if router is not None else None)]
+              if redirects is not None else []),
             *([Mount("/console", build_console(dispatcher, reloader))] if dispatcher.config.console.enabled else []),
         ],
         lifespan=lifespan,

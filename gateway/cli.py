@@ -201,8 +201,19 @@ def _login(config: TriadConfig, name: str, client: str | None) -> int:
         print(f"Open this URL in a browser to authorize Triad{whom} at upstream {name!r}:\n\n  {url}\n\n"
               "Waiting for the authorization server to redirect back...", file=sys.stderr, flush=True)
 
+    async def run() -> str:
+        if config.cluster is None or user is None:
+            return await login(name, upstream, show, user)
+        from consumers import UserAuthorization
+        from gateway.cluster import Cluster
+        from gateway.cluster.vault_tokens import vault_stores
+
+        cluster = Cluster(config.cluster)
+        async with cluster.running(heartbeat=False):  # a user's tokens are the cluster's: kept in Redis
+            return await login(name, upstream, show, user, UserAuthorization(stores=vault_stores(cluster.vault)))
+
     try:
-        path = anyio.run(login, name, upstream, show, user)
+        where = anyio.run(run)
     except (LoginError, UpstreamError) as exc:
         print(f"triad: login: {config.hide_values(str(exc))}", file=sys.stderr)
         return 1
@@ -212,7 +223,7 @@ def _login(config: TriadConfig, name: str, client: str | None) -> int:
         print(f"triad: login to upstream {name!r} failed: {config.hide_values(describe_failure(exc))}",
               file=sys.stderr)
         return 1
-    print(f"Logged in{whom}: the tokens for upstream {name!r} are kept in {path} (mode 0600).")
+    print(f"Logged in{whom}: the tokens for upstream {name!r} are kept in {where}.")
     return 0
 
 

@@ -65,6 +65,10 @@ class ListenConfig(_Model):
     lean_path: bool = True
     """Serve the hot HTTP requests (calls, list pages) with Triad's direct handling of the transport work; off,
     every request goes through the SDK's server. Semantics are the same either way."""
+    public_url: str | None = Field(default=None, pattern=r"^https?://[^/?#\s]+/?$")
+    """Where people reach this listener (scheme, host and port; behind a proxy, the proxy's): a user's own
+    upstream authorization (`auth: per_user`) comes back to `<public_url>/oauth/callback/<upstream>`. Unset: the
+    origin of `auth.oauth.audience`, else the listen address when it is loopback (else the loopback redirect)."""
 
 
 class ConsoleConfig(_Model):

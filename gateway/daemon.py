@@ -18,12 +18,14 @@ import sys
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import anyio
 import uvicorn
 from anyio.abc import TaskGroup
 
 from consumers import UpstreamPool, UpstreamState
+from consumers._redirects import Redirects
 from exposers import InputRounds, build_app, build_server, serve_stdio
 from exposers.notify import Notifier
 from gateway._listener import ListenerConfig
@@ -118,6 +120,25 @@ async def running_gateway(config: TriadConfig, host: str | None = None, *, watch
             tg.cancel_scope.cancel()
 
 
+def _redirects(config: TriadConfig, host: str, address: str, replica: str | None) -> Redirects | None:
+    """Where a person's own upstream authorization comes back to this listener (`/oauth/callback/<upstream>`):
+    `listen.public_url`, else the origin of `auth.oauth.audience`, else the listen address when it is loopback
+    (its Host is then the only one HostGuard lets in). None: no address people can reach is known (the loopback
+    redirect then, for a person on Triad's machine)."""
+    base = config.listen.public_url
+    if base is None and config.auth.oauth is not None:
+        parts = urlsplit(config.auth.oauth.audience)
+        base = f"{parts.scheme}://{parts.netloc}"
+    if base is None and is_loopback(host):
+        base = address
+    if base is None:
+        if any(up.auth is not None and up.auth.mode == "per_user" for up in config.upstreams.values()):
+            logger.warning("per-user upstream authorizations come back on the loopback redirect (a person on "
+                           "this machine only): set listen.public_url")
+        return None
+    return Redirects(base, replica)
+
+
 def _cluster(config: TriadConfig) -> Any:
     """This replica's `gateway.cluster.Cluster`, or None without `cluster:` (Redis is then never imported)."""
     if config.cluster is None:
@@ -164,7 +185,9 @@ async def _serve_http_on(config: TriadConfig, host: str, sock: socket.socket) ->
     address = f"http://{'[' + host + ']' if ':' in host else host}:{actual_port}"
     async with running_gateway(config, host, watch=True, address=address) as gw:
         server = build_server(gw.dispatcher, gw.notifier, LOCAL, gw.rounds)
-        app = build_app(server, gw.dispatcher, gw.notifier, host, gw.reloader, gw.rounds, gw.cluster)
+        redirects = _redirects(config, host, address, gw.cluster.replica_id if gw.cluster is not None else None)
+        gw.pool.for_users.redirects = redirects
+        app = build_app(server, gw.dispatcher, gw.notifier, host, gw.reloader, gw.rounds, gw.cluster, redirects)
         userver = _Uvicorn(ListenerConfig(app, log_config=None, lifespan="on", access_log=False,
                                           timeout_graceful_shutdown=5))
         gw.task_group.start_soon(_handle_signals, _stopper(userver, gw), gw.reloader)

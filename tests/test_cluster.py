@@ -23,7 +23,7 @@ import pytest
 from pydantic import SecretStr
 
 from tests.cluster_env import CLUSTER_KEY, TOKENS, TriadCluster, handshake_session, http_for, modern_client, wait_until
-from tests.conftest import ROOT, TRIAD, Proc
+from tests.conftest import LEAN_PATH, ROOT, TRIAD, Proc
 from tests.raw_clients import HandshakeSession, answer_of, call, dumps, modern_headers, modern_post, sse_session
 
 pytestmark = pytest.mark.anyio
@@ -484,6 +484,76 @@ async def test_while_redis_is_down_approvals_fail_closed_and_limits_count_per_re
         assert cluster.view()["redis"] == "up"
         assert await buckets.take("client:b:1/m", 1, 1 / 60) is None
         assert await buckets.take("client:b:1/m", 1, 1 / 60) is not None
+
+
+async def test_a_users_upstream_token_got_on_one_replica_is_used_and_refreshed_for_all(
+        procs: list[Proc], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`auth: per_user` with `cluster:`: alice authorizes once, through r1 (URL elicitation); her browser brings
+    the answer to r2, as a load balancer may, which forwards it to r1, where her authorization waits. r2 then
+    calls with the same upstream token (same `jti`) without asking her. When the token is due, r2 refreshes it;
+    r1, holding the old one, takes up r2's refreshed token from Redis instead of refreshing itself (same new
+    `jti`). bob's `triad login --client bob` also keeps his tokens in Redis, where r2 finds them. Redis holds the
+    tokens encrypted only; no per-user token file is written. (Both replicas have one
+    `listen.public_url`, as behind a load balancer: the registration r1 made is valid for r2's refresh too.)"""
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    from consumers.oauth_client import REFRESH_MARGIN
+    from gateway.cluster import Cluster
+    from gateway.cluster.vault_tokens import VaultTokens
+    from gateway.config import ClusterConfig
+    from tests.test_oauth_upstream import Protected, follow_to, whoami
+
+    env = TriadCluster(procs, tmp_path, replicas=2)
+    env.start_redis()
+    monkeypatch.setenv("TRIAD_CLUSTER_KEY", CLUSTER_KEY)
+    monkeypatch.setenv("TRIAD_REPLICA_ID", "login")
+    cluster = {"redis": f"redis://127.0.0.1:{env.redis_port}/0", "replica_id": "${TRIAD_REPLICA_ID}",
+               "secret_key": "${TRIAD_CLUSTER_KEY}", "heartbeat": "0.3s"}
+    ttl = int(REFRESH_MARGIN) + 20  # due 20 s after it is issued
+    protected = Protected(procs, tmp_path, ttl=ttl, auth={"mode": "per_user"}, cluster=cluster,
+                          clients={name: {"token": TOKENS[name]} for name in ("alice", "bob", "ops")},
+                          listen={"public_url": f"http://127.0.0.1:{env.ports['r1']}",  # one for all replicas
+                                  **({} if LEAN_PATH else {"lean_path": False})})
+    protected.login(account="triad-service")  # Triad's own credential (the catalog), in its file
+    env.config_path = protected.config
+    for name in env.ports:
+        env.start_replica(name).wait_for(r"upstream up ready")
+    r1, r2 = (env.replica_url(name) for name in env.ports)
+    wait_until(lambda: "r1" in env.cluster_view("r2")["replicas"], "r2 to know where r1 is")
+
+    async def open_link(_ctx: Any, params: Any) -> Any:
+        answer = await follow_to(params.url, r1.removesuffix("/mcp") + "/oauth/callback/up", "alice")
+        assert "state=r1." in answer
+        async with http_for("alice") as http:  # her browser: here with her token, which changes nothing
+            landing = await http.get(answer.replace(r1.removesuffix("/mcp"), r2.removesuffix("/mcp")))
+            assert landing.status_code == 200, landing.text
+        return types.ElicitResult(action="accept")
+
+    async with http_for("alice") as http, streamable_http_client(r1, http_client=http) as (read, write), \
+            ClientSession(read, write, elicitation_callback=open_link) as session:
+        await session.initialize()
+        first = await session.call_tool("whoami", {})
+    subject, first_jti = first.content[0].text.split()[:2]
+    assert subject == "alice"
+    assert (await whoami(r2, TOKENS["alice"])).split()[:2] == ["alice", first_jti]  # r2 was never asked
+
+    settings = ClusterConfig(redis=cluster["redis"], replica_id="test", secret_key=CLUSTER_KEY)  # type: ignore[arg-type]
+    reader = Cluster(settings)
+    async with reader.running(heartbeat=False):
+        stored = VaultTokens(reader.vault, "alice", "up")
+        tokens = await stored.get_tokens()
+        assert tokens is not None and stored.expires_at is not None
+        values = [await reader.link.client.get(key) for key in await reader.link.client.keys("triad:secret:*")]
+        assert values and not any(tokens.access_token.encode() in value for value in values)
+        await anyio.sleep(max(0.0, stored.expires_at - REFRESH_MARGIN - time.time()) + 0.5)  # the token is due
+        refreshed_by_r2 = (await whoami(r2, TOKENS["alice"])).split()[:2]
+        assert refreshed_by_r2[0] == "alice" and refreshed_by_r2[1] != first_jti
+        assert (await stored.get_tokens()) is not None and stored.expires_at > time.time() + REFRESH_MARGIN
+    assert (await whoami(r1, TOKENS["alice"])).split()[:2] == refreshed_by_r2  # r1 took up r2's refresh
+    protected.login("bob", account="bob")  # `triad login --client bob` keeps bob's tokens in Redis too
+    assert (await whoami(r2, TOKENS["bob"])).split()[0] == "bob"
+    assert not (tmp_path / "triad.tokens" / "up.users").exists()
 
 
 async def test_rate_limit_buckets_in_redis_name_no_client_and_no_tool(procs: list[Proc], tmp_path: Path) -> None:

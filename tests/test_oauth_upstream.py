@@ -238,3 +238,133 @@ async def test_a_token_the_upstream_refuses_is_refreshed_once_without_asking_any
     url = start_triad(procs, protected.config, wait_ready=1)
     assert (await whoami(url)).split()[0] == "test-user"
     assert json.loads(protected.tokens.read_text())["tokens"]["access_token"] != "refused-by-the-upstream"
+
+
+async def follow_to(url: str, until: str, account: str) -> str:
+    """A person's browser at the authorization server, logged in as `account`: the redirect it is sent back with,
+    to a URL starting with `until` (not followed)."""
+    async with httpx2.AsyncClient(follow_redirects=False, timeout=30, cookies={"as_account": account}) as browser:
+        for _hop in range(10):
+            answer = await browser.get(url)
+            assert answer.status_code in (302, 303), (answer.status_code, answer.text[:300])
+            url = str(answer.url.join(answer.headers["location"]))
+            if url.startswith(until):
+                return url
+    raise AssertionError("the authorization server never sent the browser back to Triad")
+
+
+async def test_a_remote_user_authorizes_through_triads_own_callback_which_no_one_else_can_complete(
+        procs: list[Proc], tmp_path: Path) -> None:
+    """alice's client is remote-style (HTTP, URL elicitation): the link she is sent comes back to Triad's own
+    `/oauth/callback/up`, not to a loopback listener (nothing listens on the configured redirect_port). Before
+    she gets there: bob, with his own token, holding her answer, is refused (403); her answer on another
+    upstream's route, or a made-up state, is refused (400); none of that changes anything. Her browser (no
+    token, as a browser is) completes it; a replay of the same answer is refused; her call runs as alice; bob's
+    own call never runs as alice."""
+    from urllib.parse import parse_qs, urlsplit
+
+    import mcp_types as types
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    clients = {name: {"token": f"{name}-token-0123456789abcdef"} for name in ("alice", "bob")}
+    protected = Protected(procs, tmp_path, auth={"mode": "per_user"}, clients=clients)
+    protected.login(account="triad-service")
+    url = start_triad(procs, protected.config, wait_ready=1)
+    base = url.removesuffix("/mcp")
+    callback = f"{base}/oauth/callback/up"
+    seen: dict[str, Any] = {}
+
+    async def open_link(_ctx: Any, params: Any) -> Any:
+        redirect = parse_qs(urlsplit(params.url).query)["redirect_uri"][0]
+        seen["redirect_uri"] = redirect
+        answer = await follow_to(params.url, callback, "alice")
+        query = answer.partition("?")[2]
+        async with httpx2.AsyncClient(timeout=30) as http:
+            as_bob = await http.get(answer, headers={"Authorization": f"Bearer {clients['bob']['token']}"})
+            elsewhere = await http.get(f"{base}/oauth/callback/other?{query}")
+            forged = await http.get(f"{callback}?code=x&state=made-up")
+            seen["refusals"] = [(r.status_code, r.text) for r in (as_bob, elsewhere, forged)]
+            seen["hers"] = (await http.get(answer)).status_code
+            replay = await http.get(answer)
+            seen["replay"] = (replay.status_code, replay.text)
+        return types.ElicitResult(action="accept")
+
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {clients['alice']['token']}"},
+                                  timeout=60) as http, \
+            streamable_http_client(url, http_client=http) as (read, write), \
+            ClientSession(read, write, elicitation_callback=open_link) as session:
+        await session.initialize()
+        result = await session.call_tool("whoami", {})
+    assert seen["redirect_uri"] == callback
+    (bob_status, bob_page), (other_status, other_page), (forged_status, forged_page) = seen["refusals"]
+    assert bob_status == 403 and "another identity" in bob_page
+    assert other_status == 400 and "another upstream" in other_page
+    assert forged_status == 400 and "unknown, expired or was already used" in forged_page
+    assert seen["hers"] == 200
+    assert seen["replay"][0] == 400 and "already used" in seen["replay"][1]
+    assert not result.is_error, result
+    assert result.content[0].text.split()[0] == "alice"
+    refused = await whoami(url, clients["bob"]["token"])  # bob's client cannot open links: no token of his
+    assert refused.startswith("error:") and "alice" not in refused, refused
+
+
+async def test_an_authorization_state_is_answered_once_for_its_own_user_and_expires() -> None:
+    """The callback's bookkeeping (`consumers._redirects`): the state the person is sent with names the replica
+    that waits; another identity, another upstream, a used or an expired state are refused and change nothing."""
+    from consumers._redirects import Answer, Redirects, state_owner
+    from consumers.config import AUTHORIZATION_WAIT
+
+    now = [1000.0]
+    hub = Redirects("https://triad.example/", "r1", clock=lambda: now[0])
+    assert hub.redirect_uri("my up") == "https://triad.example/oauth/callback/my%20up"
+    url, state = hub.expect("up", "alice", "https://as.example/authorize?client_id=c&state=abc&scope=a+b")
+    assert state == "r1.abc" and state_owner(state) == "r1"
+    assert url == "https://as.example/authorize?client_id=c&state=r1.abc&scope=a+b"
+    assert hub.answer("up", state, "bob", "code", None) is Answer.OTHER_IDENTITY
+    assert hub.answer("other", state, None, "code", None) is Answer.OTHER_UPSTREAM
+    assert hub.answer("up", "r1.forged", None, "code", None) is Answer.UNKNOWN
+    assert hub.answer("up", state, None, "the-code", "https://as.example") is Answer.ACCEPTED  # a browser: no token
+    result = await hub.result(state)
+    assert (result.code, result.state, result.iss) == ("the-code", "abc", "https://as.example")  # the SDK's state
+    assert hub.answer("up", state, None, "code", None) is Answer.UNKNOWN  # used once
+    _url, late = hub.expect("up", "alice", "https://as.example/authorize?state=def")
+    now[0] += AUTHORIZATION_WAIT + 1
+    assert hub.answer("up", late, "alice", "code", None) is Answer.UNKNOWN  # expired
+
+
+async def test_a_user_logged_in_on_the_loopback_later_authorizes_through_triads_callback(procs: list[Proc],
+                                                                                       tmp_path: Path) -> None:
+    """erin was logged in by the operator (`triad login --client erin`: registered for the loopback redirect);
+    her tokens are gone since (here: forgotten), the registration stays. Asked through her client, her
+    authorization comes back on Triad's own callback: Triad registers anew for that redirect (the authorization
+    server would refuse the old registration there) and her first call goes on as erin."""
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    token = "erin-token-0123456789abcdef"
+    protected = Protected(procs, tmp_path, auth={"mode": "per_user"}, clients={"erin": {"token": token}})
+    protected.login(account="triad-service")
+    protected.login("erin", account="erin")
+    [kept] = (tmp_path / "triad.tokens" / "up.users").glob("*.json")
+    document = json.loads(kept.read_text())
+    loopback_client = document["client"]["client_id"]
+    kept.write_text(json.dumps({**document, "tokens": None, "expires_at": None}))
+    url = start_triad(procs, protected.config, wait_ready=1)
+
+    async def open_link(_ctx: Any, params: Any) -> Any:
+        import mcp_types as types
+
+        answer = await follow_to(params.url, url.removesuffix("/mcp") + "/oauth/callback/up", "erin")
+        async with httpx2.AsyncClient(timeout=30) as browser:
+            assert (await browser.get(answer)).status_code == 200
+        return types.ElicitResult(action="accept")
+
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http, \
+            streamable_http_client(url, http_client=http) as (read, write), \
+            ClientSession(read, write, elicitation_callback=open_link) as session:
+        await session.initialize()
+        result = await session.call_tool("whoami", {})
+    assert not result.is_error, result
+    assert result.content[0].text.split()[0] == "erin"
+    assert json.loads(kept.read_text())["client"]["client_id"] != loopback_client

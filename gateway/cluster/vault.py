@@ -13,27 +13,32 @@ from gateway.cluster._link import KEY_PREFIX, Link
 from gateway.cluster.secret_box import SecretBox
 from gateway.identity import Identity
 
+Owner = Identity | str
+"""An identity, or whose upstream credential it is (`gateway.identity.credential_owner`)."""
+
 
 class Vault:
     def __init__(self, link: Link, box: SecretBox) -> None:
         self._link = link
         self._box = box
 
-    def _key(self, identity: Identity, name: str) -> str:
+    def _key(self, owner: Owner, name: str) -> str:
         purpose = hashlib.sha256(name.encode()).hexdigest()[:32]
-        return f"{KEY_PREFIX}secret:{self._box.identity_hash(identity)}:{purpose}"
+        whose = self._box.identity_hash(owner) if isinstance(owner, Identity) \
+            else self._box.name_hash("credential-owner", owner)
+        return f"{KEY_PREFIX}secret:{whose}:{purpose}"
 
-    async def put(self, identity: Identity, name: str, value: bytes, ttl: float | None = None) -> None:
+    async def put(self, identity: Owner, name: str, value: bytes, ttl: float | None = None) -> None:
         key = self._key(identity, name)
         sealed = self._box.seal(value, key)
         await self._link.run(self._link.client.set(key, sealed, px=int(ttl * 1000) if ttl else None))
 
-    async def get(self, identity: Identity, name: str) -> bytes | None:
+    async def get(self, identity: Owner, name: str) -> bytes | None:
         key = self._key(identity, name)
         sealed = await self._link.run(self._link.client.get(key))
         if sealed is None:
             return None
         return self._box.open(sealed.encode() if isinstance(sealed, str) else sealed, key)
 
-    async def delete(self, identity: Identity, name: str) -> None:
+    async def delete(self, identity: Owner, name: str) -> None:
         await self._link.run(self._link.client.delete(self._key(identity, name)))

@@ -6,6 +6,7 @@
   connection to that upstream offers something else re-lists it, and its clients get `list_changed` from their own
   views. Announcing only a digest that is new to this replica keeps two replicas from re-listing each other forever.
 - A resource update an upstream sent here is passed on; each replica tells its own subscribers.
+- Per-user upstream tokens (`auth: per_user`) are kept in the vault (`vault_tokens`), so every replica uses them.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any, Protocol
 
 from consumers import Upstream, UpstreamPool
 from gateway.cluster.cluster import Cluster
+from gateway.cluster.vault_tokens import vault_stores
 from gateway.reload import Reloader
 
 logger = logging.getLogger("triad.cluster")
@@ -37,7 +39,9 @@ def catalog_digest(upstream: Upstream) -> str | None:
 
 def join(cluster: Cluster, pool: UpstreamPool, notifier: _Notified,
          reloader: Reloader | None) -> Callable[[Upstream], None]:
-    """Wire the events; returns what the pool's change callback must also call."""
+    """Wire the events, and keep per-user upstream tokens in the vault; returns what the pool's change callback must
+    also call."""
+    pool.for_users.stores = vault_stores(cluster.vault)
     known: dict[str, str] = {}
     """Upstream -> the digest of its offer last seen here or announced by another replica."""
     asked: set[str] = set()
