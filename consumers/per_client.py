@@ -27,7 +27,7 @@ import json
 import logging
 import math
 import ssl
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,7 +35,6 @@ import anyio
 import mcp_types as types
 from anyio.abc import TaskGroup, TaskStatus
 from mcp import ClientSession
-from mcp.client.session import MessageHandlerFnT
 
 from consumers._credentials import Credentials, CredentialUse
 from consumers._errors import describe_failure
@@ -114,8 +113,8 @@ class ClientLink:
 
 class ClientSessions:
     def __init__(self, upstream: str, config: Callable[[], UpstreamConfig], cwd: str | None,
-                 on_message: MessageHandlerFnT,
-                 on_notification: Callable[[str, dict[str, Any]], None],
+                 on_message: Callable[[Any, ClientOrigin | None], Awaitable[None]],
+                 on_notification: Callable[[str, dict[str, Any], ClientOrigin | None], None],
                  tls: Callable[[], ssl.SSLContext] | None = None,
                  credentials: Credentials | None = None) -> None:
         self._upstream = upstream
@@ -268,23 +267,27 @@ class ClientSessions:
 
         # A list change on this session re-lists it for this client; it goes on where the shared session's
         # messages go as well, since a server may tell only the session that made a change that concerns all.
+        # It carries the client's origin: a task status belongs to a task of this client's own session.
+        def tagged(method: str, params: dict[str, Any]) -> None:
+            self._on_notification(method, params, link.origin)
+
         def on_notification(method: str, params: dict[str, Any]) -> None:
             if method in OWN_LISTS:
                 link.changed(OWN_LISTS[method])
-            self._on_notification(method, params)
+            tagged(method, params)
 
         async def on_message(message: Any) -> None:
             found = getattr(message, "root", message)
             if isinstance(found, types.Notification) and found.method in OWN_LISTS:
                 link.changed(OWN_LISTS[found.method])
-            await self._on_message(message)
+            await self._on_message(message, link.origin)
         try:
             with anyio.CancelScope() as opening:
                 opening.deadline = anyio.current_time() + config.connect_timeout
                 link.opening = opening
                 async with open_channel(self._upstream, config, self._cwd, link.relays, on_message,
                                         declare=capabilities.keys(), tls=self._tls,
-                                        on_notification=self._on_notification,
+                                        on_notification=tagged,
                                         auth=self._credential(config, link)) as channel:
                     declare_as_client(channel.session, capabilities)
                     init = await channel.session.initialize()

@@ -22,6 +22,7 @@ from consumers._credentials import UserAuthorization
 from consumers.config import UpstreamConfig
 from consumers.lifecycle import UpstreamState
 from consumers.log_fields import log_fields
+from consumers.relay import ClientOrigin
 from consumers.transports import TlsContext
 from consumers.upstream import Upstream
 
@@ -61,7 +62,8 @@ class UpstreamPool:
         """One TLS context for every upstream's HTTPS connections, made when the first needs it."""
         self.on_updated: Callable[[str, str], None] = lambda _upstream, _uri: None
         """Told (upstream, raw URI) when a resource some client subscribed to changed (the exposer sets it)."""
-        self.on_task_status: Callable[[str, dict[str, Any]], None] = lambda _upstream, _params: None
+        self.on_task_status: Callable[[str, dict[str, Any], ClientOrigin | None], None] = \
+            lambda _upstream, _params, _origin: None
         """Told (upstream, params) of each task status an upstream pushes (the exposer sets it)."""
         self.for_users = UserAuthorization()
         """Where per-user authorizations come back and their tokens are kept (the daemon fills it in)."""
@@ -132,7 +134,7 @@ class UpstreamPool:
         self.on_updated(upstream, uri)
 
     def _wired(self, upstream: Upstream) -> Upstream:
-        upstream.on_task_status = lambda name, params: self.on_task_status(name, params)
+        upstream.on_task_status = lambda name, params, origin: self.on_task_status(name, params, origin)
         upstream.credentials.for_users = self.for_users
         return upstream
 

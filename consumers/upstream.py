@@ -92,7 +92,8 @@ class Upstream:
         self._relays = InFlight(name)
         self._on_updated = on_updated
         """Told (upstream name, raw URI) when a subscribed resource changed."""
-        self.on_task_status: Callable[[str, dict[str, Any]], None] = lambda _upstream, _params: None
+        self.on_task_status: Callable[[str, dict[str, Any], ClientOrigin | None], None] = \
+            lambda _upstream, _params, _origin: None
         """Told (upstream, params) of each `notifications/tasks/status` the upstream pushes on any of its sessions
         (2025-11-25 tasks; the pool sets it)."""
         self._clients = ClientSessions(name, lambda: self.config, cwd, self._on_message,
@@ -288,21 +289,27 @@ class Upstream:
         version = self.catalog.protocol_version if self.modern and self.catalog is not None else None
         await probe(self.name, session, version, min(self.config.timeout, PING_TIMEOUT))
 
-    def _on_notification(self, method: str, params: dict[str, Any]) -> None:
-        """A notification not about a call in flight, from the SDK's session or a lean-path reply."""
+    def own_session(self, client: ClientOrigin | None) -> ClientOrigin | None:
+        """The downstream session whose own upstream session `client`'s requests go on (`sessions: per_client`);
+        None: they go on the shared one."""
+        return client if client is not None and client.back is not None and self.per_client else None
+
+    def _on_notification(self, method: str, params: dict[str, Any], origin: ClientOrigin | None = None) -> None:
+        """A notification not about a call in flight, from the SDK's session or a lean-path reply (`origin`: the
+        downstream session whose own upstream session it came on; None: the shared one)."""
         if method == TASK_STATUS:
-            self.on_task_status(self.name, params)
+            self.on_task_status(self.name, params, origin)
         elif method in ("notifications/tools/list_changed", "notifications/resources/list_changed",
                       "notifications/prompts/list_changed"):
             self.request_relist()
         elif method == "notifications/resources/updated" and isinstance(params.get("uri"), str):
             self._on_updated(self.name, params["uri"])
 
-    async def _on_message(self, message: Any) -> None:
+    async def _on_message(self, message: Any, origin: ClientOrigin | None = None) -> None:
         message = getattr(message, "root", message)
         if isinstance(message, types.Notification):
             params = message.params.model_dump(by_alias=True, mode="json", exclude_none=True) if message.params else {}
-            self._on_notification(message.method, params)
+            self._on_notification(message.method, params, origin)
         elif isinstance(message, Exception):
             logger.warning("upstream %s transport error: %s", self.name, describe_failure(message))
 
@@ -332,7 +339,7 @@ class Upstream:
         if wait is not None:
             raise UpstreamUnavailable(self.name, f"upstream {self.name!r} is failing: {self._breaker.failures} calls "
                                       f"in a row failed to reach it; the next try is in {wait:.0f}s (circuit breaker)")
-        own = client if client is not None and client.back is not None and self.per_client else None
+        own = self.own_session(client)
         if own is None and self.config.auth is not None and self.config.auth.mode == "per_user":
             raise UpstreamAuthorizationRequired(self.name, f"upstream {self.name!r} is per-user: a request without a "
                                                 "session of its own would go out with Triad's credential")

@@ -7,6 +7,8 @@ body) with the answer streamed back:
 
 - the retry of an `input_required` round: its call is parked on the replica that asked, whose id is sealed into
   the `requestState` (`exposers.input_rounds.round_owner`);
+- a 2026-07-28 `tasks/*` request: the task is in the book of the replica that adopted it, whose id is sealed into
+  Triad's task id (`gateway.tasks.task_owner`);
 - a request on a handshake-era session another replica owns (the load balancer lost its table, or a new
   balancer took over): forwarded only when the cluster's record says the caller opened that session and its
   replica is alive (`gateway.cluster.Cluster.session_owner`);
@@ -34,6 +36,7 @@ from exposers._wire import ParseError, parse_json, read_body, replay
 from exposers.input_rounds import STATE_PREFIX, round_owner
 from exposers.server import IDENTITY_SCOPE_KEY
 from gateway.identity import Identity
+from gateway.tasks import METHODS, TASK_PREFIX, task_owner
 
 logger = logging.getLogger("triad.cluster")
 
@@ -41,7 +44,7 @@ FORWARDED_HEADER = b"x-triad-forwarded"
 HOP_BY_HOP = frozenset({b"host", b"connection", b"keep-alive", b"transfer-encoding", b"te", b"trailer", b"upgrade",
                         b"proxy-authorization", b"proxy-connection", b"content-length"})
 CONNECT_TIMEOUT = 2.0
-MARKER = STATE_PREFIX.encode()
+MARKERS = (STATE_PREFIX.encode(), TASK_PREFIX.encode())
 
 
 class ClusterRouter:
@@ -77,7 +80,7 @@ class ClusterRouter:
         if scope["method"] != "POST":
             await self.app(scope, receive, send)
             return
-        await self._forward_or_serve(scope, receive, send, self._round_address)
+        await self._forward_or_serve(scope, receive, send, self._owner_address)
 
     def callbacks(self, app: ASGIApp) -> ASGIApp:
         """`app` (the authorization callback route), with an answer another replica waits for forwarded there."""
@@ -93,15 +96,19 @@ class ClusterRouter:
 
         return route
 
-    def _round_address(self, body: bytes) -> str | None:
-        if MARKER not in body:
+    def _owner_address(self, body: bytes) -> str | None:
+        """The address of the replica that holds the round or task the request names; None: this one."""
+        if not any(marker in body for marker in MARKERS):
             return None
         try:
             message = parse_json(body)
         except ParseError:  # served here, where the same parser answers it with a parse error
             return None
         params = message.get("params") if isinstance(message, dict) else None
-        owner = round_owner(params.get("requestState")) if isinstance(params, dict) else None
+        if not isinstance(params, dict):
+            return None
+        owner = round_owner(params.get("requestState")) or \
+            (task_owner(params.get("taskId")) if message.get("method") in METHODS else None)
         if owner is None or owner == self._cluster.replica_id:
             return None
         address: str | None = self._cluster.replicas.address_of(owner)

@@ -39,6 +39,7 @@ from exposers.relay import SessionRelay
 from gateway.dispatch import Dispatcher
 from gateway.errors import InvalidRequest
 from gateway.identity import LOCAL, Identity
+from gateway.task_relay import key_of
 from gateway.tasks import with_task_id
 
 logger = logging.getLogger("triad.exposer")
@@ -212,12 +213,13 @@ class Notifier:
         self._updated.add((upstream, raw))
         self._dirty.set()
 
-    def task_status(self, upstream: str, params: dict[str, Any]) -> None:
-        """An upstream pushed a task's status (2025-11-25, called in the task of its read stream): the session that
+    def task_status(self, upstream: str, params: dict[str, Any], origin: Any) -> None:
+        """An upstream pushed a task's status (2025-11-25, called in the task of its read stream; `origin`: the
+        downstream session whose own upstream session it came on, None for the shared one): the session that
         created the task is told, under Triad's id for it, and nobody else. A status of a task Triad does not know
         yet (the first one may come before the result that creates it) is dropped: status pushes are optional,
         and clients poll."""
-        found = self._dispatcher.tasks.book.gateway_id(upstream, params.get("taskId"))
+        found = self._dispatcher.tasks.book.gateway_id(upstream, params.get("taskId"), key_of(origin))
         session = self._dispatcher.tasks.session_of(found[1]) if found is not None else None
         back = session.back if session is not None else None
         # a task outlives its session: once the session ended there is nobody to tell (and an outbox made for its

@@ -32,7 +32,7 @@ class _Options(BaseModel):
     priority: int = 0
 
 
-def _size(value: Any) -> int:
+def json_size(value: Any) -> int:
     return len(json.dumps(value, separators=(",", ":"), default=str)) if value is not None else 0
 
 
@@ -67,7 +67,7 @@ class Audit:
                   else "tool-error" if result and result.get("isError") else "ok")
         record: dict[str, Any] = {"decision": "blocked" if outcome.blocked else "allowed", "outcome": status,
                                   "duration_ms": round(outcome.duration * 1000, 3),
-                                  "arguments_bytes": _size(ctx.arguments), "result_bytes": _size(result)}
+                                  "arguments_bytes": json_size(ctx.arguments), "result_bytes": json_size(result)}
         if outcome.error is not None:
             record["error"] = outcome.error
         if self.options.bodies:
@@ -199,7 +199,7 @@ class MaxResultSize:
 
     async def after_call(self, ctx: CallContext, outcome: Outcome) -> dict[str, Any] | None:
         result = outcome.result
-        size, limit = _size(result), self.options.bytes
+        size, limit = json_size(result), self.options.bytes
         if result is None or size <= limit:
             return None
         if not self.options.truncate:
@@ -212,9 +212,9 @@ class MaxResultSize:
                 text = block.get("text", "")
                 content.append({**block, "text": text[:budget]})
                 budget -= len(text)
-            elif _size(block) <= budget:
+            elif json_size(block) <= budget:
                 content.append(block)
-                budget -= _size(block)
+                budget -= json_size(block)
         content.append({"type": "text", "text": f"[truncated by Triad: {size} bytes, limit {limit}]"})
         return {"content": content, "structuredContent": None}
 

@@ -91,7 +91,8 @@ class Dispatcher:
         self._settled = False
         self._states: weakref.WeakKeyDictionary[Upstream, UpstreamState] = weakref.WeakKeyDictionary()
         """Each upstream's last state seen, to count its restarts (down, then ready again)."""
-        self.tasks = TaskRelay(TaskBook(), self._forward, self._upstream,
+        replica = config.cluster.replica_id if config.cluster is not None else None
+        self.tasks = TaskRelay(TaskBook(replica=replica), self._forward, self._upstream,
                                lambda upstream: self.registry.uri_parts.get(upstream), lambda: self.hooks,
                                lambda: self.config.page_size)
         """The tasks upstreams created for clients, and the `tasks/*` requests about them."""

@@ -11,7 +11,9 @@ open for the questions of translated tasks (`InputBridge`).
 from __future__ import annotations
 
 import base64
+import dataclasses
 import logging
+import re
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -23,6 +25,7 @@ from pydantic import ValidationError
 
 from consumers import CURRENT_DOWNSTREAM, Upstream
 from consumers.errors import UpstreamError, UpstreamRefused
+from gateway.builtin_hooks import json_size
 from gateway.errors import INVALID_PARAMS, InvalidRequest, TriadError
 from gateway.hooks import CallContext, HookChain, Outcome, Session
 from gateway.identity import Identity
@@ -55,6 +58,9 @@ MAX_LIST_PAGES = 100
 QUESTION_WAIT = 5.0
 """How long a `tasks/get` of a translated `input_required` task waits for the upstream's questions to arrive on
 the `tasks/result` stream Triad opened for them (they come at once; the bound is for an upstream that never asks)."""
+MAX_KEPT_ARGUMENTS = 64 * 1024
+"""Bytes (JSON) of a task's call arguments Triad keeps for its after-hooks for as long as the task lasts (up to
+`MAX_TTL`); larger arguments are dropped (the hooks then see `{}`), not held for a day."""
 logger = logging.getLogger(__name__)
 
 
@@ -78,6 +84,37 @@ def _cursor_position(cursor: Any) -> int:
     except (ValueError, UnicodeDecodeError):
         pass
     raise InvalidRequest(f"Invalid cursor: {cursor}")
+
+
+def holder_of(upstream: Upstream, session: Any) -> str | None:
+    """The key of the downstream session whose own upstream session `session`'s requests to `upstream` go on
+    (`TaskEntry.holder`); None: the shared one."""
+    return key_of(upstream.own_session(session if isinstance(session, Session) else None))
+
+
+def kept_call(call: CallContext | None) -> CallContext | None:
+    """What a task keeps of the hooks' view of its call: arguments past `MAX_KEPT_ARGUMENTS` are dropped."""
+    if call is None or json_size(call.arguments) <= MAX_KEPT_ARGUMENTS:
+        return call
+    return dataclasses.replace(call, arguments={})
+
+
+def _renamed(value: Any, upstream_id: str, task_id: str) -> Any:
+    """`value` (an error's message or data) with the upstream's task id, as a word, replaced by Triad's."""
+    if isinstance(value, str):
+        return re.sub(rf"(?<![\w-]){re.escape(upstream_id)}(?![\w-])", lambda _: task_id, value)
+    if isinstance(value, Mapping):
+        return {key: _renamed(item, upstream_id, task_id) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_renamed(item, upstream_id, task_id) for item in value]
+    return value
+
+
+def refused_as_triads(exc: UpstreamRefused, entry: TaskEntry, task_id: str) -> UpstreamRefused:
+    """An upstream's refusal about `entry`'s task as its client gets it: naming the task by Triad's id (the
+    upstream's id never reaches a client)."""
+    return UpstreamRefused(exc.upstream, _renamed(exc.message, entry.upstream_id, task_id), code=exc.code,
+                           data=_renamed(exc.data, entry.upstream_id, task_id))
 
 
 def era_of(upstream: Upstream) -> Era:
@@ -135,7 +172,8 @@ class TaskRelay:
             result = modern_created(result)
         if isinstance(session, Session) and era == "2025-11-25":
             self._sessions[session.key] = session
-        task_id = self.book.adopt(upstream.name, created[0], identity, key_of(session), era, created[1], call)
+        task_id = self.book.adopt(upstream.name, created[0], identity, key_of(session), era, created[1],
+                                  kept_call(call), holder_of(upstream, session))
         return with_task_id(result, task_id)
 
     def session_of(self, entry: TaskEntry) -> Session | None:
@@ -163,7 +201,7 @@ class TaskRelay:
         except UpstreamRefused as exc:
             if exc.code == INVALID_PARAMS and method == "tasks/get":
                 self.book.forget(task_id)  # expired or deleted upstream: unknown from now on
-            raise
+            raise refused_as_triads(exc, entry, task_id) from exc
         part = self._uri_part(upstream.name)
         if method == "tasks/result":  # the call's own result, marked as the task's (the spec requires it)
             final = await self._after_hooks(entry, expose_links(dict(result), part))
@@ -185,13 +223,13 @@ class TaskRelay:
             return {}
         if method == "tasks/cancel":
             try:
-                await self._send(upstream, entry, identity, "tasks/cancel")
+                await self._send(task_id, upstream, entry, identity, "tasks/cancel")
             except UpstreamRefused as exc:  # a terminal task: 2026's cancel is an idempotent ack
                 if exc.code != INVALID_PARAMS:
                     raise
             return {}
         try:
-            task = await self._send(upstream, entry, identity, "tasks/get")
+            task = await self._send(task_id, upstream, entry, identity, "tasks/get")
         except UpstreamRefused as exc:
             if exc.code == INVALID_PARAMS:
                 self.book.forget(task_id)
@@ -207,7 +245,7 @@ class TaskRelay:
                 return {**out, "inputRequests": dict(bridge.pending)}
             out["status"] = "working"  # answered; the upstream has not moved on yet
         elif status in ("completed", "failed"):
-            outcome = await self._outcome(bridge, upstream, entry, identity)
+            outcome = await self._outcome(task_id, bridge, upstream, entry, identity)
             self._bridges.pop(task_id, None)
             if "error" in outcome:
                 return {**out, "status": "failed", "error": outcome["error"]}
@@ -217,14 +255,17 @@ class TaskRelay:
             self._bridges.pop(task_id, None)
         return out
 
-    async def _send(self, upstream: Upstream, entry: TaskEntry, identity: Identity, method: str,
+    async def _send(self, task_id: str, upstream: Upstream, entry: TaskEntry, identity: Identity, method: str,
                     final: bool = False) -> dict[str, Any]:
         """`method` about the entry's task, to the upstream that holds it (`final`: `tasks/result`, which waits)."""
         limits = (upstream.config.max_call_time,) * 2 if final else (None, None)
-        return await self._forward(upstream, "task", task_request(method, {"taskId": entry.upstream_id}),
-                                   call_limits=limits, caller=(identity.client_id, method))
+        try:
+            return await self._forward(upstream, "task", task_request(method, {"taskId": entry.upstream_id}),
+                                       call_limits=limits, caller=(identity.client_id, method))
+        except UpstreamRefused as exc:
+            raise refused_as_triads(exc, entry, task_id) from exc
 
-    async def _outcome(self, bridge: InputBridge | None, upstream: Upstream, entry: TaskEntry,
+    async def _outcome(self, task_id: str, bridge: InputBridge | None, upstream: Upstream, entry: TaskEntry,
                        identity: Identity) -> dict[str, Any]:
         """A terminal task's payload: `{"result": ...}` or `{"error": ...}` (its `tasks/result`)."""
         if bridge is not None:
@@ -233,7 +274,7 @@ class TaskRelay:
             if bridge.outcome is not None:
                 return bridge.outcome
         try:
-            return {"result": await self._send(upstream, entry, identity, "tasks/result", final=True)}
+            return {"result": await self._send(task_id, upstream, entry, identity, "tasks/result", final=True)}
         except UpstreamRefused as exc:
             return {"error": failed_error(exc)}
 
@@ -247,7 +288,8 @@ class TaskRelay:
         async def hold() -> None:
             token = CURRENT_DOWNSTREAM.set(BridgeDownstream(bridge))
             try:
-                bridge.finish({"result": await self._send(upstream, entry, identity, "tasks/result", final=True)})
+                result = await self._send(task_id, upstream, entry, identity, "tasks/result", final=True)
+                bridge.finish({"result": result})
             except TriadError as exc:
                 bridge.finish({"error": failed_error(exc)})
             except Exception:
@@ -281,12 +323,13 @@ class TaskRelay:
         found: dict[str, dict[str, Any]] = {}
         for name in sorted({entry.upstream for entry in page.values()}):
             upstream, upstream_cursor = self._upstream(name), None
+            holder = holder_of(upstream, session)
             for _ in range(MAX_LIST_PAGES):
                 listed = await self._forward(upstream, "task", task_request(
                     "tasks/list", {"cursor": upstream_cursor} if isinstance(upstream_cursor, str) else {}),
                     client=session, caller=(identity.client_id, "tasks/list"))
                 for task in listed.get("tasks") or ():
-                    known = self.book.gateway_id(name, task.get("taskId")) if isinstance(task, dict) else None
+                    known = self.book.gateway_id(name, task.get("taskId"), holder) if isinstance(task, dict) else None
                     if known is not None and known[0] in page:
                         found[known[0]] = with_task_id(task, known[0])
                 upstream_cursor = listed.get("nextCursor")

@@ -8,12 +8,14 @@ also to handshake-era upstreams, translated (`gateway.task_eras`: the two are no
   for a request that declares the extension in its `_meta`; then `tasks/get`, `tasks/update`, `tasks/cancel`.
 
 An upstream's task id never reaches a client. For each task an upstream creates, Triad mints an id of its own
-(random, 192 bits: ids of two upstreams cannot collide, and an id says nothing of its upstream) and keeps it in a
-`TaskBook` until the task's TTL runs out: the upstream, the upstream's id, who created it (the principal, and in
-the handshake era the downstream session's key, `gateway.hooks.Session.key`: its upstream session holds the task,
-with `sessions: per_client` the client's own). A request naming a task that someone else created gets exactly the
-error of an unknown task, and `tasks/list` shows a caller only its own, a page at a time. The table is plain data
-keyed by the id, so it could live in Redis, but for `call` (the hooks' state of the creating call, in-process).
+(random, 192 bits: ids of two upstreams cannot collide, and an id says nothing of its upstream; with `cluster:` it
+names the replica that holds it, `TASK_PREFIX`) and keeps it in a `TaskBook` until the task's TTL runs out: the
+upstream, the upstream session that holds it (with `sessions: per_client` the client's own: such sessions may
+number their tasks alike), the upstream's id, who created it (the principal, and in the handshake era the
+downstream session's key, `gateway.hooks.Session.key`). Each principal holds at most `MAX_TASKS_PER_OWNER`.
+A request naming a task that someone else created gets exactly the error of an unknown task, and `tasks/list` shows a
+caller only its own, a page at a time. The table is plain data keyed by the id, so it could live in Redis, but for
+`call` (the hooks' state of the creating call, in-process).
 
 Ownership: the dispatcher creates one `TaskBook`; it is touched only by the call path (no task of its own).
 """
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
@@ -37,12 +40,18 @@ EXTENSION = "io.modelcontextprotocol/tasks"
 RELATED_TASK = "io.modelcontextprotocol/related-task"
 MAX_TASKS = 10_000
 """Tasks Triad keeps track of at once; past this, the oldest is forgotten first (its id then looks unknown)."""
+MAX_TASKS_PER_OWNER = 1_000
+"""Tasks one principal holds at once; past this, its own oldest is forgotten first (one client must not push out
+everyone else's tasks)."""
 MAX_TTL = 24 * 3600.0
 """How long Triad keeps a task it relayed at most, in seconds (an upstream's `ttl: null` means unlimited)."""
 LEGACY_METHODS = frozenset({"tasks/get", "tasks/result", "tasks/list", "tasks/cancel"})
 MODERN_METHODS = frozenset({"tasks/get", "tasks/update", "tasks/cancel"})
 METHODS = LEGACY_METHODS | MODERN_METHODS
 TERMINAL = frozenset({"completed", "failed", "cancelled"})
+TASK_PREFIX = "triad-task:"
+"""With `cluster:`, Triad's task ids are `triad-task:<replica>.<random>`: the replica whose book holds the task
+(`task_owner`; `exposers.cluster_routes` forwards a `tasks/*` request landing elsewhere there)."""
 
 Era = Literal["2025-11-25", "2026-07-28"]
 
@@ -60,6 +69,9 @@ class TaskEntry:
     expires: float
     seq: int
     """Its place in the order tasks were adopted (`tasks/list` pages by it: a cursor survives expiries)."""
+    holder: str | None = None
+    """The key of the downstream session whose own upstream session holds the task (`sessions: per_client`: an
+    upstream numbering its tasks per process gives two clients the same id); None: the shared session."""
     call: Any = None
     """The hooks' view of the call that created the task (`gateway.hooks.CallContext`; None without hooks): the
     after-hooks see the task's result too, as they would the call's."""
@@ -70,10 +82,13 @@ def owner_of(identity: Identity) -> tuple[str, tuple[str, str] | None]:
 
 
 class TaskBook:
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic, replica: str | None = None) -> None:
         self._clock = clock
+        self._prefix = f"{TASK_PREFIX}{replica}." if replica else ""
         self._tasks: dict[str, TaskEntry] = {}
-        self._by_upstream: dict[tuple[str, str], str] = {}
+        self._by_upstream: dict[tuple[str, str | None, str], str] = {}
+        self._held: Counter[tuple[str, tuple[str, str] | None]] = Counter()
+        """Live tasks per owner (`MAX_TASKS_PER_OWNER`)."""
         self._seq = 0
 
     def __len__(self) -> int:
@@ -83,22 +98,27 @@ class TaskBook:
         return task_id in self._tasks
 
     def adopt(self, upstream: str, upstream_id: str, identity: Identity, session: str | None, era: Era,
-              ttl_ms: Any, call: Any = None) -> str:
-        """Record a task an upstream just created for `identity`; the id the client gets."""
+              ttl_ms: Any, call: Any = None, holder: str | None = None) -> str:
+        """Record a task an upstream just created for `identity` on the upstream session of `holder`
+        (`TaskEntry.holder`); the id the client gets."""
         self._purge()
         ttl = ttl_ms / 1000 if isinstance(ttl_ms, int | float) and not isinstance(ttl_ms, bool) and ttl_ms > 0 \
             else MAX_TTL
-        task_id = secrets.token_urlsafe(24)
-        old = self._by_upstream.pop((upstream, upstream_id), None)
-        if old is not None:  # the upstream reused an id: the old task is gone
-            self._tasks.pop(old, None)
+        task_id = self._prefix + secrets.token_urlsafe(24)
+        old = self._by_upstream.get((upstream, holder, upstream_id))
+        if old is not None:  # the upstream session reused an id: the old task is gone
+            self.forget(old)
+        owner = owner_of(identity)
+        if self._held[owner] >= MAX_TASKS_PER_OWNER:
+            self.forget(next(t for t, e in self._tasks.items() if e.owner == owner))
         while len(self._tasks) >= MAX_TASKS:
             self.forget(next(iter(self._tasks)))
         self._seq += 1
-        self._tasks[task_id] = TaskEntry(upstream, upstream_id, owner_of(identity),
+        self._held[owner] += 1
+        self._tasks[task_id] = TaskEntry(upstream, upstream_id, owner,
                                          session if era == "2025-11-25" else None, era,
-                                         self._clock() + min(ttl, MAX_TTL), self._seq, call)
-        self._by_upstream[(upstream, upstream_id)] = task_id
+                                         self._clock() + min(ttl, MAX_TTL), self._seq, holder, call)
+        self._by_upstream[(upstream, holder, upstream_id)] = task_id
         return task_id
 
     def find(self, task_id: Any, identity: Identity, session: str | None, era: Era) -> TaskEntry:
@@ -117,16 +137,20 @@ class TaskBook:
         return ((task_id, entry) for task_id, entry in list(self._tasks.items())
                 if self._mine(entry, identity, session, era))
 
-    def gateway_id(self, upstream: str, upstream_id: Any) -> tuple[str, TaskEntry] | None:
-        """The id Triad gave an upstream's task, and its entry (for routing the upstream's notifications)."""
-        task_id = self._by_upstream.get((upstream, upstream_id)) if isinstance(upstream_id, str) else None
+    def gateway_id(self, upstream: str, upstream_id: Any, holder: str | None) -> tuple[str, TaskEntry] | None:
+        """The id Triad gave the task `upstream_id` of the upstream session of `holder`, and its entry (for routing
+        the upstream's notifications)."""
+        task_id = self._by_upstream.get((upstream, holder, upstream_id)) if isinstance(upstream_id, str) else None
         entry = self._tasks.get(task_id) if task_id is not None else None
         return (task_id, entry) if task_id is not None and entry is not None else None
 
     def forget(self, task_id: str) -> None:
         entry = self._tasks.pop(task_id, None)
         if entry is not None:
-            self._by_upstream.pop((entry.upstream, entry.upstream_id), None)
+            self._by_upstream.pop((entry.upstream, entry.holder, entry.upstream_id), None)
+            self._held[entry.owner] -= 1
+            if self._held[entry.owner] <= 0:
+                del self._held[entry.owner]
 
     def _mine(self, entry: TaskEntry, identity: Identity, session: str | None, era: Era) -> bool:
         return entry.owner == owner_of(identity) and entry.era == era and \
@@ -136,6 +160,14 @@ class TaskBook:
         now = self._clock()
         for task_id in [t for t, e in self._tasks.items() if e.expires <= now]:
             self.forget(task_id)
+
+
+def task_owner(task_id: Any) -> str | None:
+    """The replica a task id names (`TASK_PREFIX`); None: no replica's (no `cluster:`, or not Triad's id)."""
+    if not isinstance(task_id, str) or not task_id.startswith(TASK_PREFIX):
+        return None
+    replica, dot, _token = task_id[len(TASK_PREFIX):].partition(".")
+    return replica if dot else None
 
 
 # -- the wire ----------------------------------------------------------------------------------------------------

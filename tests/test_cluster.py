@@ -705,3 +705,29 @@ async def test_rate_limit_buckets_in_redis_name_no_client_and_no_tool(procs: lis
         await first.buckets().take("tool:payroll_export:9/m", 9, 9 / 60)
         keys = await first.link.client.keys("*")
         assert keys and not [k for k in keys if b"alice-of-accounting" in k or b"payroll_export" in k], keys
+
+
+async def test_a_modern_task_is_served_on_every_replica(procs: list[Proc], tmp_path: Path) -> None:
+    """A 2026-07-28 task is in the book of the replica that adopted it, whose id its Triad id names: a `tasks/*`
+    request landing on another replica is forwarded there, for its owner only."""
+    cluster = TriadCluster(procs, tmp_path, replicas=2, upstream=CONFORMANCE).start()
+    wait_until(lambda: "r1" in cluster.cluster_view("r2")["replicas"], "r2 to see r1")
+    envelope = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}},
+                "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"}}
+
+    async def ask(http: Any, replica: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        body = dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": {**params, "_meta": envelope}})
+        headers = modern_headers(method, params.get("taskId") or params.get("name"))
+        return answer_of(await modern_post(http, cluster.replica_url(replica), body, headers))
+
+    async with http_for("alice") as alice, http_for("bob") as bob:
+        created = await ask(alice, "r1", "tools/call", {"name": "slow_compute",
+                                                        "arguments": {"seconds": 60, "label": "x"}})
+        task_id = created["result"]["taskId"]
+        assert task_id.startswith("triad-task:r1."), created
+        assert (await ask(alice, "r2", "tasks/get", {"taskId": task_id}))["result"]["status"] == "working"
+        assert (await ask(bob, "r2", "tasks/get", {"taskId": task_id}))["error"]["code"] == -32602
+        assert "result" in await ask(alice, "r2", "tasks/cancel", {"taskId": task_id})
+        assert (await ask(alice, "r2", "tasks/get", {"taskId": task_id}))["result"]["status"] == "cancelled"
+    assert "forwarded a request to replica" in cluster.replicas["r2"].stderr

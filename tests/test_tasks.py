@@ -22,8 +22,12 @@ import httpx2
 import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 
+from consumers.errors import UpstreamRefused
+from gateway import tasks
 from gateway.errors import UnknownName
+from gateway.hooks import CallContext, Session
 from gateway.identity import Identity
+from gateway.task_relay import MAX_KEPT_ARGUMENTS, kept_call, refused_as_triads
 from gateway.tasks import TaskBook
 from tests.conftest import NODE_DIR, PYTHON, ROOT, TRIAD, Proc, marker, start_triad, write_config
 from tests.raw_clients import (
@@ -401,3 +405,77 @@ def test_a_task_entry_is_plain_data_keyed_by_its_session() -> None:
     for other in ("x" * 40, None):  # another session of the same client, or none: as if unknown
         with pytest.raises(UnknownName):
             book.find(task_id, owner, other, "2025-11-25")
+
+
+async def test_per_client_tasks_with_the_same_upstream_id_stay_each_clients_own(procs: list[Proc],
+                                                                                tmp_path: Path) -> None:
+    """`sessions: per_client` over stdio: each client's own fixture process numbers its tasks from 1, so both
+    clients' tasks have the upstream id `task-1`. Each stays its owner's (neither evicts the other), and an upstream
+    refusal naming the task names it by Triad's id, never the upstream's."""
+    fixture = [str(ROOT / "tests" / "servers" / "conformance_upstream.py"), "--transport", "stdio"]
+    config = write_config(tmp_path, {"upstreams": {"fx": {"command": PYTHON, "args": fixture, "protocol": "handshake",
+                                                          "sessions": "per_client", "timeout": "60s"}},
+                                     "naming": {"prefix": "never"}, "clients": CLIENTS})
+    url = start_triad(procs, config, wait_ready=1)
+    call = {"name": "slow_compute", "arguments": {"seconds": 60, "label": "x"}, "task": {}}
+    async with httpx2.AsyncClient(timeout=60) as http:
+        ada = await Client(http, url, ADA).open({"tasks": {}})
+        bob = await Client(http, url, BOB).open({"tasks": {}})
+        ada_task = (await ada.ask("tools/call", call))["result"]["task"]["taskId"]
+        bob_task = (await bob.ask("tools/call", call))["result"]["task"]["taskId"]
+        assert ada_task != bob_task
+        assert (await ada.ask("tasks/get", {"taskId": ada_task}))["result"]["status"] == "working"
+        assert (await bob.ask("tasks/get", {"taskId": bob_task}))["result"]["status"] == "working"
+        assert [t["taskId"] for t in (await ada.ask("tasks/list", {}))["result"]["tasks"]] == [ada_task]
+        assert (await ada.ask("tasks/cancel", {"taskId": ada_task}))["result"]["status"] == "cancelled"
+        assert (await bob.ask("tasks/get", {"taskId": bob_task}))["result"]["status"] == "working"
+        again = (await ada.ask("tasks/cancel", {"taskId": ada_task}))["error"]  # "task task-1 is already ..."
+        assert ada_task in again["message"] and "task-1" not in json.dumps(again), again
+
+
+def test_a_status_push_is_routed_by_the_upstream_session_it_came_on() -> None:
+    """Two per-client upstream sessions may give the same id to their tasks: the book tells them apart by the
+    downstream session whose upstream session holds each (None: the shared session)."""
+    book = TaskBook()
+    ada, bob = Identity(client_id="ada"), Identity(client_id="bob")
+    ada_task = book.adopt("fx", "task-1", ada, "a" * 40, "2025-11-25", 60_000, holder="a" * 40)
+    bob_task = book.adopt("fx", "task-1", bob, "b" * 40, "2025-11-25", 60_000, holder="b" * 40)
+    assert book.find(ada_task, ada, "a" * 40, "2025-11-25").upstream_id == "task-1"
+    assert book.find(bob_task, bob, "b" * 40, "2025-11-25").upstream_id == "task-1"
+    assert (found := book.gateway_id("fx", "task-1", "a" * 40)) is not None and found[0] == ada_task
+    assert (found := book.gateway_id("fx", "task-1", "b" * 40)) is not None and found[0] == bob_task
+    assert book.gateway_id("fx", "task-1", None) is None
+
+
+def test_one_client_cannot_push_out_another_clients_tasks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past its own bound a client's own oldest task is forgotten, not anyone else's."""
+    monkeypatch.setattr(tasks, "MAX_TASKS", 5)
+    monkeypatch.setattr(tasks, "MAX_TASKS_PER_OWNER", 3)
+    book = TaskBook()
+    ada, cal = Identity(client_id="ada"), Identity(client_id="cal")
+    cal_task = book.adopt("fx", "c-1", cal, None, "2026-07-28", 60_000)
+    ada_tasks = [book.adopt("fx", f"a-{n}", ada, None, "2026-07-28", 60_000) for n in range(10)]
+    assert book.find(cal_task, cal, None, "2026-07-28").upstream_id == "c-1"
+    assert [task_id for task_id, _ in book.owned(ada, None, "2026-07-28")] == ada_tasks[-3:]
+    assert len(book) == 4
+
+
+def test_a_task_keeps_no_large_call_arguments() -> None:
+    """The hooks' view of a task's call is kept as long as the task (up to a day): not with megabytes of arguments."""
+    def call(arguments: dict[str, Any]) -> CallContext:
+        return CallContext("tool", "ada", Session(), "t", "fx", "t", arguments)
+
+    small = call({"q": "x"})
+    assert kept_call(small) is small
+    big = kept_call(call({"blob": "x" * (MAX_KEPT_ARGUMENTS + 1)}))
+    assert big is not None and big.arguments == {} and big.name == "t"
+
+
+def test_an_upstream_refusal_names_the_task_by_triads_id() -> None:
+    book = TaskBook()
+    task_id = book.adopt("fx", "task-1", Identity(client_id="ada"), None, "2026-07-28", 60_000)
+    entry = book.find(task_id, Identity(client_id="ada"), None, "2026-07-28")
+    refused = refused_as_triads(UpstreamRefused("fx", "task task-1 is already completed (not task-12)", code=-32602,
+                                                data={"taskId": "task-1", "seen": ["task-1"]}), entry, task_id)
+    assert refused.message == f"task {task_id} is already completed (not task-12)" and refused.code == -32602
+    assert refused.data == {"taskId": task_id, "seen": [task_id]}
