@@ -17,7 +17,10 @@ from typing import Any
 
 import anyio
 import httpx2
+import mcp_types as types
 import pytest
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
 
 from tests.conftest import NODE_DIR, PYTHON, ROOT, TRIAD, Proc, marker, node_bin, start_triad, write_config
 from tests.test_fast_path import Raw, call, events
@@ -80,6 +83,15 @@ async def whoami(url: str, token: str | None = None) -> str:
     if result.get("isError"):
         return f"error: {result['content'][0]['text']}"
     return str(result["content"][0]["text"])
+
+
+async def whoami_eliciting(url: str, token: str, open_link: Any) -> types.CallToolResult:
+    """The `whoami` tool called through Triad by an SDK client that answers URL elicitations with `open_link`."""
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http, \
+            streamable_http_client(url, http_client=http) as (read, write), \
+            ClientSession(read, write, elicitation_callback=open_link) as session:
+        await session.initialize()
+        return await session.call_tool("whoami", {})
 
 
 async def test_login_keeps_tokens_in_a_private_file_that_the_daemon_uses(procs: list[Proc], tmp_path: Path) -> None:
@@ -178,8 +190,6 @@ async def test_a_per_user_client_that_can_open_links_is_asked_by_url_elicitation
     """dave never logged in: his first call makes Triad ask his client to open the authorization link; the
     client's "browser" logs in as dave, and the call goes on with dave's own token. dave takes longer than the
     upstream's connect_timeout to come back: a person's time does not count against the upstream."""
-    from mcp import ClientSession
-    from mcp.client.streamable_http import streamable_http_client
 
     protected = Protected(procs, tmp_path, auth={"mode": "per_user"}, connect_timeout="2s",
                           clients={"dave": {"token": "dave-token-0123456789abcdef"}})
@@ -188,7 +198,6 @@ async def test_a_per_user_client_that_can_open_links_is_asked_by_url_elicitation
     asked: list[str] = []
 
     async def open_link(_ctx: Any, params: Any) -> Any:
-        import mcp_types as types
 
         asked.append(params.url)
         await anyio.sleep(3)  # a person reading the page, longer than the upstream's connect_timeout (2 s)
@@ -197,12 +206,7 @@ async def test_a_per_user_client_that_can_open_links_is_asked_by_url_elicitation
         assert "Triad received" in landing.text
         return types.ElicitResult(action="accept")
 
-    async with httpx2.AsyncClient(headers={"Authorization": "Bearer dave-token-0123456789abcdef"},
-                                  timeout=60) as http, \
-            streamable_http_client(url, http_client=http) as (read, write), \
-            ClientSession(read, write, elicitation_callback=open_link) as session:
-        await session.initialize()
-        result = await session.call_tool("whoami", {})
+    result = await whoami_eliciting(url, "dave-token-0123456789abcdef", open_link)
     assert not result.is_error, result
     assert result.content[0].text.split()[0] == "dave"
     assert len(asked) == 1 and asked[0].startswith(protected.issuer)
@@ -263,9 +267,6 @@ async def test_a_remote_user_authorizes_through_triads_own_callback_which_no_one
     own call never runs as alice."""
     from urllib.parse import parse_qs, urlsplit
 
-    import mcp_types as types
-    from mcp import ClientSession
-    from mcp.client.streamable_http import streamable_http_client
 
     clients = {name: {"token": f"{name}-token-0123456789abcdef"} for name in ("alice", "bob")}
     protected = Protected(procs, tmp_path, auth={"mode": "per_user"}, clients=clients)
@@ -290,12 +291,7 @@ async def test_a_remote_user_authorizes_through_triads_own_callback_which_no_one
             seen["replay"] = (replay.status_code, replay.text)
         return types.ElicitResult(action="accept")
 
-    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {clients['alice']['token']}"},
-                                  timeout=60) as http, \
-            streamable_http_client(url, http_client=http) as (read, write), \
-            ClientSession(read, write, elicitation_callback=open_link) as session:
-        await session.initialize()
-        result = await session.call_tool("whoami", {})
+    result = await whoami_eliciting(url, clients["alice"]["token"], open_link)
     assert seen["redirect_uri"] == callback
     (bob_status, bob_page), (other_status, other_page), (forged_status, forged_page) = seen["refusals"]
     assert bob_status == 403 and "another identity" in bob_page
@@ -339,8 +335,6 @@ async def test_a_user_logged_in_on_the_loopback_later_authorizes_through_triads_
     her tokens are gone since (here: forgotten), the registration stays. Asked through her client, her
     authorization comes back on Triad's own callback: Triad registers anew for that redirect (the authorization
     server would refuse the old registration there) and her first call goes on as erin."""
-    from mcp import ClientSession
-    from mcp.client.streamable_http import streamable_http_client
 
     token = "erin-token-0123456789abcdef"
     protected = Protected(procs, tmp_path, auth={"mode": "per_user"}, clients={"erin": {"token": token}})
@@ -353,18 +347,13 @@ async def test_a_user_logged_in_on_the_loopback_later_authorizes_through_triads_
     url = start_triad(procs, protected.config, wait_ready=1)
 
     async def open_link(_ctx: Any, params: Any) -> Any:
-        import mcp_types as types
 
         answer = await follow_to(params.url, url.removesuffix("/mcp") + "/oauth/callback/up", "erin")
         async with httpx2.AsyncClient(timeout=30) as browser:
             assert (await browser.get(answer)).status_code == 200
         return types.ElicitResult(action="accept")
 
-    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http, \
-            streamable_http_client(url, http_client=http) as (read, write), \
-            ClientSession(read, write, elicitation_callback=open_link) as session:
-        await session.initialize()
-        result = await session.call_tool("whoami", {})
+    result = await whoami_eliciting(url, token, open_link)
     assert not result.is_error, result
     assert result.content[0].text.split()[0] == "erin"
     assert json.loads(kept.read_text())["client"]["client_id"] != loopback_client
