@@ -16,7 +16,7 @@ import math
 import signal
 import socket
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -152,11 +152,13 @@ def _cluster(config: TriadConfig) -> Any:
     return Cluster(config.cluster)
 
 
-def run(serve: Callable[..., Awaitable[None]], *args: Any) -> None:
-    """Run a serving verb's event loop: uvloop where it is installed (it comes with `uvicorn[standard]`; about a
-    tenth less CPU per call than asyncio's loop), else asyncio's. Connections are accepted by
-    `gateway._listener.Listener` on both, since uvloop's own server stops for good when descriptors run out."""
-    anyio.run(serve, *args, backend_options={"use_uvloop": importlib.util.find_spec("uvloop") is not None})
+def run_http(config: TriadConfig, host: str, port: int) -> None:
+    """`triad serve`: on uvloop where it is installed (it comes with `uvicorn[standard]`; about a tenth less CPU per
+    call than asyncio's loop), else asyncio's. Connections are accepted by `gateway._listener.Listener` on both,
+    since uvloop's own server stops for good when descriptors run out. (`triad stdio` stays on asyncio's loop:
+    libuv aborts the process on a stdin that is a regular file.)"""
+    anyio.run(serve_http, config, host, port,
+              backend_options={"use_uvloop": importlib.util.find_spec("uvloop") is not None})
 
 
 async def serve_http(config: TriadConfig, host: str, port: int) -> None:
