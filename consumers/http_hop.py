@@ -201,54 +201,67 @@ class HttpHop:
         # The upstream's own requests are answered side by side (it may ask several questions at once, each
         # waiting for its client), and the stream read on meanwhile; once the result is in, they are moot. Their
         # task group is opened at the first one: most replies carry none, and a task group costs CPU per call.
+        failure: Exception | None = None
         async with contextlib.AsyncExitStack() as answering:
             answers: TaskGroup | None = None
-            async for chunk in response.content.iter_any():
-                for message in events.feed(chunk):
-                    if message.get("id") == request_id and "method" not in message:
-                        reply = message
-                        break
-                    method = message.get("method")
-                    if not isinstance(method, str):
-                        continue
-                    found = message.get("params")
-                    params: dict[str, Any] = found if isinstance(found, dict) else {}
-                    if "id" in message:
-                        if answers is None:
-                            answers = await answering.enter_async_context(anyio.create_task_group())
-                        answers.start_soon(self._answer, message["id"], method, params, downstream)
-                    elif method == "notifications/progress" and params.get("progressToken") == request_id:
-                        await on_progress({key: value for key, value in params.items() if key != "progressToken"})
-                    elif method == "notifications/message" and downstream is not None:
-                        try:
-                            log = types.LoggingMessageNotificationParams.model_validate(params, by_name=False)
-                        except ValidationError:
-                            logger.debug("an upstream sent a malformed log message")
+            try:
+                async for chunk in response.content.iter_any():
+                    for message in events.feed(chunk):
+                        if message.get("id") == request_id and "method" not in message:
+                            reply = message
+                            break
+                        if "id" in message and isinstance(message.get("method"), str):
+                            if answers is None:
+                                answers = await answering.enter_async_context(anyio.create_task_group())
+                            answers.start_soon(self._answer, message, downstream)
                         else:
-                            await downstream.log(log)
-                    else:
-                        self._on_notification(method, params)
-                if reply is not None:
-                    break
-            if reply is not None and answers is not None:
+                            await self._pass_on(message, request_id, on_progress, downstream)
+                    if reply is not None:
+                        break
+            except Exception as exc:  # raised as itself below, not wrapped in the answers' ExceptionGroup
+                failure = exc
+            if answers is not None and (reply is not None or failure is not None):
                 answers.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
         if reply is not None and not response.content.at_eof():
             # Read to the end of the stream (the upstream ends it after the result) so the connection goes back to
-            # the pool; an upstream that keeps it open a moment longer loses it.
-            with anyio.move_on_after(TAIL_WAIT):
+            # the pool; an upstream that keeps it open a moment longer, or breaks it, loses it (the result stands).
+            with anyio.move_on_after(TAIL_WAIT), contextlib.suppress(aiohttp.ClientError, OSError):
                 while await response.content.readany():
                     pass
         return reply
 
-    async def _answer(self, message_id: Any, method: str, params: dict[str, Any],
-                      downstream: Downstream | None) -> None:
+    async def _pass_on(self, message: dict[str, Any], request_id: str, on_progress: ProgressFn,
+                       downstream: Downstream | None) -> None:
+        """A notification on a call's reply stream: its progress and logs to the call's client, the rest (list
+        changes, updates) to the upstream's own handling."""
+        method, found = message.get("method"), message.get("params")
+        if not isinstance(method, str):
+            return
+        params: dict[str, Any] = found if isinstance(found, dict) else {}
+        if method == "notifications/progress" and params.get("progressToken") == request_id:
+            await on_progress({key: value for key, value in params.items() if key != "progressToken"})
+        elif method == "notifications/message" and downstream is not None:
+            try:
+                log = types.LoggingMessageNotificationParams.model_validate(params, by_name=False)
+            except ValidationError:
+                logger.debug("an upstream sent a malformed log message")
+            else:
+                await downstream.log(log)
+        else:
+            self._on_notification(method, params)
+
+    async def _answer(self, message: dict[str, Any], downstream: Downstream | None) -> None:
         """The upstream's own request, mid-call: asked of the client whose call this is, answered by a POST."""
+        method, found = message["method"], message.get("params")
+        params: dict[str, Any] = found if isinstance(found, dict) else {}
         if downstream is None:
             answer: dict[str, Any] = {"error": {"code": types.METHOD_NOT_FOUND,
                                                 "message": f"{method}: no client call is waiting for it"}}
         else:
             answer = await ask_wire(downstream, {"method": method, "params": params})
-        await self._send({"jsonrpc": "2.0", "id": message_id, **answer})
+        await self._send({"jsonrpc": "2.0", "id": message["id"], **answer})
 
     async def _send(self, message: dict[str, Any]) -> None:
         """A response or notification to the upstream (it answers 202, no body)."""

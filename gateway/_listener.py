@@ -43,6 +43,10 @@ EXHAUSTION_LOG_INTERVAL = 10.0
 EXHAUSTION_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 PASSING_ERRNOS = frozenset({errno.ECONNABORTED, errno.EPROTO, errno.EPERM, errno.EINTR, errno.EAGAIN})
 """`accept()` failures that concern one client only."""
+GONE_ERRNOS = frozenset({errno.EBADF, errno.EINVAL, errno.ENOTSOCK})
+"""`accept()` failures that mean the socket is closed or no longer listening."""
+ACCEPT_BATCH = 128
+"""Connections taken up from the backlog at one wakeup, at most (uvicorn's backlog is 2048)."""
 ACCEPT_RETRY = 1.0
 """Seconds before `accept()` is tried again after it failed for want of resources (asyncio's own delay)."""
 
@@ -141,6 +145,15 @@ class ListenerServer(uvicorn.Server):
     def capture_signals(self) -> Iterator[None]:
         yield
 
+    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+        if not sockets:
+            raise ValueError("a ListenerServer serves the listening sockets it is given")
+        try:
+            await super().serve(sockets)
+        finally:  # stopped without its shutdown too (its task cancelled): accept no more
+            for listener in getattr(self, "servers", ()):
+                listener.close()
+
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets=[])
         loop = asyncio.get_running_loop()
@@ -154,54 +167,73 @@ class ListenerServer(uvicorn.Server):
 
 
 class Listener:
-    """Accepts connections on a listening socket, in a task of its own, and hands each to a new protocol. A failure
-    for want of resources (EMFILE and the like) is logged once per interval and the accept tried again after
-    `ACCEPT_RETRY`; clients meanwhile wait in the kernel's backlog."""
+    """Accepts connections on a listening socket, in a task of its own (owned by the server: `close()`), and hands
+    each to a new protocol; like the loops' own servers, it takes every connection waiting in the backlog at each
+    wakeup. A failure for want of resources (EMFILE and the like) is logged once per interval and the accept tried
+    again after `ACCEPT_RETRY`; clients meanwhile wait in the kernel's backlog."""
 
     def __init__(self, sock: socket.socket, protocol: Callable[[], asyncio.Protocol],
                  log: ExhaustionLog | None = None) -> None:
         sock.setblocking(False)
         self._sock = sock
         self._protocol = protocol
-        self._log = log or ExhaustionLog()
+        self._exhaustion = log or ExhaustionLog()
+        self._other = ExhaustionLog(message="accept() failed: %s%s")
         self._task = asyncio.get_running_loop().create_task(self._accept())
+        self._task.add_done_callback(_stopped)
 
     async def _accept(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
             try:
-                conn, _ = await loop.sock_accept(self._sock)
+                batch = [(await loop.sock_accept(self._sock))[0]]
             except OSError as exc:
-                if self._sock.fileno() == -1:  # closed: the server is shutting down
+                if self._sock.fileno() == -1 or exc.errno in GONE_ERRNOS:  # closed: the server is shutting down
                     return
-                if exc.errno in EXHAUSTION_ERRNOS:
-                    self._log.failed(exc)
-                elif exc.errno in PASSING_ERRNOS:  # that client gave up (or a firewall refused it): take the next
+                if exc.errno in PASSING_ERRNOS:  # that client gave up (or a firewall refused it): take the next
+                    await asyncio.sleep(0)
                     continue
-                else:
-                    logger.warning("accept() failed: %s", exc.strerror or exc)
+                (self._exhaustion if exc.errno in EXHAUSTION_ERRNOS else self._other).failed(exc)
                 await asyncio.sleep(ACCEPT_RETRY)
                 continue
-            try:
-                await loop.connect_accepted_socket(self._protocol, conn)
-            except OSError as exc:  # the client went away before its transport was set up
-                logger.debug("could not take up an accepted connection: %s", exc)
-                conn.close()
+            # the rest of the backlog, without a loop turn each; the backlog empty (BlockingIOError) or any other
+            # failure ends the batch, and the next `sock_accept` meets the failure again
+            with contextlib.suppress(OSError):
+                while len(batch) < ACCEPT_BATCH:
+                    batch.append(self._sock.accept()[0])
+            if len(batch) == 1:
+                await self._take_up(loop, batch[0])
+            else:
+                await asyncio.gather(*(self._take_up(loop, conn) for conn in batch))
+
+    async def _take_up(self, loop: asyncio.AbstractEventLoop, conn: socket.socket) -> None:
+        try:
+            await loop.connect_accepted_socket(self._protocol, conn)
+        except Exception as exc:  # the client went away before its transport was set up, or its protocol failed
+            logger.log(logging.DEBUG if isinstance(exc, OSError) else logging.WARNING,
+                       "could not take up an accepted connection: %r", exc)
+            conn.close()
 
     def close(self) -> None:
         self._task.cancel()
 
     async def wait_closed(self) -> None:
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
+        await asyncio.wait({self._task})
+
+
+def _stopped(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and (failure := task.exception()) is not None:
+        logger.error("stopped accepting connections: %r", failure)
 
 
 class ExhaustionLog:
-    """`accept()` failing for want of descriptors or memory, logged once per interval with the count of failures
-    since the last line, and no traceback."""
+    """`accept()` failing for want of descriptors or memory (or with `message`, for any other reason), logged once
+    per interval with the count of failures since the last line, and no traceback."""
 
-    def __init__(self, interval: float = EXHAUSTION_LOG_INTERVAL) -> None:
+    def __init__(self, interval: float = EXHAUSTION_LOG_INTERVAL,
+                 message: str = "cannot accept connections: %s; new clients wait until descriptors are free%s") -> None:
         self._interval = interval
+        self._message = message
         self._last = -interval
         self._suppressed = 0
 
@@ -211,6 +243,5 @@ class ExhaustionLog:
             self._suppressed += 1
             return
         more = f" ({self._suppressed} more since the last report)" if self._suppressed else ""
-        logger.error("cannot accept connections: %s; new clients wait until descriptors are free%s",
-                     exc.strerror or exc, more)
+        logger.error(self._message, exc.strerror or exc, more)
         self._last, self._suppressed = now, 0

@@ -97,9 +97,9 @@ class Snapshot:
         found = self._param_headers.get(name)
         if found is None:
             descriptor = self.registry.tools.get(name)
-            found = descriptor is not None and bool(x_mcp_header_map(descriptor.input_schema))
-            if len(self._param_headers) < len(self.registry.tools):  # names that are not tools are not kept
-                self._param_headers[name] = found
+            if descriptor is None:  # not kept: names are the client's choice, tools are not
+                return False
+            found = self._param_headers[name] = bool(x_mcp_header_map(descriptor.input_schema))
         return found
 
     def templates(self) -> list[tuple[str, UriTemplate]]:

@@ -17,7 +17,7 @@ import pytest
 from mcp.shared.exceptions import MCPError
 
 from consumers.http_hop import MAX_MESSAGE, _Events, _Stream
-from tests.conftest import Proc, start_fixture, start_triad, stdio_upstream, write_config
+from tests.conftest import PYTHON, ROOT, Proc, start_fixture, start_triad, stdio_upstream, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -101,6 +101,27 @@ def test_a_reply_stream_is_read_in_chunks_and_a_message_over_the_limit_is_refuse
     with pytest.raises(MCPError, match="over 64 MiB"):
         for _ in range(MAX_MESSAGE // 2**20 + 1):
             events.feed(b"data: " + b"x" * 2**20)  # one endless line
+
+
+async def test_an_upstream_stream_that_breaks_after_asking_gives_a_precise_error(procs: list[Proc],
+                                                                               tmp_path: Path) -> None:
+    """The upstream asks the client something mid-call, then its reply stream breaks off: the caller learns that the
+    upstream's connection failed (the answer's task group once wrapped the error, which came out as an internal
+    error), and the session goes on."""
+    raw = Proc([PYTHON, str(ROOT / "tests" / "servers" / "raw_upstream.py"), "--transport", "http", "--breaking"])
+    procs.append(raw)
+    port = raw.wait_for(r"READY (\d+)").group(1)
+    upstream = f"http://127.0.0.1:{port}/mcp"
+    url = start_triad(procs, write_config(tmp_path, {"upstreams": {"raw": {"url": upstream}}}), wait_ready=1)
+    async with httpx2.AsyncClient(timeout=30) as http:
+        session = await Raw(http, url).open({"elicitation": {"form": {}}})
+        with anyio.fail_after(20):
+            messages = events((await session.post(call(1, "break_raw", {}))).text)
+        assert messages[0]["method"] == "elicitation/create"
+        error = messages[-1]["error"]
+        assert messages[-1]["id"] == 1 and "raw" in error["message"] and "Internal error" not in error["message"], error
+        again = (await session.post(call(2, "numbers_raw", {}))).json()
+        assert again["result"]["content"], again
 
 
 async def test_requests_the_lean_path_does_not_take_get_the_sdks_answers(procs: list[Proc], tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ The deadlines are tested on a real uvicorn server in this process, with a `Deadl
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 from collections.abc import AsyncIterator
@@ -18,7 +19,7 @@ import httpx2
 import pytest
 from starlette.types import Receive, Scope, Send
 
-from gateway._listener import ExhaustionLog, ListenerConfig, ListenerServer
+from gateway._listener import ExhaustionLog, Listener, ListenerConfig, ListenerServer
 from tests.conftest import PYTHON, Proc, stdio_upstream, write_config
 
 pytestmark = pytest.mark.anyio
@@ -133,6 +134,41 @@ async def test_answers_and_keep_alive_requests_are_not_cut() -> None:
             seen.release.set()
         assert replies[0].status_code == 200 and replies[0].text == "3"
         assert (await http.post("/", content=b"x" * 100_000)).text == "100000"
+
+
+class Hello(asyncio.Protocol):
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        transport.write(b"hello")
+        transport.close()
+
+
+async def test_a_connection_that_cannot_be_taken_up_does_not_stop_the_listener(
+        caplog: pytest.LogCaptureFixture) -> None:
+    made: list[int] = []
+
+    def protocol() -> asyncio.Protocol:
+        made.append(1)
+        if len(made) == 1:
+            raise RuntimeError("no protocol for this one")
+        return Hello()
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    listener = Listener(sock, protocol)
+    try:
+        with caplog.at_level(logging.INFO, "triad.listener"):
+            async with await anyio.connect_tcp("127.0.0.1", sock.getsockname()[1]) as first:
+                assert await read_all(first) == b""  # closed: its protocol could not be made
+            for _ in range(3):
+                async with await anyio.connect_tcp("127.0.0.1", sock.getsockname()[1]) as later:
+                    assert await read_all(later) == b"hello"
+        assert any("no protocol for this one" in r.getMessage() for r in caplog.records)
+    finally:
+        listener.close()
+        await listener.wait_closed()
+        sock.close()
 
 
 def test_accept_failures_for_want_of_descriptors_are_logged_once_per_interval(

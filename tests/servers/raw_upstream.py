@@ -7,7 +7,9 @@ event stream when a call reports progress) and legacy SSE (`/sse` + `/messages/`
 floats, `-0.0`, integers beyond 64 bits, `null`s, unknown fields and `_meta` at every level it can; a call that asks
 for progress gets progress notifications with integer and float values and a `_meta` of their own. Names and URIs
 carry the tag (`numbers_<tag>`, `raw://<tag>/item`), so several instances can sit behind one Triad unprefixed.
-With `--no-templates`, `resources/templates/list` is answered -32601 (an upstream without templates).
+With `--no-templates`, `resources/templates/list` is answered -32601 (an upstream without templates). With
+`--breaking` (HTTP), a tool `break_<tag>` answers a call with a stream that asks the client something (an
+elicitation) and then breaks off mid-stream, the connection cut.
 `wait_<tag>` is a call that is never answered (`WAITING` on stderr when it comes); each `notifications/cancelled`
 it receives is printed on stderr as `CANCELLED <reason>`.
 Over HTTP and SSE it binds 127.0.0.1 on a free port and prints `READY <port>` on stderr.
@@ -101,8 +103,8 @@ PROGRESS = ({"progress": 1, "total": 3, "message": "one", "_meta": META},
 
 
 class Upstream:
-    def __init__(self, name: str, tag: str, no_templates: bool) -> None:
-        self.name, self.tag, self.no_templates = name, tag, no_templates
+    def __init__(self, name: str, tag: str, no_templates: bool, breaking: bool = False) -> None:
+        self.name, self.tag, self.no_templates, self.breaking = name, tag, no_templates, breaking
 
     def answer(self, message: Any) -> list[dict[str, Any]]:
         """The messages one incoming message is answered with: notifications first, then the response (none for
@@ -136,7 +138,10 @@ class Upstream:
         if method == "ping":
             return {}
         if method == "tools/list":
-            return tools(tag)
+            listed = tools(tag)
+            if self.breaking:
+                listed["tools"].append({"name": f"break_{tag}", "inputSchema": {"type": "object"}})
+            return listed
         if method == "tools/call" and params.get("name") == f"numbers_{tag}":
             return call_result(tag)
         if method == "resources/list":
@@ -181,6 +186,8 @@ def http_app(upstream: Upstream) -> Any:
         if request.method == "GET":
             return Response(status_code=405)
         message = json.loads(await request.body())
+        if upstream.breaking and (message.get("params") or {}).get("name") == f"break_{upstream.tag}":
+            return StreamingResponse(break_off(), media_type="text/event-stream")
         answers = upstream.answer(message)
         if not answers and "id" in message:  # a call never answered: the client gives up on it
             await asyncio.Event().wait()
@@ -191,6 +198,13 @@ def http_app(upstream: Upstream) -> Any:
             return Response(dumps(answers[0]), media_type="application/json", headers=headers)
         events = b"".join(b"event: message\ndata: " + dumps(a) + b"\n\n" for a in answers)
         return Response(events, media_type="text/event-stream", headers=headers)
+
+    async def break_off() -> Any:
+        asking = {"jsonrpc": "2.0", "id": "ask-1", "method": "elicitation/create", "params": {
+            "mode": "form", "message": "Go on?", "requestedSchema": {"type": "object", "properties": {}}}}
+        yield b"event: message\ndata: " + dumps(asking) + b"\n\n"
+        await asyncio.sleep(0.2)
+        raise RuntimeError("the stream breaks off here")
 
     async def sse(request: Request) -> Response:
         session = uuid.uuid4().hex
@@ -235,8 +249,9 @@ def main() -> None:
     parser.add_argument("--name", default="raw")
     parser.add_argument("--tag", default="raw")
     parser.add_argument("--no-templates", action="store_true")
+    parser.add_argument("--breaking", action="store_true")
     args = parser.parse_args()
-    upstream = Upstream(args.name, args.tag, args.no_templates)
+    upstream = Upstream(args.name, args.tag, args.no_templates, args.breaking)
     asyncio.run(serve_stdio(upstream) if args.transport == "stdio" else serve_http(upstream))
 
 
