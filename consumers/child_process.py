@@ -74,6 +74,10 @@ class ChildOutput:
         """The leader's exit status once it ended (negative: the signal that ended it), else None."""
         self.stopped = False
         """Triad had to signal the leader to end it (it did not exit by itself once its stdin was closed)."""
+        self.ended_exit = ""
+        self.ended_lines: list[str] = []
+        """`exit` and `lines` of the latest child that ended: what explains an upstream that is down, kept while
+        the next child starts (which clears the live record)."""
 
     def spawned(self, secrets: Iterable[str]) -> None:
         with self._lock:
@@ -98,6 +102,7 @@ class ChildOutput:
 
     def ended(self, returncode: int | None, stopped: bool) -> None:
         self.returncode, self.stopped = returncode, stopped
+        self.ended_exit, self.ended_lines = self.exit, self.lines
 
     @property
     def exit(self) -> str:

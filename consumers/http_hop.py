@@ -123,7 +123,7 @@ class HttpHop:
                 if response.status in UNAVAILABLE_STATUSES:
                     raise HopUnavailable(response.status)
                 if response.status >= 400:
-                    text = (await response.read()).decode(errors="replace")[:200]
+                    text = (await response.content.read(200)).decode(errors="replace")  # bounded: a message, not a body
                     raise MCPError(code=types.INTERNAL_ERROR, message=f"HTTP {response.status}: {text}")
                 if response.content_type == "text/event-stream":
                     stream = _Stream()
@@ -269,7 +269,7 @@ class HttpHop:
             async with self._link.client.post(self._link.url, data=json.dumps(message).encode(),
                                               allow_redirects=HTTP_RULES.follow_redirects,
                                               headers=self._headers()) as response:
-                await response.read()
+                await response.content.read(4096)  # an answer has none; more than this is not read (nor pooled)
         except aiohttp.ClientError as exc:
             logger.debug("could not send %s to an upstream: %s", message.get("method", "a response"), exc)
 

@@ -82,7 +82,7 @@ async def approve(config: TriadConfig, names: list[str]) -> int:
 def upstream_states(upstreams: Mapping[str, Upstream]) -> dict[str, Any]:
     """Each upstream's state, reason and transport; for a stdio child that is down, its exit and last stderr lines."""
     return {name: {"state": up.state.value, "reason": up.reason, "transport": up.config.kind,
-                   **({"exit": up.child.exit, "stderr": up.child.lines}
+                   **({"exit": up.child.ended_exit, "stderr": up.child.ended_lines}
                       if up.config.kind == "stdio" and up.state.value == "down" else {})}
             for name, up in upstreams.items()}
 

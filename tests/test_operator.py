@@ -49,6 +49,18 @@ def test_plan_shows_a_crashed_childs_exit_code_and_last_stderr_lines(tmp_path: P
     assert SECRET not in done.stdout + done.stderr + text
 
 
+def test_a_down_childs_exit_and_stderr_outlive_the_next_childs_start() -> None:
+    """`plan` and the console show what ended the last child, even when they look while its successor starts (the
+    report once came out without the exit code when the machine was slow enough for a retry to begin first)."""
+    output = ChildOutput("bad")
+    output.spawned(())
+    output.add("fatal: API key rejected")
+    output.ended(3, stopped=False)
+    output.spawned(())  # the retry
+    assert (output.ended_exit, output.ended_lines) == ("exit code 3", ["fatal: API key rejected"])
+    assert (output.exit, output.lines) == ("", [])
+
+
 async def test_readyz_and_the_warning_line_say_why_a_child_is_down(procs: list[Proc], tmp_path: Path) -> None:
     proc = Proc([*TRIAD, "serve", "-c", str(crash_config(tmp_path)), "--port", "0", "--log-level", "WARNING"])
     procs.append(proc)

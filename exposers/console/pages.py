@@ -62,12 +62,14 @@ def upstreams(dispatcher: Dispatcher, clock: StateClock) -> list[dict[str, Any]]
     rows = []
     for name, upstream in dispatcher.pool.upstreams.items():
         catalog, child = upstream.catalog, upstream.child
+        down = upstream.state.value == "down"  # explained by the child that ended, not by its successor starting
         calls, seconds = totals.get(name, (0.0, 0.0))
         recent = dispatcher.metrics.call_log.since(name, RATE_WINDOW)
         rows.append({
             "name": name, "transport": upstream.config.kind, "state": upstream.state.value,
             "since": clock.since(name), "reason": config.hide_values(upstream.reason),
-            "exit": child.exit, "stderr": [config.hide_values(line) for line in child.lines],
+            "exit": child.ended_exit if down else child.exit,
+            "stderr": [config.hide_values(line) for line in (child.ended_lines if down else child.lines)],
             "breaker": "open" if upstream.state.value == "degraded" else "closed",
             "downs": clock.downs.get(name, 0), "sessions": upstream.client_sessions,
             "era": catalog.protocol_version if catalog is not None else "",
