@@ -27,6 +27,7 @@ import json
 import logging
 import math
 import ssl
+import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -127,6 +128,9 @@ class ClientSessions:
         self._config = config
         self._cwd = cwd
         self._links: dict[ClientOrigin, ClientLink] = {}
+        self._watched: weakref.WeakSet[ClientOrigin] = weakref.WeakSet()
+        """Downstream sessions whose end closes their upstream session: told once each, however often their
+        upstream session is opened anew."""
         self._task_group: TaskGroup | None = None
         self._learned: dict[str, frozenset[str]] = {}
         """Tool names by declared capabilities, as a client session declaring them listed: a client with no
@@ -162,7 +166,9 @@ class ClientSessions:
                     "max_sessions; one must end before another client can use it"))
             assert origin.back is not None
             link = self._links[origin] = ClientLink(origin, InFlight(self._upstream, origin.back))
-            origin.on_close(lambda: self._close(origin))
+            if origin not in self._watched:
+                self._watched.add(origin)
+                origin.on_close(lambda: self._close(origin))
             self._task_group.start_soon(self._own, link, name=f"client-session:{self._upstream}")
         timeout = self._config().connect_timeout
         if not link.opened.is_set():  # no cancel scope once open: this runs on every call
