@@ -196,10 +196,15 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
     async def subscribe(ctx: ServerRequestContext[Any], _params: Any) -> dict[str, Any]:
         uri = str((ctx.params or {}).get("uri"))
         connection = connection_of(ctx)
-        if connection is not None:
-            notifier.check_room(connection, uri)
-        owner, raw_uri = await dispatcher.subscribe(identity_of(ctx), raw(ctx), session_of(ctx))
-        if connection is None or not notifier.subscribe(connection, uri, owner, raw_uri):
+        # the place is taken before the upstream is asked: subscriptions sent at once stay within the bound
+        reserved = connection if connection is not None and notifier.reserve(connection, uri) else None
+        try:
+            owner, raw_uri = await dispatcher.subscribe(identity_of(ctx), raw(ctx), session_of(ctx))
+        except BaseException:
+            if reserved is not None:
+                notifier.unreserve(reserved, uri)
+            raise
+        if reserved is None or not notifier.subscribe(reserved, uri, owner, raw_uri):
             await dispatcher.unsubscribe(owner, raw_uri)  # already subscribed: one upstream count per connection
         return {}
 
