@@ -13,7 +13,8 @@ from mcp.client.session import ClientRequestContext
 
 from consumers.channel import SessionChannel
 from consumers.config import UpstreamConfig
-from consumers.per_client import ClientSessions, OwnLists
+from consumers.own_lists import OwnLists
+from consumers.per_client import ClientSessions
 from consumers.relay import ClientOrigin
 
 

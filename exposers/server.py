@@ -143,12 +143,12 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
         cursor = (ctx.params or {}).get("cursor")
         return cursor if isinstance(cursor, str) else None
 
-    def lister(method: Callable[[Identity, str | None, Mapping[str, Any] | None, SessionLists], dict[str, Any]],
-               per_session: bool = False) -> Handler:
-        """`per_session`: the list may differ by what the session's own upstream sessions list."""
+    def lister(method: Callable[[Identity, str | None, Mapping[str, Any] | None, SessionLists], dict[str, Any]]
+               ) -> Handler:
+        """A list, as the session's own upstream sessions list it (`sessions: per_client`)."""
         async def handle(ctx: ServerRequestContext[Any], _params: Any) -> dict[str, Any]:
             await dispatcher.settled()
-            own = await dispatcher.own_lists(session_of(ctx)) if per_session else ()
+            own = await dispatcher.own_lists(session_of(ctx))
             return results.keep(ctx, complete(method(identity_of(ctx), cursor_of(ctx), ctx.params, own)))
         return handle
 
@@ -231,9 +231,9 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
         cache_hints=dict.fromkeys(CACHEABLE_METHODS, CACHE_HINT),
         # The 2026-07-28 HTTP path checks Mcp-Param-* headers against a tool's schema before any handler runs.
         get_tool_input_schema=lambda name: tool_input_schema(dispatcher, name),
-        on_list_tools=lister(dispatcher.list_tools, per_session=True),
+        on_list_tools=lister(dispatcher.list_tools),
         on_call_tool=forwarded,
-        on_list_resources=lister(dispatcher.list_resources, per_session=True),
+        on_list_resources=lister(dispatcher.list_resources),
         on_list_resource_templates=lister(dispatcher.list_resource_templates),
         on_read_resource=forwarded,
         on_list_prompts=lister(dispatcher.list_prompts),

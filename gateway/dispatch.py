@@ -335,7 +335,9 @@ class Dispatcher(ResourceRequests):
         if not self._settled:
             await self.settled()
         name = params.get("name")
-        entry = self._request_view(identity, params).prompts.get(name) if isinstance(name, str) else None
+        # a prompt its own upstream session does not list (`sessions: per_client`) is as if it did not exist
+        view = self._request_view(identity, params, await self.own_lists(session)) if isinstance(name, str) else None
+        entry = view.prompts.get(name) if view is not None and isinstance(name, str) else None
         if entry is None:
             raise UnknownName(f"Unknown prompt: {name}")
         meta = forwardable_meta(params.get("_meta"))

@@ -56,6 +56,8 @@ class ResourceRequests:
 
         def _upstream(self, name: str) -> Upstream: ...
 
+        async def own_lists(self, session: Session | None) -> SessionLists: ...
+
     async def read_resource(self, identity: Identity, params: Mapping[str, Any],
                             session: Session | None = None) -> dict[str, Any]:
         if not self._settled:
@@ -88,7 +90,7 @@ class ResourceRequests:
         ref = params.get("ref")
         if not isinstance(ref, Mapping):
             raise UnknownName("Unknown completion reference")
-        view = self._request_view(identity, params)
+        view = self._request_view(identity, params, await self.own_lists(session))
         if ref.get("type") == "ref/prompt":
             entry = view.prompts.get(ref.get("name"))  # type: ignore[arg-type]
             if entry is None:

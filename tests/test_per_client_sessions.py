@@ -1,8 +1,8 @@
-"""`sessions: per_client`, seen from inside Triad: each downstream session's own upstream session, opened anew
-after the upstream lost it, and what the downstream session's end cleans up.
+"""`sessions: per_client`: each downstream session's own upstream session, opened anew after the upstream lost it,
+what the downstream session's end cleans up, and what of the upstream's lists a client sees.
 
-The upstream is the real fixture server over stdio (a child per client session); the downstream session is
-Triad's own `gateway.hooks.Session`, with a way back to its client that records what it is sent.
+The upstream is the real fixture server over stdio (a child per client session). Inside Triad, the downstream
+session is Triad's own `gateway.hooks.Session` with a way back to its client; end to end, real SDK clients.
 """
 
 from __future__ import annotations
@@ -12,12 +12,15 @@ from typing import Any
 import anyio
 import mcp_types as types
 import pytest
+from mcp import ClientSession
+from mcp.shared.exceptions import MCPError
 
 from consumers import Upstream
 from consumers.config import UpstreamConfig
 from consumers.errors import UpstreamError
 from gateway.hooks import Session
-from tests.conftest import stdio_upstream
+from tests.conftest import Proc, start_triad, stdio_upstream, write_config
+from tests.test_gateway_e2e import RAW, http_session
 
 pytestmark = pytest.mark.anyio
 
@@ -62,3 +65,34 @@ async def test_a_reopened_client_session_is_cleaned_up_once(tmp_path: Any) -> No
             await session.close()
             assert upstream.client_sessions == 0
             upstream.stop()
+
+
+async def decline(*_args: Any) -> types.ErrorData:
+    return types.ErrorData(code=types.INVALID_REQUEST, message="not in this test")
+
+
+async def listed(session: ClientSession, request: Any, key: str, field: str) -> set[str]:
+    return {item[field] for item in (await session.send_request(request, RAW))[key]}
+
+
+async def test_prompts_and_templates_are_those_the_clients_own_session_lists(procs: list[Proc], tmp_path: Any
+                                                                             ) -> None:
+    """The upstream lists a prompt and a resource template only to sessions whose client declared sampling: a
+    client that did not declare it neither sees them nor gets the prompt (it is as if it did not exist)."""
+    upstream = stdio_upstream("lists-by-caps", "--lists-by-capabilities", sessions="per_client")
+    url = start_triad(procs, write_config(tmp_path, {"upstreams": {"fx": upstream}, "naming": {"prefix": "never"}}),
+                      wait_ready=1)
+    prompts = (types.ListPromptsRequest(), "prompts", "name")
+    templates = (types.ListResourceTemplatesRequest(), "resourceTemplates", "uriTemplate")
+    get = types.GetPromptRequest(params=types.GetPromptRequestParams(name="sampled_greet"))
+    with anyio.fail_after(60):
+        async with http_session(url, sampling_callback=decline) as sampling, http_session(url) as plain:
+            assert await listed(sampling, *prompts) == {"greet", "sampled_greet"}
+            assert await listed(sampling, *templates) == {"fixture://items/{id}", "fixture://sampled/{id}"}
+            assert (await sampling.send_request(get, RAW))["messages"]
+            assert await listed(plain, *prompts) == {"greet"}
+            assert await listed(plain, *templates) == {"fixture://items/{id}"}
+            with pytest.raises(MCPError, match=r"^Unknown prompt: sampled_greet$"):
+                await plain.send_request(get, RAW)
+            assert (await plain.send_request(types.GetPromptRequest(params=types.GetPromptRequestParams(
+                name="greet", arguments={"who": "plain"})), RAW))["messages"][0]["content"]["text"] == "Hello, plain!"
