@@ -46,11 +46,11 @@ class OwnSessions:
 
     def known_lists(self, client: ClientOrigin) -> OwnLists | None:
         """What `client`'s own session lists (`sessions: per_client`), if known without opening one."""
-        return self._clients.known_lists(client)
+        return self._clients.known_lists(self.own_session(client) or client)
 
     async def own_lists(self, client: ClientOrigin) -> OwnLists:
         """What `client`'s own session lists, opening it if need be; an `UpstreamError` if it cannot be opened."""
-        return await self._clients.lists_for(client)
+        return await self._clients.lists_for(self.own_session(client) or client)
 
     @property
     def client_sessions(self) -> int:
@@ -58,9 +58,12 @@ class OwnSessions:
         return len(self._clients)
 
     def own_session(self, client: ClientOrigin | None) -> ClientOrigin | None:
-        """The downstream session whose own upstream session `client`'s requests go on (`sessions: per_client`);
-        None: they go on the shared one."""
-        return client if client is not None and client.back is not None and self.per_client else None
+        """The downstream session whose own upstream session `client`'s requests go on (`sessions: per_client`):
+        its own, or for a caller with no way back (a 2026-07-28 request) the stand-in bound to who it is and what
+        it declared (`consumers._stand_ins`); None: they go on the shared one."""
+        if client is None or not self.per_client:
+            return None
+        return client if client.back is not None else self._clients.stand_in(client)
 
     @property
     def per_client(self) -> bool:

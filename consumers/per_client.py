@@ -41,6 +41,7 @@ from mcp import ClientSession
 from consumers._credentials import Credentials, CredentialUse
 from consumers._errors import describe_failure
 from consumers._sdk import declare_as_client
+from consumers._stand_ins import IDLE_CLOSE, StandIn, StandIns
 from consumers.channel import SessionChannel, open_channel
 from consumers.config import AUTHORIZATION_WAIT, UpstreamConfig
 from consumers.errors import UpstreamAuthorizationRequired, UpstreamTimeout, UpstreamUnavailable
@@ -81,6 +82,8 @@ class ClientLink:
     """Set while `lists` are what the session lists now: unset from a change until its re-list, so that a list
     asked in between (after the `list_changed` a catalog change sends every client) waits for the new lists."""
     wake: anyio.Event = field(default_factory=anyio.Event)
+    used: float = 0.0
+    """When a request last asked for this session (a stand-in's closes after `IDLE_CLOSE` without one)."""
 
     def close(self) -> None:
         self.closed.set()
@@ -114,6 +117,7 @@ class ClientSessions:
         """Downstream sessions whose end closes their upstream session: told once each, however often their
         upstream session is opened anew."""
         self._task_group: TaskGroup | None = None
+        self._stand_ins = StandIns()
         self._learned: dict[str, OwnLists] = {}
         """Lists by declared capabilities (names, no session resources), as a client session declaring them listed:
         a client with no session yet sees what its own would list without opening one (`catalog_changed` drops
@@ -147,12 +151,13 @@ class ClientSessions:
                 raise UpstreamUnavailable(self._upstream, (
                     f"upstream {self._upstream!r} has {config.max_sessions} client sessions open, its "
                     "max_sessions; one must end before another client can use it"))
-            assert origin.back is not None
+            # a stand-in's session relays as a shared one does: its caller's requests may be in flight at once
             link = self._links[origin] = ClientLink(origin, InFlight(self._upstream, origin.back))
             if origin not in self._watched:
                 self._watched.add(origin)
                 origin.on_close(lambda: self._close(origin))
             self._task_group.start_soon(self._own, link, name=f"client-session:{self._upstream}")
+        link.used = anyio.current_time()
         timeout = self._config().connect_timeout
         if not link.opened.is_set():  # no cancel scope once open: this runs on every call
             with anyio.move_on_after(timeout):
@@ -171,6 +176,10 @@ class ClientSessions:
             raise UpstreamUnavailable(self._upstream, f"upstream {self._upstream!r} refused a session for this "
                                       f"client: {reason}")
         return link.channel
+
+    def stand_in(self, client: ClientOrigin) -> ClientOrigin | None:
+        """The stand-in of a caller with no way back (`consumers._stand_ins`); None when it cannot be named."""
+        return self._stand_ins.of(client, lambda stand_in: stand_in in self._links)
 
     def forget(self, origin: ClientOrigin) -> None:
         """The client's session is gone (its upstream lost it): the next request opens a new one."""
@@ -295,9 +304,14 @@ class ClientSessions:
                     logger.info("upstream %s: a client session opened (%d open)", self._upstream, len(self._links),
                                 extra=log_fields(self._upstream, "session_opened", session=link.origin,
                                                  seconds=anyio.current_time() - started))
+                    idle = IDLE_CLOSE if isinstance(link.origin, StandIn) else math.inf
                     try:
                         while not link.closed.is_set():
-                            await link.wake.wait()
+                            with anyio.move_on_after(idle):
+                                await link.wake.wait()
+                            if anyio.current_time() - link.used >= idle and not link.relays.calls:
+                                link.close()  # a stand-in nobody used for a while: the next request opens anew
+                                break
                             link.wake = anyio.Event()
                             if link.stale and not link.closed.is_set():
                                 await self._relist(link, channel.session, offered)
@@ -346,7 +360,7 @@ class ClientSessions:
 
 def _declared(origin: ClientOrigin) -> dict[str, Any]:
     """The capabilities a client's own upstream session declares: those of `DECLARED` the client declared."""
-    capabilities = (origin.back.capabilities if origin.back is not None else None) or {}
+    capabilities = (origin.back.capabilities if origin.back is not None else origin.declared) or {}
     return {name: capabilities[name] for name in DECLARED if name in capabilities}
 
 

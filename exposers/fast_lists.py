@@ -19,6 +19,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
 from exposers.raw_results import unsieved
+from exposers.request import caller_session
 from exposers.server import CACHE_HINT, complete, stamp_server_info
 from gateway.dispatch import Dispatcher
 from gateway.errors import TriadError
@@ -64,7 +65,9 @@ class ListPages:
         method = message["method"]
         # every list shows what the session's own upstream sessions list (`sessions: per_client`): pages are cached
         # per distinct such lists, never shared between sessions whose upstream sessions list differently
-        own = await self._dispatcher.own_lists(session)
+        if session is None and modern:  # a 2026-07-28 request's session is its own
+            session = Session()
+        own = await self._dispatcher.own_lists(caller_session(session, identity, params) if session else None)
         key = (identity, version, method, cursor, own)
         result = self._pages.get(key)
         if result is None:

@@ -46,7 +46,7 @@ from exposers.relay import (
     keep_cancel_reason,
     takes_tasks,
 )
-from exposers.request import ClientRequest, acting_identity, serve
+from exposers.request import ClientRequest, acting_identity, caller_session, serve
 from gateway.dispatch import LEGACY_TASKS, SUBSCRIBE, Dispatcher
 from gateway.errors import TriadError, UpstreamRefused
 from gateway.hooks import Session
@@ -148,8 +148,9 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
         """A list, as the session's own upstream sessions list it (`sessions: per_client`)."""
         async def handle(ctx: ServerRequestContext[Any], _params: Any) -> dict[str, Any]:
             await dispatcher.settled()
-            own = await dispatcher.own_lists(session_of(ctx))
-            return results.keep(ctx, complete(method(identity_of(ctx), cursor_of(ctx), ctx.params, own)))
+            identity = identity_of(ctx)
+            own = await dispatcher.own_lists(caller_session(session_of(ctx), identity, ctx.params))
+            return results.keep(ctx, complete(method(identity, cursor_of(ctx), ctx.params, own)))
         return handle
 
     async def forwarded(ctx: ServerRequestContext[Any], _params: Any) -> dict[str, Any]:
@@ -216,7 +217,9 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
         return {}
 
     async def completion(ctx: ServerRequestContext[Any], _params: Any) -> dict[str, Any]:
-        return results.keep(ctx, complete(await dispatcher.complete(identity_of(ctx), raw(ctx), session_of(ctx))))
+        identity = identity_of(ctx)
+        session = caller_session(session_of(ctx), identity, ctx.params)
+        return results.keep(ctx, complete(await dispatcher.complete(identity, raw(ctx), session)))
 
     async def roots_changed(ctx: ServerRequestContext[Any], _params: Any) -> None:
         """The client's roots changed: its own upstream sessions are told (`sessions: per_client`)."""

@@ -160,12 +160,13 @@ class Dispatcher(ResourceRequests):
         lists tools by its client's capabilities (or keeps session resources), the client sees what its own
         session lists. Known lists cost nothing; an upstream that has no session of this client's yet, nor one
         that declared the same capabilities, gets one now (all such upstreams at once)."""
-        if session is None or session.back is None:
+        if session is None:
             return ()
         found: dict[str, OwnLists | None] = {}
         missing: list[Upstream] = []
         for name, upstream in self.pool.upstreams.items():
-            if upstream.per_client and upstream.state.value in SERVING:
+            # a 2026-07-28 caller's own session is its stand-in's (`consumers._stand_ins`)
+            if upstream.per_client and upstream.state.value in SERVING and upstream.own_session(session) is not None:
                 if (known := upstream.known_lists(session)) is not None:
                     found[name] = known
                 else:

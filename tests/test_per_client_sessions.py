@@ -96,3 +96,33 @@ async def test_prompts_and_templates_are_those_the_clients_own_session_lists(pro
                 await plain.send_request(get, RAW)
             assert (await plain.send_request(types.GetPromptRequest(params=types.GetPromptRequestParams(
                 name="greet", arguments={"who": "plain"})), RAW))["messages"][0]["content"]["text"] == "Hello, plain!"
+
+
+async def test_a_2026_client_gets_an_upstream_session_bound_to_who_it_is_and_what_it_declared(
+        procs: list[Proc], tmp_path: Any) -> None:
+    """A 2026-07-28 request has no session with a way back; of a handshake-era `per_client` upstream it still sees
+    what a session declaring its capabilities lists, and its calls go on that session (one per caller and
+    declaration, reused by its next requests), never on the catalog's, which declares everything."""
+    from mcp import Client
+
+    upstream = stdio_upstream("stand-in", "--lists-by-capabilities", sessions="per_client")
+    url = start_triad(procs, write_config(tmp_path, {"upstreams": {"fx": upstream}, "naming": {"prefix": "never"}}),
+                      wait_ready=1)
+    triad = procs[-1]
+    with anyio.fail_after(60):
+        async with Client(url, mode="2026-07-28", cache=None) as plain:
+            assert {p.name for p in (await plain.list_prompts()).prompts} == {"greet"}
+            assert {t.uri_template for t in (await plain.list_resource_templates()).resource_templates} == \
+                {"fixture://items/{id}"}
+            with pytest.raises(MCPError, match=r"^Unknown prompt: sampled_greet$"):
+                await plain.get_prompt("sampled_greet")
+            echoed = await plain.call_tool("echo", {"text": "mine"})
+            assert echoed.content[0].text == "mine"  # type: ignore[union-attr]
+            assert triad.stderr.count("a client session opened") == 1
+        async with Client(url, mode="2026-07-28", cache=None, sampling_callback=decline) as sampling:
+            assert {p.name for p in (await sampling.list_prompts()).prompts} == {"greet", "sampled_greet"}
+            assert triad.stderr.count("a client session opened") == 2  # another declaration: a session of its own
+        async with Client(url, mode="2026-07-28", cache=None) as plain_again:
+            assert {p.name for p in (await plain_again.list_prompts()).prompts} == {"greet"}
+            await plain_again.call_tool("echo", {"text": "again"})
+    assert triad.stderr.count("a client session opened") == 2  # the same caller and declaration: the same one
