@@ -117,7 +117,7 @@ class ClientSessions:
         """Downstream sessions whose end closes their upstream session: told once each, however often their
         upstream session is opened anew."""
         self._task_group: TaskGroup | None = None
-        self._stand_ins = StandIns()
+        self._stand_ins = StandIns(upstream)
         self._learned: dict[str, OwnLists] = {}
         """Lists by declared capabilities (names, no session resources), as a client session declaring them listed:
         a client with no session yet sees what its own would list without opening one (`catalog_changed` drops
@@ -179,7 +179,7 @@ class ClientSessions:
 
     def stand_in(self, client: ClientOrigin) -> ClientOrigin | None:
         """The stand-in of a caller with no way back (`consumers._stand_ins`); None when it cannot be named."""
-        return self._stand_ins.of(client, lambda stand_in: stand_in in self._links)
+        return self._stand_ins.of(client, _declarable(client.declared), lambda stand_in: stand_in in self._links)
 
     def forget(self, origin: ClientOrigin) -> None:
         """The client's session is gone (its upstream lost it): the next request opens a new one."""
@@ -311,6 +311,9 @@ class ClientSessions:
                                 await link.wake.wait()
                             if anyio.current_time() - link.used >= idle and not link.relays.calls:
                                 link.close()  # a stand-in nobody used for a while: the next request opens anew
+                                logger.info("upstream %s: a client session closed after %gs without requests",
+                                            self._upstream, idle,
+                                            extra=log_fields(self._upstream, "session_idle", session=link.origin))
                                 break
                             link.wake = anyio.Event()
                             if link.stale and not link.closed.is_set():
@@ -360,8 +363,11 @@ class ClientSessions:
 
 def _declared(origin: ClientOrigin) -> dict[str, Any]:
     """The capabilities a client's own upstream session declares: those of `DECLARED` the client declared."""
-    capabilities = (origin.back.capabilities if origin.back is not None else origin.declared) or {}
-    return {name: capabilities[name] for name in DECLARED if name in capabilities}
+    return _declarable(origin.back.capabilities if origin.back is not None else origin.declared)
+
+
+def _declarable(capabilities: Mapping[str, Any] | None) -> dict[str, Any]:
+    return {name: capabilities[name] for name in DECLARED if name in capabilities} if capabilities else {}
 
 
 def _signature(origin: ClientOrigin) -> str:

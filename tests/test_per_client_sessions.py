@@ -7,6 +7,7 @@ session is Triad's own `gateway.hooks.Session` with a way back to its client; en
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import anyio
@@ -38,6 +39,18 @@ class Back:
 
     async def ask(self, request: Any, result_type: Any) -> Any:
         raise AssertionError("not asked")
+
+
+class OnLog(logging.Handler):
+    """Calls `then()` when a log line containing `text` is written."""
+
+    def __init__(self, text: str, then: Any) -> None:
+        super().__init__()
+        self._text, self._then = text, then
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self._text in record.getMessage():
+            self._then()
 
 
 def call(name: str, **arguments: Any) -> types.CallToolRequest:
@@ -126,3 +139,55 @@ async def test_a_2026_client_gets_an_upstream_session_bound_to_who_it_is_and_wha
             assert {p.name for p in (await plain_again.list_prompts()).prompts} == {"greet"}
             await plain_again.call_tool("echo", {"text": "again"})
     assert triad.stderr.count("a client session opened") == 2  # the same caller and declaration: the same one
+
+
+async def test_stand_in_sessions_are_one_per_caller_and_declaration_bounded_and_idle_closed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Requests without a way back (2026-07-28) of a named caller share that caller's upstream session for one
+    declaration; another caller gets its own; a caller Triad cannot name goes on the shared session; a caller has
+    sessions for at most `MAX_PER_CALLER` declarations at once; an unused one closes and the next request reopens."""
+    import consumers.per_client
+    from consumers._stand_ins import MAX_PER_CALLER
+
+    config = UpstreamConfig.model_validate(stdio_upstream("stand-ins", sessions="per_client", max_sessions=50))
+    upstream = Upstream("fx", config, None, lambda _up: None)
+
+    async def echo(user: str | None, declared: dict[str, Any] | None = None) -> None:
+        request = Session(user=user, declared=declared)  # each 2026-07-28 request has a session of its own
+        assert (await upstream.request(call("echo", text="x"), client=request))["content"][0]["text"] == "x"
+
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as tg:
+            await tg.start(upstream.run)
+            await upstream.settled.wait()
+            await echo(None)
+            assert upstream.client_sessions == 0
+            await echo("alice")
+            await echo("alice", {})
+            assert upstream.client_sessions == 1
+            await echo("bob")
+            assert upstream.client_sessions == 2
+            choices = ({}, {"sampling": {}}, {"elicitation": {"form": {}}}, {"roots": {}})
+            declarations = [{**a, **b, **c} for a in choices[:2] for b in (choices[0], choices[2])
+                            for c in (choices[0], choices[3])]
+            assert len(declarations) == MAX_PER_CALLER
+            for declared in declarations:
+                await echo("alice", {**declared, "experimental": {"ignored": {}}})  # only what is declared upstream
+            assert upstream.client_sessions == MAX_PER_CALLER + 1
+            with pytest.raises(UpstreamError, match="sessions for 8 capability declarations of this caller"):
+                await echo("alice", {"sampling": {"tools": {}}})
+            monkeypatch.setattr(consumers.per_client, "IDLE_CLOSE", 0.2)
+            closed = anyio.Event()
+            told, log = OnLog("a client session closed after", closed.set), logging.getLogger("triad.upstream")
+            level = log.level
+            log.addHandler(told)
+            log.setLevel(logging.INFO)
+            try:
+                await echo("carol")  # opened with the short idle time: it closes on its own
+                await closed.wait()
+            finally:
+                log.removeHandler(told)
+                log.setLevel(level)
+            await echo("carol")
+            assert upstream.client_sessions == MAX_PER_CALLER + 2
+            upstream.stop()
