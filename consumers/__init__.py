@@ -6,7 +6,7 @@ from consumers.channel import TASK_STATUS
 from consumers.lifecycle import UpstreamState
 from consumers.listing import Catalog
 from consumers.login import LoginError, login
-from consumers.per_client import OwnLists
+from consumers.own_lists import OwnLists
 from consumers.pool import UpstreamPool
 from consumers.relay import CURRENT_DOWNSTREAM, ClientOrigin, Downstream, ProgressFn, UpstreamRequest
 from consumers.upstream import Upstream

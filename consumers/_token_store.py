@@ -2,11 +2,14 @@
 file in Triad's state directory (mode 0600, replaced whole on each write) or in memory.
 
 One store holds one credential: one upstream's gateway-wide login, or (later) one user's. Kept behind the SDK's
-small interface so that another backend (a shared store for several Triads) can take its place.
+small interface so that another backend (a shared store for several Triads) can take its place. Around a store,
+what the SDK's OAuth client is given: a pre-registered client (`Preregistered`), and a registration made for another
+redirect URI kept quiet (`ForRedirect`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -16,8 +19,12 @@ from typing import Any, Protocol
 import anyio
 from mcp.client.auth import TokenStorage
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
+from pydantic import AnyUrl
 
-__all__ = ["CredentialStore", "MemoryTokens", "TokenFile", "TokenStorage"]
+from consumers.config import UpstreamAuthConfig
+
+__all__ = ["CredentialStore", "ForRedirect", "MemoryTokens", "Preregistered", "TokenFile", "TokenStorage",
+           "token_store"]
 
 
 class CredentialStore(TokenStorage, Protocol):
@@ -133,3 +140,49 @@ class TokenFile:
 
 def _expiry(tokens: OAuthToken) -> float | None:
     return time.time() + int(tokens.expires_in) if tokens.expires_in is not None else None
+
+
+class Preregistered:
+    """A store that answers the configured client registration until the flow records another one."""
+
+    def __init__(self, inner: TokenStorage, client: OAuthClientInformationFull) -> None:
+        self._inner = inner
+        self._client = client
+        self.get_tokens = inner.get_tokens
+        self.set_tokens = inner.set_tokens
+        self.set_client_info = inner.set_client_info
+
+    async def get_client_info(self) -> OAuthClientInformationFull | None:
+        stored = await self._inner.get_client_info()
+        return stored if stored is not None and stored.client_id == self._client.client_id else self._client
+
+
+class ForRedirect:
+    """A store that keeps quiet about a registration made for another redirect URI (`triad login` on the loopback
+    one, another `listen.public_url`) while no token could be refreshed with it: the authorization that comes
+    next then registers anew, since an authorization server refuses a redirect URI it was not given."""
+
+    def __init__(self, inner: TokenStorage, redirect: str) -> None:
+        self._inner = inner
+        self._redirect = str(AnyUrl(redirect))
+        self.get_tokens = inner.get_tokens
+        self.set_tokens = inner.set_tokens
+        self.set_client_info = inner.set_client_info
+
+    async def get_client_info(self) -> OAuthClientInformationFull | None:
+        stored = await self._inner.get_client_info()
+        if stored is None or not stored.redirect_uris or self._redirect in {str(uri) for uri in stored.redirect_uris}:
+            return stored
+        tokens = await self._inner.get_tokens()
+        return stored if tokens is not None and tokens.refresh_token else None
+
+
+def token_store(config: UpstreamAuthConfig, user: str | None = None) -> CredentialStore:
+    """Triad's own credential (`user` None), or one user's: `<store>.users/<hash of the user>.json` beside it."""
+    if config.token_store is None:
+        return MemoryTokens()
+    path = Path(config.token_store)
+    if user is None:
+        return TokenFile(path)
+    digest = hashlib.sha256(user.encode()).hexdigest()[:32]
+    return TokenFile(path.with_name(f"{path.stem}.users") / f"{digest}.json")

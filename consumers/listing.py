@@ -58,14 +58,21 @@ async def list_catalog(name: str, session: ClientSession, init: types.Initialize
     prompts: Tools = ()
     if "resources" in caps:
         resources = await list_all(name, session, types.ListResourcesRequest, "resources", meta)
-        try:
-            templates = await list_all(name, session, types.ListResourceTemplatesRequest, "resourceTemplates", meta)
-        except MCPError as exc:  # templates are optional within `resources`: "no such method" means none
-            if exc.error.code != types.METHOD_NOT_FOUND:
-                raise
+        templates = await list_templates(name, session, meta)
     if "prompts" in caps:
         prompts = await list_all(name, session, types.ListPromptsRequest, "prompts", meta)
     return Catalog(tools, resources, templates, prompts, caps, info, version, meta)
+
+
+async def list_templates(name: str, session: ClientSession, meta: dict[str, dict[str, Any]] | None = None
+                         ) -> tuple[dict[str, Any], ...]:
+    """Every resource template, of an upstream that offers resources."""
+    try:
+        return await list_all(name, session, types.ListResourceTemplatesRequest, "resourceTemplates", meta)
+    except MCPError as exc:  # templates are optional within `resources`: "no such method" means none
+        if exc.error.code != types.METHOD_NOT_FOUND:
+            raise
+        return ()
 
 
 async def list_all(name: str, session: ClientSession, request_type: Any, key: str,

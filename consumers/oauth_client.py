@@ -10,7 +10,7 @@ client-credentials provider does the machine-to-machine grant. This module adds 
   (`UpstreamOAuth.http_auth`), the direct HTTP path (`consumers.http_hop`) asks it for the `Authorization` value
   and tells it of a 401 or 403 (`authorization`, `challenged`);
 - a refresh before the token expires (`REFRESH_MARGIN`), and once on a 401 before asking a person again (the SDK
-  alone goes straight to a new authorization);
+  alone goes straight to a new authorization; for the SDK's client: `consumers._oauth_http_auth`);
 - the person: an authorization code comes back on a loopback redirect (`consumers._loopback`); the URL is shown
   by `triad login`, or given to the configured `browser` command; without either the daemon does not wait for
   anyone and the upstream fails with `UpstreamAuthorizationRequired`, naming `triad login`. A user's own
@@ -26,26 +26,18 @@ One `UpstreamOAuth` per credential (Triad's, or one user's), shared by every con
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import secrets
 import shlex
 import time
 import warnings
-from collections.abc import AsyncGenerator, Awaitable, Callable
-from pathlib import Path
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import anyio
 import httpx2
 import mcp_types as types
-from mcp.client.auth import (
-    AuthorizationCodeResult,
-    OAuthClientProvider,
-    OAuthFlowError,
-    OAuthRegistrationError,
-    OAuthTokenError,
-)
+from mcp.client.auth import AuthorizationCodeResult, OAuthClientProvider
 from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
 from mcp.shared.auth import (
     OAuthClientInformationFull,
@@ -58,9 +50,10 @@ from pydantic import AnyUrl
 
 from consumers._http_rules import HTTP_RULES
 from consumers._loopback import LoopbackRedirect, redirect_uri
-from consumers._token_store import CredentialStore, MemoryTokens, TokenFile, TokenStorage
+from consumers._oauth_http_auth import AuthorizationErrors, RefreshingAuth
+from consumers._token_store import ForRedirect, Preregistered, TokenStorage, token_store
 from consumers.config import AUTHORIZATION_WAIT, UpstreamAuthConfig
-from consumers.errors import UpstreamAuthorizationFailed, UpstreamAuthorizationRequired
+from consumers.errors import UpstreamAuthorizationRequired
 from consumers.relay import Downstream
 
 if TYPE_CHECKING:
@@ -77,52 +70,6 @@ AUTH_REQUEST_TIMEOUT = 30.0
 """Seconds for one discovery, registration or token request of the direct path's flows."""
 BROWSER_WAIT = 60.0
 """How long the `browser` command may run (a real one hands the URL to a browser and exits)."""
-
-
-class _Preregistered:
-    """A store that answers the configured client registration until the flow records another one."""
-
-    def __init__(self, inner: TokenStorage, client: OAuthClientInformationFull) -> None:
-        self._inner = inner
-        self._client = client
-        self.get_tokens = inner.get_tokens
-        self.set_tokens = inner.set_tokens
-        self.set_client_info = inner.set_client_info
-
-    async def get_client_info(self) -> OAuthClientInformationFull | None:
-        stored = await self._inner.get_client_info()
-        return stored if stored is not None and stored.client_id == self._client.client_id else self._client
-
-
-class _ForRedirect:
-    """A store that keeps quiet about a registration made for another redirect URI (`triad login` on the loopback
-    one, another `listen.public_url`) while no token could be refreshed with it: the authorization that comes
-    next then registers anew, since an authorization server refuses a redirect URI it was not given."""
-
-    def __init__(self, inner: TokenStorage, redirect: str) -> None:
-        self._inner = inner
-        self._redirect = str(AnyUrl(redirect))
-        self.get_tokens = inner.get_tokens
-        self.set_tokens = inner.set_tokens
-        self.set_client_info = inner.set_client_info
-
-    async def get_client_info(self) -> OAuthClientInformationFull | None:
-        stored = await self._inner.get_client_info()
-        if stored is None or not stored.redirect_uris or self._redirect in {str(uri) for uri in stored.redirect_uris}:
-            return stored
-        tokens = await self._inner.get_tokens()
-        return stored if tokens is not None and tokens.refresh_token else None
-
-
-def token_store(config: UpstreamAuthConfig, user: str | None = None) -> CredentialStore:
-    """Triad's own credential (`user` None), or one user's: `<store>.users/<hash of the user>.json` beside it."""
-    if config.token_store is None:
-        return MemoryTokens()
-    path = Path(config.token_store)
-    if user is None:
-        return TokenFile(path)
-    digest = hashlib.sha256(user.encode()).hexdigest()[:32]
-    return TokenFile(path.with_name(f"{path.stem}.users") / f"{digest}.json")
 
 
 def link_asker(downstream: Downstream | None) -> Asker | None:
@@ -190,10 +137,10 @@ class UpstreamOAuth:
                                                       scope, config.issuer)
         redirect = self._redirects.redirect_uri(self.upstream) if self._redirects is not None \
             else redirect_uri(config.redirect_port)
-        storage: TokenStorage = _ForRedirect(self.store, redirect)
+        storage: TokenStorage = ForRedirect(self.store, redirect)
         if config.client_id is not None:
             method = config.token_endpoint_auth_method or ("client_secret_basic" if secret else "none")
-            storage = _Preregistered(self.store, OAuthClientInformationFull(
+            storage = Preregistered(self.store, OAuthClientInformationFull(
                 client_id=config.client_id, client_secret=secret, token_endpoint_auth_method=method,
                 redirect_uris=[AnyUrl(redirect)], issuer=config.issuer))
         metadata = OAuthClientMetadata(redirect_uris=[AnyUrl(redirect)], client_name=config.client_name, scope=scope)
@@ -205,7 +152,7 @@ class UpstreamOAuth:
 
     @property
     def http_auth(self) -> httpx2.Auth:
-        return _RefreshingAuth(self)
+        return RefreshingAuth(self)
 
     # -- the direct HTTP path ------------------------------------------------------------------------------------
 
@@ -247,7 +194,7 @@ class UpstreamOAuth:
             # A client of its own (the flow runs rarely: a refresh, a challenge), following no redirect itself.
             async with httpx2.AsyncClient(timeout=AUTH_REQUEST_TIMEOUT, follow_redirects=False,
                                           trust_env=HTTP_RULES.trust_env) as http:
-                with _AuthorizationErrors(self.upstream):
+                with AuthorizationErrors(self.upstream):
                     outgoing = await flow.__anext__()
                     while True:
                         if outgoing is probe:
@@ -366,7 +313,7 @@ class UpstreamOAuth:
             raise
 
     def _check_registration(self) -> None:
-        """A registration made for another redirect URI kept for its refresh token (`_ForRedirect`), now that an
+        """A registration made for another redirect URI kept for its refresh token (`ForRedirect`), now that an
         authorization is needed after all: dropped, so that the next attempt registers anew (this one fails
         saying so)."""
         context = self.provider.context
@@ -412,56 +359,3 @@ class UpstreamOAuth:
                 self._redirects.forget(state)
             if pending is not None:
                 await pending.close()
-
-
-class _RefreshingAuth(httpx2.Auth):
-    """The SDK client's auth: the provider's flow, refreshed before expiry, and refreshed once on a 401 before the
-    provider's own answer to a 401 (a new authorization) is tried."""
-
-    def __init__(self, owner: UpstreamOAuth) -> None:
-        self._owner = owner
-
-    async def async_auth_flow(self, request: httpx2.Request) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
-        owner = self._owner
-        await owner._seed()
-        context = owner.provider.context
-        if owner._due() or not context.is_token_valid():
-            await owner._take_up_stored()
-        owner._refresh_if_due()
-        refreshed = False
-        flow = owner.provider.async_auth_flow(request)
-        try:
-            with _AuthorizationErrors(owner.upstream):
-                outgoing = await flow.__anext__()
-                while True:
-                    response = yield outgoing
-                    if outgoing is request and response.status_code == 401 and not refreshed \
-                            and (await owner._take_up_stored() or context.can_refresh_token()):
-                        refreshed = True
-                        await flow.aclose()
-                        if not owner._taken_up:
-                            owner._force_refresh()
-                        flow = owner.provider.async_auth_flow(request)
-                        outgoing = await flow.__anext__()
-                        continue
-                    outgoing = await flow.asend(response)
-        except StopAsyncIteration:
-            return
-        finally:
-            await flow.aclose()
-            await owner._remember()
-
-
-class _AuthorizationErrors:
-    """The SDK's OAuth failures as Triad's upstream errors (their messages carry no token)."""
-
-    def __init__(self, upstream: str) -> None:
-        self._upstream = upstream
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, _tb: object) -> None:
-        if isinstance(exc, OAuthFlowError | OAuthTokenError | OAuthRegistrationError | httpx2.HTTPError | OSError):
-            raise UpstreamAuthorizationFailed(
-                self._upstream, f"upstream {self._upstream!r}: authorization failed: {exc}") from exc

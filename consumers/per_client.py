@@ -8,11 +8,12 @@ request; outside calls, to the client's session channel (`ClientOrigin.back`). I
 session ends (or idles out), when the upstream loses it (its next request opens a new one), and when the upstream
 is stopped.
 
-What the client sees of the upstream is what its own session lists (`OwnLists`: tool names and resources, listed
-when it opens and again when the upstream says one changed on it; the client is then told, and no one else):
-an upstream may list tools by its client's capabilities, and keeps session resources per session. A client that
-has no session yet sees what a session that declared the same capabilities listed (`known_lists`); the gateway
-narrows the registry's view by these lists (`gateway.views.narrow_view`).
+What the client sees of the upstream is what its own session lists (`consumers.own_lists.OwnLists`: tool and prompt
+names, resources and resource templates, listed when it opens and again when the upstream says one changed on it;
+the client is then told, and no one else): an upstream may list tools and prompts by its client's capabilities, and
+keeps session resources per session. A client that has no session yet sees what a session that declared the same
+capabilities listed (`known_lists`); the gateway narrows the registry's view by these lists
+(`gateway.views.narrow_view`).
 
 Ownership: the upstream's owner task starts `ClientSessions.run()` in a task group of its own, for its whole life
 (client sessions outlive reconnects of the shared session); each client session is one task in the group `run()`
@@ -27,6 +28,7 @@ import json
 import logging
 import math
 import ssl
+import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,11 +41,13 @@ from mcp import ClientSession
 from consumers._credentials import Credentials, CredentialUse
 from consumers._errors import describe_failure
 from consumers._sdk import declare_as_client
+from consumers._stand_ins import IDLE_CLOSE, StandIn, StandIns
 from consumers.channel import SessionChannel, open_channel
 from consumers.config import AUTHORIZATION_WAIT, UpstreamConfig
 from consumers.errors import UpstreamAuthorizationRequired, UpstreamTimeout, UpstreamUnavailable
-from consumers.listing import Catalog, list_all
+from consumers.listing import Catalog
 from consumers.log_fields import log_fields
+from consumers.own_lists import OWN_LISTS, OwnLists, list_own, own_families
 from consumers.relay import CURRENT_DOWNSTREAM, ClientOrigin, InFlight, ListsChanged
 
 logger = logging.getLogger("triad.upstream")
@@ -56,26 +60,6 @@ DECLARED = ("sampling", "elicitation", "roots")
 """The client capabilities a client's upstream session declares when that client declared them."""
 MAX_LEARNED = 64
 """Distinct capability declarations whose tool lists are kept (clients choose their declarations freely)."""
-OWN_LISTS = {"notifications/tools/list_changed": "tools", "notifications/resources/list_changed": "resources"}
-"""Lists a client's own session keeps for that client (an upstream may list tools by the client's capabilities, and
-keeps session resources per session): a change on that session re-lists them for that client only."""
-
-
-@dataclass(frozen=True)
-class OwnLists:
-    """What one client's upstream session lists, of what may differ per session: its tool names and resources.
-    Equal for equal lists, so list pages can be cached per distinct lists rather than per client."""
-
-    tools: frozenset[str]
-    resources: tuple[dict[str, Any], ...] | None = field(default=None, compare=False, hash=False)
-    """The session's own resources; None when learned from another session with the same capabilities (no
-    session of this client's yet, so no session resources: the catalog's resources stand)."""
-    resources_key: str | None = None
-
-    @classmethod
-    def of(cls, tools: frozenset[str], resources: tuple[dict[str, Any], ...] | None) -> OwnLists:
-        key = json.dumps(resources, sort_keys=True, default=str) if resources is not None else None
-        return cls(tools, resources, key)
 
 
 @dataclass(eq=False)
@@ -98,6 +82,8 @@ class ClientLink:
     """Set while `lists` are what the session lists now: unset from a change until its re-list, so that a list
     asked in between (after the `list_changed` a catalog change sends every client) waits for the new lists."""
     wake: anyio.Event = field(default_factory=anyio.Event)
+    used: float = 0.0
+    """When a request last asked for this session (a stand-in's closes after `IDLE_CLOSE` without one)."""
 
     def close(self) -> None:
         self.closed.set()
@@ -127,10 +113,15 @@ class ClientSessions:
         self._config = config
         self._cwd = cwd
         self._links: dict[ClientOrigin, ClientLink] = {}
+        self._watched: weakref.WeakSet[ClientOrigin] = weakref.WeakSet()
+        """Downstream sessions whose end closes their upstream session: told once each, however often their
+        upstream session is opened anew."""
         self._task_group: TaskGroup | None = None
-        self._learned: dict[str, frozenset[str]] = {}
-        """Tool names by declared capabilities, as a client session declaring them listed: a client with no
-        session yet sees what its own would list without opening one (`catalog_changed` drops them)."""
+        self._stand_ins = StandIns(upstream)
+        self._learned: dict[str, OwnLists] = {}
+        """Lists by declared capabilities (names, no session resources), as a client session declaring them listed:
+        a client with no session yet sees what its own would list without opening one (`catalog_changed` drops
+        them)."""
 
     def __len__(self) -> int:
         return len(self._links)
@@ -160,10 +151,13 @@ class ClientSessions:
                 raise UpstreamUnavailable(self._upstream, (
                     f"upstream {self._upstream!r} has {config.max_sessions} client sessions open, its "
                     "max_sessions; one must end before another client can use it"))
-            assert origin.back is not None
+            # a stand-in's session relays as a shared one does: its caller's requests may be in flight at once
             link = self._links[origin] = ClientLink(origin, InFlight(self._upstream, origin.back))
-            origin.on_close(lambda: self._close(origin))
+            if origin not in self._watched:
+                self._watched.add(origin)
+                origin.on_close(lambda: self._close(origin))
             self._task_group.start_soon(self._own, link, name=f"client-session:{self._upstream}")
+        link.used = anyio.current_time()
         timeout = self._config().connect_timeout
         if not link.opened.is_set():  # no cancel scope once open: this runs on every call
             with anyio.move_on_after(timeout):
@@ -183,6 +177,10 @@ class ClientSessions:
                                       f"client: {reason}")
         return link.channel
 
+    def stand_in(self, client: ClientOrigin) -> ClientOrigin | None:
+        """The stand-in of a caller with no way back (`consumers._stand_ins`); None when it cannot be named."""
+        return self._stand_ins.of(client, _declarable(client.declared), lambda stand_in: stand_in in self._links)
+
     def forget(self, origin: ClientOrigin) -> None:
         """The client's session is gone (its upstream lost it): the next request opens a new one."""
         link = self._links.pop(origin, None)
@@ -195,8 +193,7 @@ class ClientSessions:
         link = self._links.get(origin)
         if link is not None and link.lists is not None and not link.closed.is_set():
             return link.lists if link.fresh.is_set() else None
-        learned = self._learned.get(_signature(origin))
-        return OwnLists.of(learned, None) if learned is not None else None
+        return self._learned.get(_signature(origin))
 
     async def lists_for(self, origin: ClientOrigin) -> OwnLists:
         """What the client's own session lists: known, or listed by opening its session now."""
@@ -213,17 +210,17 @@ class ClientSessions:
             raise UpstreamUnavailable(self._upstream, f"upstream {self._upstream!r} closed this client's session")
         return link.lists
 
-    def _learn(self, origin: ClientOrigin, tools: frozenset[str]) -> None:
+    def _learn(self, origin: ClientOrigin, lists: OwnLists) -> None:
         if len(self._learned) >= MAX_LEARNED:
             self._learned.clear()
-        self._learned[_signature(origin)] = tools
+        self._learned[_signature(origin)] = lists.learned()
 
     def catalog_changed(self, before: Catalog | None, after: Catalog) -> None:
         """The upstream's catalog was listed (again): what sessions listed before may be out of date. Where its
         tools or resources changed, every client's session lists again too: a server may tell only the session
         that made a change of its tools, and each client sees what its own session lists."""
         self._learned.clear()
-        if before is None or (before.tools, before.resources) != (after.tools, after.resources):
+        if before is None or own_families(before) != own_families(after):
             for link in self._links.values():
                 link.changed("tools")
 
@@ -297,9 +294,9 @@ class ClientSessions:
                     with anyio.move_on_after(LISTEN_WAIT):
                         await channel.listening()
                     offered = init.capabilities.model_dump(exclude_none=True)
-                    link.lists = await _list_own(self._upstream, channel.session, offered)
+                    link.lists = await list_own(self._upstream, channel.session, offered)
                     link.fresh.set()
-                    self._learn(link.origin, link.lists.tools)
+                    self._learn(link.origin, link.lists)
                     channel.watch.on_eof = link.close  # the upstream ended it: the next request opens anew
                     opening.deadline = math.inf
                     link.channel = channel
@@ -307,9 +304,17 @@ class ClientSessions:
                     logger.info("upstream %s: a client session opened (%d open)", self._upstream, len(self._links),
                                 extra=log_fields(self._upstream, "session_opened", session=link.origin,
                                                  seconds=anyio.current_time() - started))
+                    idle = IDLE_CLOSE if isinstance(link.origin, StandIn) else math.inf
                     try:
                         while not link.closed.is_set():
-                            await link.wake.wait()
+                            with anyio.move_on_after(idle):
+                                await link.wake.wait()
+                            if anyio.current_time() - link.used >= idle and not link.relays.calls:
+                                link.close()  # a stand-in nobody used for a while: the next request opens anew
+                                logger.info("upstream %s: a client session closed after %gs without requests",
+                                            self._upstream, idle,
+                                            extra=log_fields(self._upstream, "session_idle", session=link.origin))
+                                break
                             link.wake = anyio.Event()
                             if link.stale and not link.closed.is_set():
                                 await self._relist(link, channel.session, offered)
@@ -335,7 +340,7 @@ class ClientSessions:
         before = link.lists
         try:
             with anyio.fail_after(self._config().timeout):
-                now = link.lists = await _list_own(self._upstream, session, offered)
+                now = link.lists = await list_own(self._upstream, session, offered)
         except Exception as exc:  # the old lists stand; the next change tries again
             link.fresh.set()
             logger.warning("upstream %s: re-listing a client session failed: %s", self._upstream,
@@ -344,12 +349,13 @@ class ClientSessions:
             return
         if not link.stale:  # else another change came meanwhile: the next re-list makes them fresh
             link.fresh.set()
-        self._learn(link.origin, now.tools)
+        self._learn(link.origin, now)
         back = link.origin.back
         if before is None or not isinstance(back, ListsChanged):
             return
-        changed = [family for family, differs in (("tools", before.tools != now.tools),
-                                                   ("resources", before.resources_key != now.resources_key)) if differs]
+        resources = (before.resources_key, before.templates) != (now.resources_key, now.templates)
+        changed = [family for family, differs in (("tools", before.tools != now.tools), ("resources", resources),
+                                                   ("prompts", before.prompts != now.prompts)) if differs]
         for family in changed:
             with anyio.move_on_after(CLOSE_TIMEOUT):
                 await back.lists_changed(family)
@@ -357,17 +363,12 @@ class ClientSessions:
 
 def _declared(origin: ClientOrigin) -> dict[str, Any]:
     """The capabilities a client's own upstream session declares: those of `DECLARED` the client declared."""
-    capabilities = (origin.back.capabilities if origin.back is not None else None) or {}
-    return {name: capabilities[name] for name in DECLARED if name in capabilities}
+    return _declarable(origin.back.capabilities if origin.back is not None else origin.declared)
+
+
+def _declarable(capabilities: Mapping[str, Any] | None) -> dict[str, Any]:
+    return {name: capabilities[name] for name in DECLARED if name in capabilities} if capabilities else {}
 
 
 def _signature(origin: ClientOrigin) -> str:
     return json.dumps(_declared(origin), sort_keys=True, default=str)
-
-
-async def _list_own(upstream: str, session: ClientSession, offered: Mapping[str, Any]) -> OwnLists:
-    """The tool names and resources a client's session lists (of the families the upstream offers)."""
-    tools = await list_all(upstream, session, types.ListToolsRequest, "tools") if "tools" in offered else ()
-    resources = await list_all(upstream, session, types.ListResourcesRequest, "resources") \
-        if "resources" in offered else ()
-    return OwnLists.of(frozenset(t["name"] for t in tools if isinstance(t.get("name"), str)), resources)

@@ -94,6 +94,11 @@ class ClientOrigin(Protocol):
         """Whose upstream credentials the session's requests use (`auth: per_user`); None while unknown."""
         ...
 
+    @property
+    def declared(self) -> dict[str, Any] | None:
+        """What a session without a way back (a 2026-07-28 request) declared it can do, from its envelope."""
+        ...
+
 
 @runtime_checkable
 class ListsChanged(Protocol):

@@ -4,8 +4,9 @@ Ownership: the pool creates an `Upstream` and runs `Upstream.run()` as one task 
 task alone opens and closes the shared session (`consumers.channel.open_channel`; anyio requires the entering
 task to exit), reconnects with exponential backoff and jitter after a failure, and re-lists the catalog when the
 upstream says a list changed. Other tasks only call `request()`, which uses the live session (or the client's own,
-`consumers.per_client`) and maps every failure to an `UpstreamError` naming the upstream. Its states and calls in
-flight: `consumers.lifecycle`.
+`consumers.per_client`, picked by `consumers._own_sessions`) and maps every failure to an `UpstreamError` naming the
+upstream (one request under its deadline: `consumers._deadline`). Its states and calls in flight:
+`consumers.lifecycle`.
 """
 
 from __future__ import annotations
@@ -21,15 +22,15 @@ import anyio
 import mcp_types as types
 from anyio.abc import TaskGroup, TaskStatus
 from mcp import ClientSession
-from mcp.client.session import ClientRequestContext
 from mcp.shared.exceptions import MCPError
-from mcp_types import LOG_LEVEL_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from consumers._breaker import CircuitBreaker
 from consumers._credentials import Credentials, CredentialUse
-from consumers._errors import UpstreamConnectionFailed, UpstreamSessionGone, call_failure, describe_failure
+from consumers._deadline import send_within_deadline
+from consumers._errors import UpstreamConnectionFailed, UpstreamSessionGone, describe_failure
 from consumers._health import probe
+from consumers._own_sessions import OwnSessions
 from consumers.channel import TASK_STATUS, SessionChannel, open_channel
 from consumers.child_process import ChildOutput
 from consumers.config import UpstreamConfig
@@ -38,15 +39,8 @@ from consumers.lifecycle import CallsInFlight, UpstreamState, check_transition
 from consumers.listing import Catalog, list_catalog
 from consumers.log_fields import log_fields
 from consumers.modern import ModernLink
-from consumers.per_client import ClientSessions, OwnLists
-from consumers.relay import (
-    CURRENT_DOWNSTREAM,
-    ClientOrigin,
-    InFlight,
-    ProgressFn,
-    UpstreamRequest,
-    with_params,
-)
+from consumers.per_client import ClientSessions
+from consumers.relay import ClientOrigin, InFlight, ProgressFn, UpstreamRequest
 from consumers.subscriptions import Subscriptions
 from consumers.transports import TlsContext
 
@@ -57,7 +51,7 @@ BACKOFF_MAX = 30.0
 PING_TIMEOUT = 10.0
 
 
-class Upstream:
+class Upstream(OwnSessions):
     def __init__(self, name: str, config: UpstreamConfig, cwd: str | None,
                  on_change: Callable[[Upstream], None],
                  on_updated: Callable[[str, str], None] = lambda _upstream, _uri: None,
@@ -210,34 +204,6 @@ class Upstream:
                                             f"{self.config.connect_timeout:g}s")
 
     @property
-    def _declares_roots(self) -> bool:
-        """A shared session declares roots only with `roots:` configured. With `per_client` the catalog session
-        declares them too (its roots are the configured ones, or none): it lists what a client that has roots would
-        see, and each client's own session narrows that to what it lists for that client."""
-        return self.config.roots is not None or self.config.session_mode == "per_client"
-
-    async def _configured_roots(self, context: ClientRequestContext) -> types.ListRootsResult | types.ErrorData:
-        """A shared session's roots are the upstream's own `roots:`, never a client's."""
-        return types.ListRootsResult.model_validate({"roots": [{"uri": uri} for uri in self.config.roots or ()]})
-
-    async def roots_changed(self, client: ClientOrigin) -> None:
-        """A client's roots changed: its own upstream session is told (a shared one never had them)."""
-        await self._clients.roots_changed(client)
-
-    def known_lists(self, client: ClientOrigin) -> OwnLists | None:
-        """What `client`'s own session lists (`sessions: per_client`), if known without opening one."""
-        return self._clients.known_lists(client)
-
-    async def own_lists(self, client: ClientOrigin) -> OwnLists:
-        """What `client`'s own session lists, opening it if need be; an `UpstreamError` if it cannot be opened."""
-        return await self._clients.lists_for(client)
-
-    @property
-    def client_sessions(self) -> int:
-        """How many per-client upstream sessions are open."""
-        return len(self._clients)
-
-    @property
     def modern(self) -> bool:
         """The live connection speaks 2026-07-28 (no handshake, no server->client requests, `input_required`)."""
         return self.catalog is not None and self.catalog.protocol_version in MODERN_PROTOCOL_VERSIONS
@@ -288,11 +254,6 @@ class Upstream:
     async def _ping(self, session: ClientSession) -> None:
         version = self.catalog.protocol_version if self.modern and self.catalog is not None else None
         await probe(self.name, session, version, min(self.config.timeout, PING_TIMEOUT))
-
-    def own_session(self, client: ClientOrigin | None) -> ClientOrigin | None:
-        """The downstream session whose own upstream session `client`'s requests go on (`sessions: per_client`);
-        None: they go on the shared one."""
-        return client if client is not None and client.back is not None and self.per_client else None
 
     def _on_notification(self, method: str, params: dict[str, Any], origin: ClientOrigin | None = None) -> None:
         """A notification not about a call in flight, from the SDK's session or a lean-path reply (`origin`: the
@@ -373,17 +334,6 @@ class Upstream:
         finally:
             self._record(reached)
 
-    @property
-    def per_client(self) -> bool:
-        """Each downstream session with a way back gets an upstream session of its own (`sessions: per_client`)."""
-        return self.config.session_mode == "per_client" and not self.modern
-
-    async def _channel_for(self, client: ClientOrigin | None) -> SessionChannel | None:
-        """The client's own upstream session, or the shared one."""
-        if client is None:
-            return self._channel
-        return await self._clients.channel_for(client)
-
     def _record(self, reached: bool | None) -> None:
         """Tell the breaker what a call's outcome says of the connection (None: nothing, e.g. a timeout)."""
         if reached is None:
@@ -401,45 +351,17 @@ class Upstream:
 
     async def _send(self, channel: SessionChannel | None, request: UpstreamRequest, progress: ProgressFn | None,
                     call_limits: tuple[float | None, float | None] = (None, None)) -> dict[str, Any]:
-        method = request.method
         retired = self._calls.retired
         if retired is not None:
             raise UpstreamUnavailable(self.name, f"upstream {self.name!r} was {retired}")
         if channel is None or (channel is self._channel
                                and self.state not in (UpstreamState.READY, UpstreamState.DEGRADED)):
             raise UpstreamUnavailable(self.name, f"upstream {self.name!r} is not connected ({self.reason})")
-        timeout = call_limits[0] or self.config.timeout
-        cap = call_limits[1] or self.config.max_call_time
-        start = anyio.current_time()
-
-        async def on_progress(params: dict[str, Any]) -> None:
-            scope.deadline = min(anyio.current_time() + timeout, start + max(cap, timeout))
-            if progress is not None:
-                await progress(params)
-
-        call_key = id(scope := anyio.CancelScope(deadline=start + timeout))
-        if (downstream := CURRENT_DOWNSTREAM.get()) is not None:
-            channel.relays.calls[call_key] = downstream
-            if self.modern and downstream.log_level is not None:  # 2026-07-28 logs only on a request's opt-in
-                request = with_params(request, {"_meta": {**(request.params.meta or {}),
-                                                           LOG_LEVEL_META_KEY: downstream.log_level}})
         try:
-            with self._calls.track(scope), scope:
-                return await channel.request(request, on_progress, downstream)
-            if self._calls.grace_over:
-                raise UpstreamUnavailable(self.name, f"upstream {self.name!r} was {self._calls.retired} and its grace "
-                                          f"period ran out during {method}")
-            raise UpstreamTimeout(self.name, f"upstream {self.name!r} did not answer {method} within "
-                                  + (f"{timeout:g}s" if scope.deadline - start <= timeout else
-                                     f"{timeout:g}s of its last progress (after {anyio.current_time() - start:.3g}s)"))
-        except Exception as exc:
-            failure = call_failure(self.name, method, exc, http=self.config.kind == "streamable-http",
-                                   retired=self._calls.retired)
-            if failure is None:
-                raise
-            if isinstance(failure, UpstreamConnectionFailed) and channel is self._channel:
+            limits = (call_limits[0] or self.config.timeout, call_limits[1] or self.config.max_call_time)
+            return await send_within_deadline(self.name, channel, request, progress, self._calls, limits,
+                                              modern=self.modern, http=self.config.kind == "streamable-http")
+        except UpstreamConnectionFailed:
+            if channel is self._channel:
                 self._suspect_connection()  # a client's own session going wrong says nothing of the shared one
-            raise failure from None
-        finally:
-            channel.relays.calls.pop(call_key, None)
-
+            raise

@@ -19,6 +19,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
 from exposers.raw_results import unsieved
+from exposers.request import caller_session
 from exposers.server import CACHE_HINT, complete, stamp_server_info
 from gateway.dispatch import Dispatcher
 from gateway.errors import TriadError
@@ -27,9 +28,6 @@ from gateway.identity import Identity
 from gateway.views import SessionLists
 
 MAX_CACHED_PAGES = 4096
-PER_SESSION = frozenset({"tools/list", "resources/list"})
-"""Lists that show what a session's own upstream sessions list (`sessions: per_client`): their pages are cached per
-distinct such lists, never shared between sessions whose upstream sessions list differently."""
 
 
 ENVELOPE_KEYS = frozenset({PROTOCOL_VERSION_META_KEY, CLIENT_INFO_META_KEY, CLIENT_CAPABILITIES_META_KEY,
@@ -65,7 +63,11 @@ class ListPages:
         if self._version != self._dispatcher.registry.version or len(self._pages) > MAX_CACHED_PAGES:
             self._pages, self._version = {}, self._dispatcher.registry.version
         method = message["method"]
-        own = await self._dispatcher.own_lists(session) if method in PER_SESSION else ()
+        # every list shows what the session's own upstream sessions list (`sessions: per_client`): pages are cached
+        # per distinct such lists, never shared between sessions whose upstream sessions list differently
+        if session is None and modern:  # a 2026-07-28 request's session is its own
+            session = Session()
+        own = await self._dispatcher.own_lists(caller_session(session, identity, params) if session else None)
         key = (identity, version, method, cursor, own)
         result = self._pages.get(key)
         if result is None:

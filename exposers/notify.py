@@ -128,8 +128,9 @@ class Notifier:
         """Session id -> the connection of a live handshake-era HTTP session."""
         self._dirty = anyio.Event()
         self._modern_seen = dispatcher.view(LOCAL).fingerprint
-        self._subscriptions: dict[Any, dict[str, tuple[str, str]]] = {}
-        """Per connection: the exposed URIs it subscribed to -> (upstream, raw URI)."""
+        self._subscriptions: dict[Any, dict[str, tuple[str, str] | None]] = {}
+        """Per connection: the exposed URIs it subscribed to -> (upstream, raw URI); None while the upstream is
+        being asked (`reserve`)."""
         self._updated: set[tuple[str, str]] = set()
         """(upstream, raw URI) of subscribed resources that changed, waiting for `run()` to tell their clients (a
         set: a flood of updates of one resource is one entry)."""
@@ -175,30 +176,45 @@ class Notifier:
 
     # -- resource subscriptions ----------------------------------------------------------------------------------
 
-    def subscribe(self, connection: Connection, uri: str, upstream: str, raw: str) -> bool:
-        """Remember a connection's subscription; False when it had it already. Its upstream subscriptions are
-        released when the connection closes."""
+    def reserve(self, connection: Connection, uri: str) -> bool:
+        """Take a place for a new subscription of `connection` to `uri` before its upstream is asked, so that
+        subscriptions sent at once cannot pass `MAX_SUBSCRIPTIONS` together; False when it holds (or is making)
+        that one already. Its upstream subscriptions are released when the connection closes."""
         if connection not in self._subscriptions:
             self._subscriptions[connection] = {}
             connection.exit_stack.push_async_callback(self._release, connection)
         mine = self._subscriptions[connection]
         if uri in mine:
             return False
+        if len(mine) >= MAX_SUBSCRIPTIONS:
+            raise InvalidRequest(f"this session has {len(mine)} resource subscriptions, the most one session may "
+                                 "hold; unsubscribe from one before subscribing to another")
+        mine[uri] = None
+        return True
+
+    def subscribe(self, connection: Connection, uri: str, upstream: str, raw: str) -> bool:
+        """Fill the place `reserve` took with the upstream's subscription; False when the place is gone meanwhile
+        (unsubscribed, the connection closed): that upstream subscription is then the caller's to release."""
+        mine = self._subscriptions.get(connection)
+        if mine is None or uri not in mine or mine[uri] is not None:
+            return False
         mine[uri] = (upstream, raw)
         return True
 
-    def check_room(self, connection: Connection, uri: str) -> None:
-        """Refuse a new subscription beyond `MAX_SUBSCRIPTIONS` for this session, before the upstream is asked."""
-        mine = self._subscriptions.get(connection, {})
-        if uri not in mine and len(mine) >= MAX_SUBSCRIPTIONS:
-            raise InvalidRequest(f"this session has {len(mine)} resource subscriptions, the most one session may "
-                                 "hold; unsubscribe from one before subscribing to another")
+    def unreserve(self, connection: Connection, uri: str) -> None:
+        """The upstream refused the subscription `reserve` took a place for: the place is free again."""
+        mine = self._subscriptions.get(connection)
+        if mine is not None and uri in mine and mine[uri] is None:
+            del mine[uri]
 
     def unsubscribe(self, connection: Connection, uri: str) -> tuple[str, str] | None:
+        """(upstream, raw URI) of the subscription to release; None when there is none (or it is still being
+        made: `subscribe` then finds its place gone)."""
         return self._subscriptions.get(connection, {}).pop(uri, None)
 
     async def _release(self, connection: Connection) -> None:
-        await self._unsubscribe_all(self._subscriptions.pop(connection, {}).values())
+        held = self._subscriptions.pop(connection, {}).values()
+        await self._unsubscribe_all(subscription for subscription in held if subscription is not None)
 
     async def _unsubscribe_all(self, subscriptions: Iterable[tuple[str, str]]) -> None:
         """Release (upstream, raw URI) subscriptions of a client that is gone."""

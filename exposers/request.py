@@ -25,11 +25,11 @@ from typing import Any
 
 from consumers import CURRENT_DOWNSTREAM
 from exposers.input_rounds import InputRounds
-from exposers.relay import Relay
+from exposers.relay import Relay, envelope_capabilities
 from gateway.config import TriadConfig
 from gateway.dispatch import Dispatcher
 from gateway.hooks import Session
-from gateway.identity import Identity, narrowed, with_provider
+from gateway.identity import Identity, credential_owner, narrowed, with_provider
 from gateway.tasks import METHODS as TASKS
 
 Answer = Callable[[dict[str, Any]], Awaitable[None]]
@@ -67,6 +67,17 @@ def acting_identity(config: TriadConfig, caller: Identity, session: Identity | N
     return dataclasses.replace(acting, tasks=True) if tasks else acting
 
 
+def caller_session(session: Session, identity: Identity, params: Mapping[str, Any] | None) -> Session:
+    """A 2026-07-28 request's session (its own, with no way back) knows who sends it and what it declared: an
+    upstream session of its own (`sessions: per_client`) is bound to those (`consumers._stand_ins`)."""
+    if session.back is None:
+        if session.user is None:
+            session.user = credential_owner(identity)
+        if session.declared is None:
+            session.declared = envelope_capabilities(params)
+    return session
+
+
 async def serve(dispatcher: Dispatcher, rounds: InputRounds | None, request: ClientRequest,
                 answer_first: Answer | None = None) -> dict[str, Any] | None:
     """Run `request` and return its raw result. A 2026-07-28 client whose request an upstream of the handshake
@@ -74,6 +85,7 @@ async def serve(dispatcher: Dispatcher, rounds: InputRounds | None, request: Cli
     question is answered through it and None is returned (the result goes to the client's retry)."""
     if request.method not in FORWARDED | TASK_METHODS:
         raise ValueError(f"{request.method} is not a forwarded method")
+    caller_session(request.session, request.identity, request.params)
     dispatcher.metrics.call_log.attribute(request.session, request.identity.client_id)
     if request.relay.modern and "task" in request.params:  # 2026-07-28 ignores the 2025-11-25 `task` param
         request = dataclasses.replace(request, params={k: v for k, v in request.params.items() if k != "task"})

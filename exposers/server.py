@@ -46,7 +46,7 @@ from exposers.relay import (
     keep_cancel_reason,
     takes_tasks,
 )
-from exposers.request import ClientRequest, acting_identity, serve
+from exposers.request import ClientRequest, acting_identity, caller_session, serve
 from gateway.dispatch import LEGACY_TASKS, SUBSCRIBE, Dispatcher
 from gateway.errors import TriadError, UpstreamRefused
 from gateway.hooks import Session
@@ -143,13 +143,14 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
         cursor = (ctx.params or {}).get("cursor")
         return cursor if isinstance(cursor, str) else None
 
-    def lister(method: Callable[[Identity, str | None, Mapping[str, Any] | None, SessionLists], dict[str, Any]],
-               per_session: bool = False) -> Handler:
-        """`per_session`: the list may differ by what the session's own upstream sessions list."""
+    def lister(method: Callable[[Identity, str | None, Mapping[str, Any] | None, SessionLists], dict[str, Any]]
+               ) -> Handler:
+        """A list, as the session's own upstream sessions list it (`sessions: per_client`)."""
         async def handle(ctx: ServerRequestContext[Any], _params: Any) -> dict[str, Any]:
             await dispatcher.settled()
-            own = await dispatcher.own_lists(session_of(ctx)) if per_session else ()
-            return results.keep(ctx, complete(method(identity_of(ctx), cursor_of(ctx), ctx.params, own)))
+            identity = identity_of(ctx)
+            own = await dispatcher.own_lists(caller_session(session_of(ctx), identity, ctx.params))
+            return results.keep(ctx, complete(method(identity, cursor_of(ctx), ctx.params, own)))
         return handle
 
     async def forwarded(ctx: ServerRequestContext[Any], _params: Any) -> dict[str, Any]:
@@ -196,10 +197,15 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
     async def subscribe(ctx: ServerRequestContext[Any], _params: Any) -> dict[str, Any]:
         uri = str((ctx.params or {}).get("uri"))
         connection = connection_of(ctx)
-        if connection is not None:
-            notifier.check_room(connection, uri)
-        owner, raw_uri = await dispatcher.subscribe(identity_of(ctx), raw(ctx), session_of(ctx))
-        if connection is None or not notifier.subscribe(connection, uri, owner, raw_uri):
+        # the place is taken before the upstream is asked: subscriptions sent at once stay within the bound
+        reserved = connection if connection is not None and notifier.reserve(connection, uri) else None
+        try:
+            owner, raw_uri = await dispatcher.subscribe(identity_of(ctx), raw(ctx), session_of(ctx))
+        except BaseException:
+            if reserved is not None:
+                notifier.unreserve(reserved, uri)
+            raise
+        if reserved is None or not notifier.subscribe(reserved, uri, owner, raw_uri):
             await dispatcher.unsubscribe(owner, raw_uri)  # already subscribed: one upstream count per connection
         return {}
 
@@ -211,7 +217,9 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
         return {}
 
     async def completion(ctx: ServerRequestContext[Any], _params: Any) -> dict[str, Any]:
-        return results.keep(ctx, complete(await dispatcher.complete(identity_of(ctx), raw(ctx), session_of(ctx))))
+        identity = identity_of(ctx)
+        session = caller_session(session_of(ctx), identity, ctx.params)
+        return results.keep(ctx, complete(await dispatcher.complete(identity, raw(ctx), session)))
 
     async def roots_changed(ctx: ServerRequestContext[Any], _params: Any) -> None:
         """The client's roots changed: its own upstream sessions are told (`sessions: per_client`)."""
@@ -226,9 +234,9 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
         cache_hints=dict.fromkeys(CACHEABLE_METHODS, CACHE_HINT),
         # The 2026-07-28 HTTP path checks Mcp-Param-* headers against a tool's schema before any handler runs.
         get_tool_input_schema=lambda name: tool_input_schema(dispatcher, name),
-        on_list_tools=lister(dispatcher.list_tools, per_session=True),
+        on_list_tools=lister(dispatcher.list_tools),
         on_call_tool=forwarded,
-        on_list_resources=lister(dispatcher.list_resources, per_session=True),
+        on_list_resources=lister(dispatcher.list_resources),
         on_list_resource_templates=lister(dispatcher.list_resource_templates),
         on_read_resource=forwarded,
         on_list_prompts=lister(dispatcher.list_prompts),

@@ -5,17 +5,17 @@ Ownership: the daemon creates one `Dispatcher` with the pool. Upstream state or 
 listeners (the exposer's notifier) are told the new version. Every request goes: identity -> that identity's
 view (cached per registry version) -> lookup of the exposed name (unknown and hidden look the same) -> policy and
 hooks (their own issues; `_route_tool` is the seam) -> the upstream that owns the name -> the raw result.
+Requests about resources (reads, completions, subscriptions) and URI routing: `gateway.resource_requests`.
 Nothing on the call path scans the registry or awaits anything but the upstream.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import time
 import weakref
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import anyio
@@ -27,14 +27,14 @@ from gateway.catalog import SERVING, UpstreamSnapshot, build_upstream_sources
 from gateway.config import TriadConfig
 from gateway.errors import InvalidRequest, UnknownName, UpstreamError, UpstreamTimeout, UpstreamUnavailable
 from gateway.hook_factory import build_chain
-from gateway.hooks import CallContext, HookChain, Kind, Session
+from gateway.hooks import CallContext, HookChain, Session
 from gateway.identity import Identity, bounded_run_list, run_list
 from gateway.logs import log_call, log_denied
 from gateway.metrics import Metrics
 from gateway.name_ledger import NameLedger
-from gateway.naming import parse_exposed_uri
 from gateway.page_meta import with_page_meta
 from gateway.registry import EMPTY_REGISTRY, Registry, ToolDescriptor, build_registry
+from gateway.resource_requests import ResourceRequests, subscribable
 from gateway.search import SearchIndexes, load_ranker
 from gateway.search_tools import TRIAD_TOOLS, call_triad_tool, settings_for
 from gateway.shared import SharedState
@@ -54,11 +54,6 @@ LEGACY_TASKS = "tasks"
 some upstream's tasks can be offered to 2026-07-28 clients (its own extension, or translated legacy tasks)."""
 
 
-def _subscribable(upstream: Upstream) -> bool:
-    resources = upstream.catalog.capabilities.get("resources") if upstream.catalog is not None else None
-    return isinstance(resources, dict) and resources.get("subscribe") is True
-
-
 def _arguments(params: Mapping[str, Any]) -> dict[str, Any]:
     arguments = params.get("arguments")
     return dict(arguments) if isinstance(arguments, Mapping) else {}
@@ -68,7 +63,7 @@ def _pipeline(config: TriadConfig, remote: bool) -> Pipeline:
     return Pipeline(config.policy, {cid: c.tools for cid, c in config.clients.items()}, remote=remote)
 
 
-class Dispatcher:
+class Dispatcher(ResourceRequests):
     def __init__(self, config: TriadConfig, pool: UpstreamPool, *, remote: bool = False,
                  names: NameLedger | None = None, shared: SharedState | None = None) -> None:
         self.config = config
@@ -165,12 +160,13 @@ class Dispatcher:
         lists tools by its client's capabilities (or keeps session resources), the client sees what its own
         session lists. Known lists cost nothing; an upstream that has no session of this client's yet, nor one
         that declared the same capabilities, gets one now (all such upstreams at once)."""
-        if session is None or session.back is None:
+        if session is None:
             return ()
         found: dict[str, OwnLists | None] = {}
         missing: list[Upstream] = []
         for name, upstream in self.pool.upstreams.items():
-            if upstream.per_client and upstream.state.value in SERVING:
+            # a 2026-07-28 caller's own session is its stand-in's (`consumers._stand_ins`)
+            if upstream.per_client and upstream.state.value in SERVING and upstream.own_session(session) is not None:
                 if (known := upstream.known_lists(session)) is not None:
                     found[name] = known
                 else:
@@ -245,7 +241,7 @@ class Dispatcher:
             if upstream.catalog is None:
                 return {"tools", "resources", "prompts", "completions", SUBSCRIBE, LEGACY_TASKS, EXTENSION}
             families |= set(upstream.catalog.capabilities) & {"resources", "prompts", "completions"}
-            if _subscribable(upstream):
+            if subscribable(upstream):
                 families.add(SUBSCRIBE)
             if offers_legacy_tasks(upstream.catalog.capabilities) and not upstream.modern:
                 families |= {LEGACY_TASKS, EXTENSION}  # Triad translates its tasks for 2026-07-28 clients
@@ -339,37 +335,14 @@ class Dispatcher:
                           entry.descriptor.wire)
         return await self.hooks.run(ctx, send)
 
-    async def read_resource(self, identity: Identity, params: Mapping[str, Any],
-                            session: Session | None = None) -> dict[str, Any]:
-        if not self._settled:
-            await self.settled()
-        uri = params.get("uri")
-        if not isinstance(uri, str):
-            raise UnknownName(f"Unknown resource: {uri}")
-        owner, raw = self._route_uri(self._request_view(identity, params), uri)
-        request = types.ReadResourceRequest(params=types.ReadResourceRequestParams.model_validate(
-            {"uri": raw, "_meta": forwardable_meta(params.get("_meta")), **input_round(params)}, by_name=False))
-
-        async def send(_ctx: CallContext | None) -> dict[str, Any]:
-            result = await self._forward(self._upstream(owner), "resource", request, retry_safe=True,
-                                         client=session, caller=(identity.client_id, uri))
-            if raw != uri and isinstance(result.get("contents"), list):
-                # Contents name the URI the client asked for, so it can match them to its request.
-                result["contents"] = [{**c, "uri": uri} if isinstance(c, dict) and c.get("uri") == raw else c
-                                      for c in result["contents"]]
-            return result
-
-        if not self.hooks:
-            return await send(None)
-        ctx = CallContext("resource", identity.client_id, session or Session(), uri, owner, raw, {"uri": uri})
-        return await self.hooks.run(ctx, send)
-
     async def get_prompt(self, identity: Identity, params: Mapping[str, Any],
                          session: Session | None = None) -> dict[str, Any]:
         if not self._settled:
             await self.settled()
         name = params.get("name")
-        entry = self._request_view(identity, params).prompts.get(name) if isinstance(name, str) else None
+        # a prompt its own upstream session does not list (`sessions: per_client`) is as if it did not exist
+        view = self._request_view(identity, params, await self.own_lists(session)) if isinstance(name, str) else None
+        entry = view.prompts.get(name) if view is not None and isinstance(name, str) else None
         if entry is None:
             raise UnknownName(f"Unknown prompt: {name}")
         meta = forwardable_meta(params.get("_meta"))
@@ -389,91 +362,10 @@ class Dispatcher:
                           entry.raw, _arguments(params))
         return await self.hooks.run(ctx, send)
 
-    async def complete(self, identity: Identity, params: Mapping[str, Any],
-                       session: Session | None = None) -> dict[str, Any]:
-        if not self._settled:
-            await self.settled()
-        ref = params.get("ref")
-        if not isinstance(ref, Mapping):
-            raise UnknownName("Unknown completion reference")
-        view = self._request_view(identity, params)
-        if ref.get("type") == "ref/prompt":
-            entry = view.prompts.get(ref.get("name"))  # type: ignore[arg-type]
-            if entry is None:
-                raise UnknownName(f"Unknown prompt: {ref.get('name')}")
-            owner, raw_ref = entry.upstream, {**ref, "name": entry.raw}
-        else:
-            uri = ref.get("uri")
-            if not isinstance(uri, str):
-                raise UnknownName(f"Unknown resource: {uri}")
-            owner, raw_uri = self._route_uri(view, uri)
-            raw_ref = {**ref, "uri": raw_uri}
-        request = types.CompleteRequest(params=types.CompleteRequestParams.model_validate(
-            {**params, "ref": raw_ref, "_meta": forwardable_meta(params.get("_meta"))}))
-        kind: Kind = "prompt" if ref.get("type") == "ref/prompt" else "resource"
-        name = str(ref.get("name") if kind == "prompt" else ref.get("uri"))
-        async with self._errors_hooked(CallContext(kind, identity.client_id, session or Session(), name, owner,
-                                                   str(raw_ref.get("name") or raw_ref.get("uri")), {})):
-            return await self._forward(self._upstream(owner), "completion", request, retry_safe=True,
-                                       client=session)
-
-    async def subscribe(self, identity: Identity, params: Mapping[str, Any], session: Session | None = None
-                        ) -> tuple[str, str]:
-        """Subscribe to a resource at its owner; (upstream, raw URI), for `unsubscribe` and for routing updates."""
-        uri = params.get("uri")
-        if not isinstance(uri, str):
-            raise UnknownName(f"Unknown resource: {uri}")
-        owner, raw = self._route_uri(self._request_view(identity, params), uri)
-        upstream = self._upstream(owner)
-        if not _subscribable(upstream):
-            raise InvalidRequest(f"resource {uri} cannot be subscribed to: its upstream does not offer "
-                                 "resource subscriptions")
-        async with self._errors_hooked(CallContext("resource", identity.client_id, session or Session(), uri, owner,
-                                                   raw, {"uri": uri})):
-            await upstream.subscriptions.add(raw)
-        return owner, raw
-
-    @contextlib.asynccontextmanager
-    async def _errors_hooked(self, ctx: CallContext) -> AsyncIterator[None]:
-        """An upstream's error on a request outside the hook chain's calls, reads and gets (a completion, a
-        subscription) passes the `on_message` hooks (`redact`) all the same before it reaches the client."""
-        try:
-            yield
-        except UpstreamError as exc:
-            await self.hooks.rewrite_error(ctx, exc)
-            raise
-
-    async def unsubscribe(self, owner: str, raw: str) -> None:
-        upstream = self.pool.get(owner)
-        if upstream is not None:
-            await upstream.subscriptions.remove(raw)
-
     async def roots_changed(self, session: Session) -> None:
         """A client said its roots changed: each upstream session of its own is told (shared ones never had them)."""
         for upstream in list(self.pool.upstreams.values()):
             await upstream.roots_changed(session)
-
-    def _route_uri(self, view: ClientView, uri: str) -> tuple[str, str]:
-        """(upstream, raw URI) for an exposed URI or URI template expansion; unknown looks like hidden."""
-        registry = self.registry
-        visible = view.visible_upstreams
-        if registry.uri_owners:
-            parsed = parse_exposed_uri(uri)
-            owner = registry.uri_owners.get(parsed[0]) if parsed else None
-            if parsed is not None and owner in visible:
-                return owner, parsed[1]
-            raise UnknownName(f"Unknown resource: {uri}")
-        entry = registry.resources.get(uri)
-        if entry is not None and entry.upstream in visible:
-            return entry.upstream, entry.raw
-        for owner, template in self._current().templates():
-            if owner in visible and template.match(uri) is not None:
-                return owner, uri
-        candidates = [name for name, up in self.pool.upstreams.items()
-                      if name in visible and up.catalog is not None and "resources" in up.catalog.capabilities]
-        if len(candidates) == 1:  # one upstream has resources: URIs it did not list are its own too
-            return candidates[0], uri
-        raise UnknownName(f"Unknown resource: {uri}")
 
     async def _forward(self, upstream: Upstream, kind: str, request: UpstreamRequest, *,
                        caller: tuple[str, str] = ("", ""), **options: Any) -> dict[str, Any]:

@@ -86,6 +86,8 @@ class Session:
     user: str | None = None
     """Who the session belongs to, as the key of its upstream credentials (`auth: per_user`), once its first
     request fixed its identity (`gateway.identity.credential_owner`)."""
+    declared: dict[str, Any] | None = None
+    """A 2026-07-28 request's capabilities, from its envelope (its session has no way back to ask)."""
     _closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
     def on_close(self, callback: Callable[[], Awaitable[None]]) -> None:

@@ -14,7 +14,7 @@ import functools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from consumers import OwnLists
 from gateway.catalog import SERVING, TAKES_TASKS_KEY, upstream_of_key
@@ -126,8 +126,9 @@ own session could not be opened (that upstream's tools are then hidden from it: 
 
 
 def narrow_view(view: ClientView, registry: Registry, own: SessionLists) -> ClientView:
-    """`view` as one session sees it: of each per-client upstream, only the tools its own session lists, and that
-    session's resources instead of the catalog's (its session resources, namespaced like the others)."""
+    """`view` as one session sees it: of each per-client upstream, only the tools, prompts and resource templates
+    its own session lists (none where it could not be opened), and that session's resources instead of the
+    catalog's (its session resources, namespaced like the others)."""
     by_upstream = dict(own)
     dropped = set()
     for name, entry in view.tools.items():
@@ -136,24 +137,41 @@ def narrow_view(view: ClientView, registry: Registry, own: SessionLists) -> Clie
             lists = by_upstream[executor.id]
             if lists is None or executor.tool not in lists.tools:
                 dropped.add(name)
+    hidden_prompts = {name for name, prompt in view.prompts.items()
+                      if prompt.upstream in by_upstream and not _lists(by_upstream[prompt.upstream], "prompts",
+                                                                       prompt.raw)}
+    templates = {t.exposed: t for t in registry.templates if t.upstream in by_upstream}
+    templates_wire = tuple(wire for wire in view.templates_wire
+                           if (found := templates.get(wire.get("uriTemplate", ""))) is None
+                           or _lists(by_upstream[found.upstream], "templates", found.raw))
     resources = view.resources_wire
     replaced = {name for name, lists in own if lists is not None and lists.resources is not None
                 and name in view.visible_upstreams}
     if replaced:
         owners = registry.resources
         kept = tuple(wire for wire in resources
-                     if (found := owners.get(wire.get("uri", ""))) is None or found.upstream not in replaced)
+                     if (found_resource := owners.get(wire.get("uri", ""))) is None
+                     or found_resource.upstream not in replaced)
         added = tuple({**wire, "uri": _exposed_uri(registry, name, wire["uri"])}
                       for name, lists in own if name in replaced and lists is not None
                       for wire in lists.resources or () if isinstance(wire.get("uri"), str))
         resources = kept + added
-    if not dropped and not replaced:
+    if not dropped and not replaced and not hidden_prompts and len(templates_wire) == len(view.templates_wire):
         return view
     tools_wire = tuple(wire for wire in view.tools_wire if wire.get("name") not in dropped)
+    prompts_wire = tuple(wire for wire in view.prompts_wire if wire.get("name") not in hidden_prompts)
     return dataclasses.replace(
         view, tools={name: entry for name, entry in view.tools.items() if name not in dropped},
-        tools_wire=tools_wire, resources_wire=resources,
-        fingerprint=(_digest(tools_wire), _digest(resources + view.templates_wire), view.fingerprint[2]))
+        tools_wire=tools_wire, resources_wire=resources, templates_wire=templates_wire,
+        prompts={name: prompt for name, prompt in view.prompts.items() if name not in hidden_prompts},
+        prompts_wire=prompts_wire,
+        fingerprint=(_digest(tools_wire), _digest(resources + templates_wire), _digest(prompts_wire)))
+
+
+def _lists(lists: OwnLists | None, family: Literal["prompts", "templates"], raw: str) -> bool:
+    """The session lists `raw` among its prompts or resource templates (one that could not be opened lists none)."""
+    names = getattr(lists, family) if lists is not None else None
+    return names is not None and raw in names
 
 
 def _exposed_uri(registry: Registry, upstream: str, raw: str) -> str:

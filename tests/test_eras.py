@@ -182,6 +182,38 @@ async def test_a_session_holds_a_bounded_number_of_resource_subscriptions(triads
         await session.subscribe_resource("test://watched-resource/one-more")  # type: ignore[arg-type]
 
 
+async def test_subscriptions_sent_at_once_stay_within_the_bound(triads: dict[str, tuple[str, Proc]]) -> None:
+    """Subscriptions sent at once each take their place before the upstream is asked: exactly
+    `MAX_SUBSCRIPTIONS` of them are held, the rest refused; a refused one holds no place (one unsubscribed makes
+    room for exactly one more)."""
+    from exposers.notify import MAX_SUBSCRIPTIONS
+
+    url, _ = triads["handshake"]
+    held: list[str] = []
+    refused: list[str] = []
+    async with streamable_http_client(url) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+
+        async def subscribe(uri: str) -> None:
+            try:
+                await session.subscribe_resource(uri)  # type: ignore[arg-type]
+            except MCPError as exc:
+                assert "the most one session may hold" in str(exc)
+                refused.append(uri)
+            else:
+                held.append(uri)
+
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+                for n in range(MAX_SUBSCRIPTIONS + 40):
+                    tg.start_soon(subscribe, f"test://watched-resource/at-once-{n}")
+        assert (len(held), len(refused)) == (MAX_SUBSCRIPTIONS, 40)
+        await session.unsubscribe_resource(held[0])  # type: ignore[arg-type]
+        await session.subscribe_resource(refused[0])  # type: ignore[arg-type]
+        with pytest.raises(MCPError, match="the most one session may hold"):
+            await session.subscribe_resource(refused[1])  # type: ignore[arg-type]
+
+
 async def test_a_listen_stream_holds_a_bounded_number_of_resource_subscriptions(triads: dict[str, tuple[str, Proc]]
                                                                                 ) -> None:
     """A 2026-07-28 listen stream's resource subscriptions are each made at the upstream: past `MAX_SUBSCRIPTIONS`

@@ -109,6 +109,8 @@ def build_server(args: argparse.Namespace) -> Server[Any]:
     templates = [{"uriTemplate": "fixture://items/{id}", "name": "item", "mimeType": "text/plain"}]
     prompts = [{"name": f"{args.prefix}greet", "description": "Greets.",
                 "arguments": [{"name": "who", "required": True}]}]
+    sampled_prompts = [{"name": f"{args.prefix}sampled_greet", "description": "Listed to sampling clients only."}]
+    sampled_templates = [{"uriTemplate": "fixture://sampled/{id}", "name": "sampled", "mimeType": "text/plain"}]
     size = args.page_size
     subscribed: dict[int, tuple[Any, set[str]]] = {}
     """With --subscribable: per session, the session and the URIs it subscribed to."""
@@ -122,11 +124,16 @@ def build_server(args: argparse.Namespace) -> Server[Any]:
     async def list_resources(ctx: Any, params: Any) -> dict[str, Any]:
         return page(resources, "resources", params, size)
 
+    def samples(ctx: Any) -> bool:
+        """The session's client declared sampling (`--lists-by-capabilities` lists more to it)."""
+        params = ctx.session.client_params
+        return bool(args.lists_by_capabilities and params is not None and params.capabilities.sampling is not None)
+
     async def list_templates(ctx: Any, params: Any) -> dict[str, Any]:
-        return page(templates, "resourceTemplates", params, size)
+        return page(templates + (sampled_templates if samples(ctx) else []), "resourceTemplates", params, size)
 
     async def list_prompts(ctx: Any, params: Any) -> dict[str, Any]:
-        return page(prompts, "prompts", params, size)
+        return page(prompts + (sampled_prompts if samples(ctx) else []), "prompts", params, size)
 
     async def call_tool(ctx: Any, params: Any) -> dict[str, Any]:
         name = params.name.removeprefix(args.prefix)
@@ -368,6 +375,8 @@ def main() -> None:
     parser.add_argument("--unavailable-calls", type=int, default=0, help="HTTP 503 to the first K tools/call POSTs")
     parser.add_argument("--log-auth", action="store_true", help="print each HTTP request's Authorization header")
     parser.add_argument("--subscribable", action="store_true", help="resource subscriptions and an `updates` tool")
+    parser.add_argument("--lists-by-capabilities", action="store_true",
+                        help="a prompt and a resource template listed only to sessions whose client declared sampling")
     args = parser.parse_args()
     server = build_server(args)
     while args.start_when and not os.path.exists(args.start_when):
