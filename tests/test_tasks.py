@@ -298,6 +298,21 @@ async def test_a_modern_clients_task_on_a_handshake_era_upstream_is_translated(p
         assert done["status"] == "completed" and done["result"]["content"][0]["text"].startswith("both answered")
 
 
+@pytest.mark.parametrize("protocol", ["auto", "handshake"])
+async def test_a_modern_clients_task_through_search_modes_call_tool_is_its_own(procs: list[Proc], tmp_path: Path,
+                                                                               protocol: str) -> None:
+    """`tools_mode: search`: `call_tool` runs a tool as a direct `tools/call` would, in the client's era: a
+    2026-07-28 client gets a task named by Triad's id, which its `tasks/get` then finds (`handshake`: translated)."""
+    async with modern_triad(procs, tmp_path, protocol=protocol, search={"tools_mode": "search"}) as url, \
+            httpx2.AsyncClient(timeout=60) as http:
+        created = await modern_ask(http, url, ADA, "tools/call", {"name": "call_tool", "arguments": {
+            "name": "failing_job", "arguments": {}}})
+        task = created["result"]
+        assert task["resultType"] == "task" and len(task["taskId"]) >= 32, created
+        done = await settled(http, url, task["taskId"])
+        assert done["status"] == "completed" and done["result"]["isError"] is True
+
+
 async def test_a_legacy_clients_tasks_list_comes_in_pages_of_triads_own(procs: list[Proc], tmp_path: Path) -> None:
     """Many tasks: `tasks/list` pages by Triad's own cursor (the upstream's list covers every client's tasks)."""
     async with modern_triad(procs, tmp_path, protocol="handshake", page_size=2) as url, \
