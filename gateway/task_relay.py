@@ -16,6 +16,7 @@ import logging
 import re
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -92,11 +93,31 @@ def holder_of(upstream: Upstream, session: Any) -> str | None:
     return key_of(upstream.own_session(session if isinstance(session, Session) else None))
 
 
-def kept_call(call: CallContext | None) -> CallContext | None:
-    """What a task keeps of the hooks' view of its call: arguments past `MAX_KEPT_ARGUMENTS` are dropped."""
-    if call is None or json_size(call.arguments) <= MAX_KEPT_ARGUMENTS:
-        return call
-    return dataclasses.replace(call, arguments={})
+@dataclass(frozen=True, slots=True)
+class KeptCall:
+    """What a task keeps of the hooks' view of its call, for its after-hooks (`TaskEntry.call`), for as long as the
+    task lasts (up to `MAX_TTL`, a day): the call's fields, but its session only by weak reference. A session that
+    ended is not kept alive by its tasks (its connection, its per-client upstream sessions, its hooks' state); the
+    after-hooks then see a session of the same id and key, with no state."""
+
+    call: CallContext
+    """The call, its session replaced by a stand-in (id, key and user only)."""
+    session: weakref.ref[Session]
+
+    def context(self) -> CallContext:
+        live = self.session()
+        return dataclasses.replace(self.call, session=live) if live is not None else self.call
+
+
+def kept_call(call: CallContext | None) -> KeptCall | None:
+    """What a task keeps of the hooks' view of its call (`KeptCall`): arguments past `MAX_KEPT_ARGUMENTS` are
+    dropped."""
+    if call is None:
+        return None
+    session = call.session
+    arguments = call.arguments if json_size(call.arguments) <= MAX_KEPT_ARGUMENTS else {}
+    stand_in = Session(id=session.id, key=session.key, user=session.user)
+    return KeptCall(dataclasses.replace(call, session=stand_in, arguments=arguments), weakref.ref(session))
 
 
 def _renamed(value: Any, upstream_id: str, task_id: str) -> Any:
@@ -304,9 +325,10 @@ class TaskRelay:
     async def _after_hooks(self, entry: TaskEntry, result: dict[str, Any]) -> dict[str, Any]:
         """A task's result through the after-hooks, as the call's own result would have gone (a redaction hook
         must not be passed by running a tool as a task)."""
-        hooks, call = self._hooks(), entry.call
-        if not hooks or not isinstance(call, CallContext):
+        hooks, kept = self._hooks(), entry.call
+        if not hooks or not isinstance(kept, KeptCall):
             return result
+        call = kept.context()
         async with call.session.lock:
             final = await hooks.after(call, Outcome(result, None, 0.0))
         return final if final is not None else result

@@ -15,7 +15,7 @@ number their tasks alike), the upstream's id, who created it (the principal, and
 downstream session's key, `gateway.hooks.Session.key`). Each principal holds at most `MAX_TASKS_PER_OWNER`.
 A request naming a task that someone else created gets exactly the error of an unknown task, and `tasks/list` shows a
 caller only its own, a page at a time. The table is plain data keyed by the id, so it could live in Redis, but for
-`call` (the hooks' state of the creating call, in-process).
+`call` (the hooks' view of the creating call, in-process; its session held only weakly).
 
 Ownership: the dispatcher creates one `TaskBook`; it is touched only by the call path (no task of its own).
 """
@@ -73,8 +73,8 @@ class TaskEntry:
     """The key of the downstream session whose own upstream session holds the task (`sessions: per_client`: an
     upstream numbering its tasks per process gives two clients the same id); None: the shared session."""
     call: Any = None
-    """The hooks' view of the call that created the task (`gateway.hooks.CallContext`; None without hooks): the
-    after-hooks see the task's result too, as they would the call's."""
+    """What the task keeps of the hooks' view of the call that created it (`gateway.task_relay.KeptCall`; None
+    without hooks): the after-hooks see the task's result too, as they would the call's."""
 
 
 def owner_of(identity: Identity) -> tuple[str, tuple[str, str] | None]:

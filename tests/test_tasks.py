@@ -10,8 +10,10 @@ process there, would find no task). 2026-07-28: the conformance fixture (`tests/
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import socket
+import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -27,7 +29,9 @@ from gateway import tasks
 from gateway.errors import UnknownName
 from gateway.hooks import CallContext, Session
 from gateway.identity import Identity
-from gateway.task_relay import MAX_KEPT_ARGUMENTS, kept_call, refused_as_triads
+from gateway.loading import parse_config
+from gateway.hook_factory import build_chain
+from gateway.task_relay import MAX_KEPT_ARGUMENTS, TaskRelay, kept_call, refused_as_triads
 from gateway.tasks import TaskBook
 from tests.conftest import NODE_DIR, PYTHON, ROOT, TRIAD, Proc, marker, start_triad, write_config
 from tests.raw_clients import (
@@ -357,19 +361,23 @@ async def test_a_synchronous_call_of_a_modern_client_is_not_a_task(procs: list[P
         assert result["resultType"] == "complete" and "taskId" not in result
 
 
-async def test_a_tasks_result_passes_the_after_hooks_as_the_calls_would(procs: list[Proc], tmp_path: Path) -> None:
-    """Running a tool as a task must not get its result past a redaction hook."""
-    async with modern_triad(procs, tmp_path, hooks=[{"redact": {"patterns": ["swordfish"]}}]) as url, \
+@pytest.mark.parametrize("protocol", ["auto", "handshake"])
+async def test_a_tasks_result_passes_the_after_hooks_as_the_calls_would(procs: list[Proc], tmp_path: Path,
+                                                                        protocol: str) -> None:
+    """Running a tool as a task must not get its result past a redaction hook: a 2026-07-28 client's (whose
+    request's session ended with the call; `handshake`: translated) and a 2025-11-25 client's `tasks/result`."""
+    async with modern_triad(procs, tmp_path, protocol, hooks=[{"redact": {"patterns": ["swordfish"]}}]) as url, \
             httpx2.AsyncClient(timeout=60) as http:
         created = await modern_ask(http, url, ADA, "tools/call", {"name": "slow_compute",
                                                                   "arguments": {"seconds": 1, "label": "swordfish"}})
-        task_id = created["result"]["taskId"]
-        for _ in range(100):  # a client polls a task (the fixture's pollIntervalMs is 200)
-            got = (await modern_ask(http, url, ADA, "tasks/get", {"taskId": task_id}))["result"]
-            if got["status"] == "completed":
-                break
-            await anyio.sleep(0.2)
+        got = await settled(http, url, created["result"]["taskId"])
         assert got["result"]["content"][0]["text"] == "computed [REDACTED]"
+        if protocol == "handshake":
+            ada = await Client(http, url, ADA).open({"tasks": {}})
+            task = (await ada.ask("tools/call", {"name": "slow_compute", "task": {},
+                                                 "arguments": {"seconds": 1, "label": "swordfish"}}))["result"]
+            result = (await ada.ask("tasks/result", {"taskId": task["task"]["taskId"]}))["result"]
+            assert result["content"][0]["text"] == "computed [REDACTED]"
 
 
 async def test_a_legacy_task_over_triad_stdio_pushes_its_status_to_its_client(procs: list[Proc],
@@ -480,10 +488,42 @@ def test_a_task_keeps_no_large_call_arguments() -> None:
     def call(arguments: dict[str, Any]) -> CallContext:
         return CallContext("tool", "ada", Session(), "t", "fx", "t", arguments)
 
-    small = call({"q": "x"})
-    assert kept_call(small) is small
+    small = kept_call(call({"q": "x"}))
+    assert small is not None and small.context().arguments == {"q": "x"}
     big = kept_call(call({"blob": "x" * (MAX_KEPT_ARGUMENTS + 1)}))
-    assert big is not None and big.arguments == {} and big.name == "t"
+    assert big is not None and big.context().arguments == {} and big.context().name == "t"
+
+
+async def test_a_task_keeps_its_session_only_weakly_and_its_hooks_still_apply(tmp_path: Path) -> None:
+    """A task lasts up to a day; the session that created it may end long before. The task must not keep that
+    session (its connection, per-client upstream sessions, hooks' state) alive, and its result still passes the
+    after-hooks: redaction, and an audit line naming the session."""
+    audit = tmp_path / "audit.jsonl"
+    config = parse_config(f"upstreams: {{}}\nhooks: [{{redact: {{patterns: [swordfish]}}}}, "
+                          f"{{audit: {{path: '{audit}'}}}}]")
+    hooks = build_chain(config.hooks)
+    book = TaskBook()
+
+    async def unused(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("no upstream is asked: only the after-hooks run")
+
+    relay = TaskRelay(book, unused, unused, lambda _name: None, lambda: hooks)  # type: ignore[arg-type]
+    ada = Identity(client_id="ada")
+    session = Session(id="session-hash")
+    session.state["hook state"] = "x" * 1_000_000
+    gone = weakref.ref(session)
+    call = CallContext("tool", "ada", session, "slow_compute", "fx", "slow_compute", {"label": "swordfish"})
+    task_id = book.adopt("fx", "task-1", ada, session.key, "2025-11-25", 60_000, kept_call(call))
+    key = session.key
+    del session, call
+    gc.collect()
+    assert gone() is None, "the task keeps its ended session alive"
+
+    entry = book.find(task_id, ada, key, "2025-11-25")
+    result = await relay._after_hooks(entry, {"content": [{"type": "text", "text": "computed swordfish"}]})
+    assert result["content"][0]["text"] == "computed [REDACTED]"
+    line = json.loads(audit.read_text().splitlines()[-1])
+    assert (line["session"], line["name"], line["outcome"]) == ("session-hash", "slow_compute", "ok")
 
 
 def test_an_upstream_refusal_names_the_task_by_triads_id() -> None:
