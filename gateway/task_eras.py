@@ -9,7 +9,8 @@ the client. The mapping, where the two eras have a faithful one:
   (a tool error, legacy `failed`, is `completed` at 2026) or `error` (a JSON-RPC error: `failed`);
 - `input_required`: the upstream asks its questions on a `tasks/result` stream. Triad holds that stream open
   (`InputBridge`), shows each question as an `inputRequests` entry, and answers it from `tasks/update`'s
-  `inputResponses`;
+  `inputResponses`. A `tasks/get` shows what is pending when it comes, without waiting for questions (an upstream
+  may stay `input_required` without asking anything): an empty map when nothing is;
 - `tasks/cancel` -> `tasks/cancel`, answered with the 2026 empty ack (also for a task already terminal, which the
   legacy era refuses with -32602).
 
@@ -105,12 +106,6 @@ class InputBridge:
         self.outcome: dict[str, Any] | None = None
         """`{"result": ...}` or `{"error": {...}}` once the upstream's `tasks/result` returned."""
         self.done = anyio.Event()
-        self.changed = anyio.Event()
-        """Set (and replaced) each time a question arrives or the outcome is known."""
-
-    def _touch(self) -> None:
-        self.changed.set()
-        self.changed = anyio.Event()
 
     async def ask(self, request: dict[str, Any]) -> dict[str, Any]:
         """The upstream's question (a wire request: method and params); the client's answer, in wire form."""
@@ -123,7 +118,6 @@ class InputBridge:
         got: list[dict[str, Any]] = []
         event = anyio.Event()
         self._waiting[key] = (event, got)
-        self._touch()
         try:
             await event.wait()
         finally:
@@ -145,7 +139,6 @@ class InputBridge:
     def finish(self, outcome: dict[str, Any]) -> None:
         self.outcome = outcome
         self.done.set()
-        self._touch()
 
 
 def failed_error(error: Any) -> dict[str, Any]:

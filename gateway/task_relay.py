@@ -56,9 +56,9 @@ Forward = Callable[..., Awaitable[dict[str, Any]]]
 """`Dispatcher._forward`: (upstream, kind, request, **options) -> the raw result."""
 MAX_LIST_PAGES = 100
 """Pages of an upstream's `tasks/list` Triad walks for one client's `tasks/list`."""
-QUESTION_WAIT = 5.0
-"""How long a `tasks/get` of a translated `input_required` task waits for the upstream's questions to arrive on
-the `tasks/result` stream Triad opened for them (they come at once; the bound is for an upstream that never asks)."""
+OUTCOME_WAIT = 5.0
+"""How long a `tasks/get` of a translated task the upstream calls terminal waits for the `tasks/result` stream
+Triad holds for its questions to end with its outcome (it ends as the task does; past this, Triad asks again)."""
 MAX_KEPT_ARGUMENTS = 64 * 1024
 """Bytes (JSON) of a task's call arguments Triad keeps for its after-hooks for as long as the task lasts (up to
 `MAX_TTL`); larger arguments are dropped (the hooks then see `{}`), not held for a day."""
@@ -257,15 +257,10 @@ class TaskRelay:
             raise
         out = {**modern_task(task), "taskId": task_id}
         status = task.get("status")
-        if status == "input_required":
+        if status == "input_required":  # the questions asked so far; none yet (or all answered): an empty map
             bridge = bridge or self._open_bridge(task_id, entry, upstream, identity)
-            with anyio.move_on_after(QUESTION_WAIT):
-                while not bridge.pending and not bridge.done.is_set():
-                    await bridge.changed.wait()
-            if bridge.pending:
-                return {**out, "inputRequests": dict(bridge.pending)}
-            out["status"] = "working"  # answered; the upstream has not moved on yet
-        elif status in ("completed", "failed"):
+            return {**out, "inputRequests": dict(bridge.pending)}
+        if status in ("completed", "failed"):
             outcome = await self._outcome(task_id, bridge, upstream, entry, identity)
             self._bridges.pop(task_id, None)
             if "error" in outcome:
@@ -290,7 +285,7 @@ class TaskRelay:
                        identity: Identity) -> dict[str, Any]:
         """A terminal task's payload: `{"result": ...}` or `{"error": ...}` (its `tasks/result`)."""
         if bridge is not None:
-            with anyio.move_on_after(QUESTION_WAIT):  # the stream Triad holds ends as the task does
+            with anyio.move_on_after(OUTCOME_WAIT):  # the stream Triad holds ends as the task does
                 await bridge.done.wait()
             if bridge.outcome is not None:
                 return bridge.outcome

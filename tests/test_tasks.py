@@ -285,9 +285,10 @@ async def test_a_modern_clients_task_on_a_handshake_era_upstream_is_translated(p
         # the upstream's questions, asked on a tasks/result stream, become inputRequests; tasks/update answers them
         asking = (await modern_ask(http, url, ADA, "tools/call", {"name": "multi_input", "arguments": {}}))["result"]
         waiting = await settled(http, url, asking["taskId"], until="input_required")
-        for _ in range(50):  # both questions come at once, each on its own
+        for _ in range(50):  # both questions come at once, each on its own (a get shows what has come)
             if len(waiting.get("inputRequests", {})) == 2:
                 break
+            await anyio.sleep(0.2)  # a client polls (the fixture's pollIntervalMs)
             waiting = await settled(http, url, asking["taskId"], until="input_required")
         first, second = sorted(waiting["inputRequests"])
         assert waiting["inputRequests"][first]["method"] == "elicitation/create"
@@ -315,6 +316,19 @@ async def test_a_modern_clients_task_through_search_modes_call_tool_is_its_own(p
         assert task["resultType"] == "task" and len(task["taskId"]) >= 32, created
         done = await settled(http, url, task["taskId"])
         assert done["status"] == "completed" and done["result"]["isError"] is True
+
+
+async def test_a_translated_task_that_asks_nothing_is_shown_as_it_is(procs: list[Proc], tmp_path: Path) -> None:
+    """A handshake-era task `input_required` from its start that never asks anything: a 2026-07-28 client's
+    `tasks/get` tells what is pending (nothing) at once, rather than waiting for questions that never come."""
+    async with modern_triad(procs, tmp_path, protocol="handshake") as url, httpx2.AsyncClient(timeout=60) as http:
+        created = (await modern_ask(http, url, ADA, "tools/call", {"name": "quiet_input", "arguments": {}}))["result"]
+        assert created["status"] == "input_required"
+        for _ in range(2):  # the first get opens Triad's stream for its questions; the next finds it open
+            got = (await modern_ask(http, url, ADA, "tasks/get", {"taskId": created["taskId"]}))["result"]
+            assert (got["status"], got["inputRequests"]) == ("input_required", {}), got
+        await modern_ask(http, url, ADA, "tasks/cancel", {"taskId": created["taskId"]})
+        assert (await settled(http, url, created["taskId"]))["status"] == "cancelled"
 
 
 async def test_a_legacy_clients_tasks_list_comes_in_pages_of_triads_own(procs: list[Proc], tmp_path: Path) -> None:

@@ -36,6 +36,7 @@ TASK_TOOLS = [
     tool("protocol_error_job", "A task that fails with a protocol error (requires the tasks extension)"),
     tool("confirm_delete", "A task that asks for confirmation", {"filename": {"type": "string"}}),
     tool("multi_input", "A task that asks two questions at once"),
+    tool("quiet_input", "A task that is input_required from its start without asking anything (until cancelled)"),
     tool("test_tool_with_task", "Asks a name in-band, then runs as a task (requires the tasks extension)"),
 ]
 REQUIRED = {"failing_job", "protocol_error_job", "test_tool_with_task"}
@@ -244,6 +245,10 @@ class Tasks:
         if name == "confirm_delete":
             question = elicit(f"Delete {arguments.get('filename')}?", {"confirm": {"type": "boolean"}}, ("confirm",))
             return self._start(self._ask, {"confirm": question}, f"deleted {arguments.get('filename')}")
+        if name == "quiet_input":
+            created = self._start(self._quiet)
+            self._tasks[created["taskId"]].set("input_required")
+            return {**created, "status": "input_required"}
         if name == "multi_input":
             return self._start(self._ask, {
                 "first": elicit("First?", {"name": {"type": "string"}}, ("name",)),
@@ -279,6 +284,9 @@ class Tasks:
         await anyio.sleep(0.2)
         task.error = {"code": types.INTERNAL_ERROR, "message": "the job crashed"}
         task.set("failed")
+
+    async def _quiet(self, task: _Task) -> None:
+        await anyio.sleep_forever()
 
     async def _ask(self, task: _Task, questions: dict[str, dict[str, Any]], done: str) -> None:
         task.pending = dict(questions)
