@@ -27,10 +27,10 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from consumers.errors import UpstreamRefused
 from gateway import tasks
 from gateway.errors import UnknownName
+from gateway.hook_factory import build_chain
 from gateway.hooks import CallContext, Session
 from gateway.identity import Identity
 from gateway.loading import parse_config
-from gateway.hook_factory import build_chain
 from gateway.task_relay import MAX_KEPT_ARGUMENTS, TaskRelay, kept_call, refused_as_triads
 from gateway.tasks import TaskBook
 from tests.conftest import NODE_DIR, PYTHON, ROOT, TRIAD, Proc, marker, start_triad, write_config

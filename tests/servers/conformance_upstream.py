@@ -339,7 +339,8 @@ def main() -> None:
             if args.transport == "stdio":
                 await serve_stdio(server)
             else:
-                await serve_http(server, "http", args.port, args.unavailable_calls, endless_unavailable=args.endless_503)
+                await serve_http(server, "http", args.port, args.unavailable_calls,
+                                 endless_unavailable=args.endless_503)
             tg.cancel_scope.cancel()
 
     anyio.run(serve)

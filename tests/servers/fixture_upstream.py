@@ -20,6 +20,7 @@ import time
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import mcp_types as types
 import uvicorn
 from mcp.server import Server
@@ -316,7 +317,7 @@ def answer_unavailable(app: Any, count: int, endless: bool = False) -> Any:
             while not gone.is_set():
                 await send({"type": "http.response.body", "body": b"overloaded " * 6000, "more_body": True})
                 sent += 66_000
-                await anyio.sleep(0)  # uvicorn's send returns at once after a hang-up
+                await anyio.lowlevel.checkpoint()  # uvicorn's send returns at once after a hang-up
         print(f"503 body cut after {sent} bytes", file=sys.stderr, flush=True)
     return wrapped
 
