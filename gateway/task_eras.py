@@ -17,8 +17,9 @@ the client. The mapping, where the two eras have a faithful one:
 Not mapped:
 - a 2025-11-25 client's task on a 2026-07-28 upstream: its tools say nothing of tasks, and a synchronous answer
   would need a task Triad hosts; the call gets -32601 (`NotATask`);
-- `notifications/tasks/status`: 2026 clients hear of tasks only through `subscriptions/listen`, which Triad does
-  not relay for tasks;
+- `notifications/tasks/status` as such: a 2026 client hears of its task on a `subscriptions/listen` stream that
+  names it in `taskIds`, where each status the upstream pushes (and each question, and the end) is told as
+  `notifications/tasks`, the task as its `tasks/get` shows it then (`TaskRelay.watch`, `exposers.notify`);
 - the legacy `tasks/list` and `tasks/result`, which do not exist at 2026.
 
 Ownership: the `TaskRelay` creates an `InputBridge` for a task the first time a client sees it `input_required`;
@@ -99,7 +100,9 @@ class InputBridge:
     waits under a key of its own until `answer` gets its response. The stream's final outcome (the payload, or a
     JSON-RPC error) is kept for `tasks/get`."""
 
-    def __init__(self) -> None:
+    def __init__(self, changed: Callable[[], None] = lambda: None) -> None:
+        self._changed = changed
+        """Called when a question arrives and when the outcome is known (the task's status pushes)."""
         self.pending: dict[str, dict[str, Any]] = {}
         self._waiting: dict[str, tuple[anyio.Event, list[dict[str, Any]]]] = {}
         self._count = 0
@@ -118,6 +121,7 @@ class InputBridge:
         got: list[dict[str, Any]] = []
         event = anyio.Event()
         self._waiting[key] = (event, got)
+        self._changed()
         try:
             await event.wait()
         finally:
@@ -139,6 +143,7 @@ class InputBridge:
     def finish(self, outcome: dict[str, Any]) -> None:
         self.outcome = outcome
         self.done.set()
+        self._changed()
 
 
 def failed_error(error: Any) -> dict[str, Any]:

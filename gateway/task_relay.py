@@ -15,7 +15,7 @@ import dataclasses
 import logging
 import re
 import weakref
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +27,7 @@ from pydantic import ValidationError
 from consumers import CURRENT_DOWNSTREAM, Upstream
 from consumers.errors import UpstreamError, UpstreamRefused
 from gateway.builtin_hooks import json_size
-from gateway.errors import INVALID_PARAMS, InvalidRequest, TriadError
+from gateway.errors import INVALID_PARAMS, InvalidRequest, TriadError, UnknownName
 from gateway.hooks import CallContext, HookChain, Outcome, Session
 from gateway.identity import Identity
 from gateway.task_eras import (
@@ -53,6 +53,9 @@ from gateway.tasks import (
 from gateway.wire import expose_links, forwardable_meta
 
 Forward = Callable[..., Awaitable[dict[str, Any]]]
+Watcher = Callable[[dict[str, Any]], None]
+"""Told a translated task as its `tasks/get` shows it (a DetailedTask, with Triad's id), each time it changes."""
+Unwatch = Callable[[], None]
 """`Dispatcher._forward`: (upstream, kind, request, **options) -> the raw result."""
 MAX_LIST_PAGES = 100
 """Pages of an upstream's `tasks/list` Triad walks for one client's `tasks/list`."""
@@ -155,6 +158,10 @@ class TaskRelay:
         self._upstream = upstream
         self._uri_part = uri_part
         self._bridges: dict[str, InputBridge] = {}
+        self._watchers: dict[str, list[Watcher]] = {}
+        """Translated tasks' ids -> who is told of each change of theirs (`watch`: 2026-07-28 listen streams)."""
+        self._telling: dict[str, bool] = {}
+        """Translated tasks whose watchers are being told (one at a time, in order) -> it changed again since."""
         self._tg: TaskGroup | None = None
 
     async def run(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
@@ -196,6 +203,64 @@ class TaskRelay:
         task_id = self.book.adopt(upstream.name, created[0], identity, key_of(session), era, created[1],
                                   kept_call(call), holder_of(upstream, session))
         return with_task_id(result, task_id)
+
+    # -- status pushes of translated tasks (2026-07-28 `notifications/tasks`, on `subscriptions/listen`) --------
+
+    def watch(self, identity: Identity, task_ids: Iterable[Any], watcher: Watcher) -> tuple[list[str], Unwatch]:
+        """Have `watcher` told each change of the caller's own translated tasks among `task_ids` (a 2026-07-28
+        listen stream's `taskIds`), as the task's `tasks/get` would show it then. Returns the ids it will be told
+        of (another's, an unknown id, or a task of a 2026 upstream: not) and the callable that stops it."""
+        honored: list[str] = []
+        for task_id in dict.fromkeys(task_ids):
+            try:
+                entry = self.book.find(task_id, identity, None, "2026-07-28")
+            except UnknownName:
+                continue
+            if not self._upstream(entry.upstream).modern:
+                honored.append(task_id)
+                self._watchers.setdefault(task_id, []).append(watcher)
+
+        def unwatch() -> None:
+            for task_id in honored:
+                watching = self._watchers.get(task_id, [])
+                if watcher in watching:
+                    watching.remove(watcher)
+                if not watching:
+                    self._watchers.pop(task_id, None)
+
+        return honored, unwatch
+
+    def status_changed(self, task_id: str, entry: TaskEntry) -> None:
+        """A translated task changed (its upstream pushed its status, asked a question, or ended): its watchers are
+        told, after a `tasks/get` of Triad's own (a push of the upstream says only its status, and may come out of
+        order)."""
+        if task_id not in self._watchers or self._tg is None:
+            return
+        if task_id in self._telling:  # told again once the current round ends
+            self._telling[task_id] = True
+            return
+        self._telling[task_id] = False
+        self._tg.start_soon(self._tell_watchers, task_id, entry, name=f"task-status-{entry.upstream}")
+
+    async def _tell_watchers(self, task_id: str, entry: TaskEntry) -> None:
+        owner = Identity(client_id=entry.owner[0], principal=entry.owner[1])
+        try:
+            while task_id in self._watchers:
+                self._telling[task_id] = False
+                try:
+                    task = await self._translated(task_id, entry, self._upstream(entry.upstream), owner,
+                                                  "tasks/get", {})
+                except Exception as exc:  # pushes are optional: the client's own tasks/get tells it the same
+                    logger.debug("could not get the status of a task of %s to push it: %s", entry.upstream, exc)
+                    return
+                for watcher in list(self._watchers.get(task_id, ())):
+                    watcher(task)
+                if task.get("status") in TERMINAL:
+                    self._watchers.pop(task_id, None)
+                if not self._telling[task_id]:
+                    return
+        finally:
+            self._telling.pop(task_id, None)
 
     def session_of(self, entry: TaskEntry) -> Session | None:
         """The downstream session that created a handshake-era task, while it lasts (in this process)."""
@@ -258,7 +323,9 @@ class TaskRelay:
         out = {**modern_task(task), "taskId": task_id}
         status = task.get("status")
         if status == "input_required":  # the questions asked so far; none yet (or all answered): an empty map
-            bridge = bridge or self._open_bridge(task_id, entry, upstream, identity)
+            # looked up again: another get of the task may have opened it meanwhile (one stream per task: two
+            # would each be asked its questions, and an upstream on stdio could not tell them apart)
+            bridge = self._bridges.get(task_id) or self._open_bridge(task_id, entry, upstream, identity)
             return {**out, "inputRequests": dict(bridge.pending)}
         if status in ("completed", "failed"):
             outcome = await self._outcome(task_id, bridge, upstream, entry, identity)
@@ -299,7 +366,7 @@ class TaskRelay:
             raise UpstreamError(upstream.name, "Triad cannot take this task's questions yet (starting)")
         for gone in [known for known in self._bridges if known not in self.book]:  # expired, never read again
             del self._bridges[gone]
-        bridge = self._bridges[task_id] = InputBridge()
+        bridge = self._bridges[task_id] = InputBridge(lambda: self.status_changed(task_id, entry))
 
         async def hold() -> None:
             token = CURRENT_DOWNSTREAM.set(BridgeDownstream(bridge))

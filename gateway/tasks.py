@@ -217,6 +217,21 @@ def missing_extension_data() -> dict[str, Any]:
     return {"requiredCapabilities": {"extensions": {EXTENSION: {}}}}
 
 
+TASK_PUSH = "notifications/tasks"
+"""A 2026-07-28 task's status push (on a `subscriptions/listen` stream that named the task in `taskIds`)."""
+
+
+class TaskPushParams(types.NotificationParams):
+    model_config = ConfigDict(extra="allow")
+
+
+class TaskPush(types.Notification[TaskPushParams, str]):
+    """`notifications/tasks`: the DetailedTask, as the task's `tasks/get` would show it."""
+
+    method: str = TASK_PUSH
+    params: TaskPushParams
+
+
 class TaskRequestParams(types.RequestParams):
     model_config = ConfigDict(extra="allow")
 

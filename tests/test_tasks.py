@@ -331,6 +331,64 @@ async def test_a_translated_task_that_asks_nothing_is_shown_as_it_is(procs: list
         assert (await settled(http, url, created["taskId"]))["status"] == "cancelled"
 
 
+async def test_a_translated_tasks_status_is_pushed_on_its_owners_listen_stream(procs: list[Proc],
+                                                                             tmp_path: Path) -> None:
+    """A 2026-07-28 client's task on a handshake-era upstream (server-everything, which pushes its tasks' status):
+    a `subscriptions/listen` stream naming it in `taskIds` is told each change as `notifications/tasks`, the task
+    as its `tasks/get` shows it (its question as `inputRequests`, its result inlined), under Triad's id. The
+    acknowledgement names only the ids Triad agreed to: not another's, not an unknown one."""
+    url = start_triad(procs, everything_config(tmp_path, "shared"), wait_ready=1)
+    async with httpx2.AsyncClient(timeout=60) as http, anyio.create_task_group() as tg:
+        created = await modern_ask(http, url, ADA, "tools/call", {"name": RESEARCH,
+                                                                  "arguments": {"topic": "x", "ambiguous": True}})
+        task_id = created["result"]["taskId"]
+        bobs = (await modern_ask(http, url, BOB, "tools/call", {"name": RESEARCH, "arguments": {"topic": "y"}}))
+        frames: list[dict[str, Any]] = []
+        arrived = anyio.Event()
+
+        async def listen(token: str, task_ids: list[str], *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+            nonlocal arrived
+            body = modern(7, "subscriptions/listen", {"notifications": {"taskIds": task_ids}})
+            headers = modern_headers("subscriptions/listen") | {"Authorization": f"Bearer {token}"}
+            async with http.stream("POST", url, content=dumps(body), headers=headers) as stream:
+                task_status.started()
+                async for line in stream.aiter_lines():
+                    if line.startswith("data:") and line[5:].strip():
+                        frames.append(json.loads(line[5:]))
+                        arrived.set()
+                        arrived = anyio.Event()
+
+        async def frame(found: Any) -> dict[str, Any]:
+            with anyio.fail_after(60):
+                while not any(found(f) for f in frames):
+                    await arrived.wait()
+            return next(f for f in frames if found(f))
+
+        def pushed(status: str) -> Any:
+            return lambda f: f.get("method") == "notifications/tasks" and f["params"]["status"] == status
+
+        await tg.start(listen, ADA, [task_id, bobs["result"]["taskId"], "no-such-task"])
+        ack = await frame(lambda f: f.get("method") == "notifications/subscriptions/acknowledged")
+        assert ack["params"]["notifications"]["taskIds"] == [task_id]
+        await modern_ask(http, url, ADA, "tasks/get", {"taskId": task_id})  # a client polls, pushed to or not
+        asking = await frame(lambda f: pushed("input_required")(f) and f["params"]["inputRequests"])
+        (key, question), = asking["params"]["inputRequests"].items()
+        assert question["method"] == "elicitation/create"
+        answer = {"action": "accept", "content": {"interpretation": "technical"}}
+        await modern_ask(http, url, ADA, "tasks/update", {"taskId": task_id, "inputResponses": {key: answer}})
+        done = await frame(pushed("completed"))
+        assert done["params"]["result"]["content"] and "resultType" not in done["params"]
+        assert frames[0] is ack and all(f["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"] == 7
+                                        for f in frames)
+        assert {f["params"]["taskId"] for f in frames if f.get("method") == "notifications/tasks"} == {task_id}
+        # a request that does not declare the tasks extension gets no task pushes: -32021, as for tasks/*
+        body = modern(8, "subscriptions/listen", {"notifications": {"taskIds": [task_id]}}, extension=False)
+        headers = modern_headers("subscriptions/listen") | {"Authorization": f"Bearer {ADA}"}
+        refused = answer_of(await modern_post(http, url, dumps(body), headers))["error"]
+        assert refused["code"] == -32021 and EXTENSION in refused["data"]["requiredCapabilities"]["extensions"]
+        tg.cancel_scope.cancel()
+
+
 async def test_a_legacy_clients_tasks_list_comes_in_pages_of_triads_own(procs: list[Proc], tmp_path: Path) -> None:
     """Many tasks: `tasks/list` pages by Triad's own cursor (the upstream's list covers every client's tasks)."""
     async with modern_triad(procs, tmp_path, protocol="handshake", page_size=2) as url, \
