@@ -211,7 +211,7 @@ class TaskRelay:
         listen stream's `taskIds`), as the task's `tasks/get` would show it then. Returns the ids it will be told
         of (another's, an unknown id, or a task of a 2026 upstream: not) and the callable that stops it."""
         honored: list[str] = []
-        for task_id in dict.fromkeys(task_ids):
+        for task_id in dict.fromkeys(task_id for task_id in task_ids if isinstance(task_id, str)):
             try:
                 entry = self.book.find(task_id, identity, None, "2026-07-28")
             except UnknownName:

@@ -367,7 +367,7 @@ async def test_a_translated_tasks_status_is_pushed_on_its_owners_listen_stream(p
         def pushed(status: str) -> Any:
             return lambda f: f.get("method") == "notifications/tasks" and f["params"]["status"] == status
 
-        await tg.start(listen, ADA, [task_id, bobs["result"]["taskId"], "no-such-task"])
+        await tg.start(listen, ADA, [task_id, bobs["result"]["taskId"], "no-such-task", {"not": "an id"}, task_id])
         ack = await frame(lambda f: f.get("method") == "notifications/subscriptions/acknowledged")
         assert ack["params"]["notifications"]["taskIds"] == [task_id]
         await modern_ask(http, url, ADA, "tasks/get", {"taskId": task_id})  # a client polls, pushed to or not
