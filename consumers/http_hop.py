@@ -24,6 +24,7 @@ import aiohttp
 import anyio
 import anyio.lowlevel
 import mcp_types as types
+from anyio.abc import TaskGroup
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
@@ -42,6 +43,8 @@ DEFAULT_RETRY_MS = 1000
 MAX_RETRY_MS = 30_000
 MAX_RESUMES = 5
 """How often a reply stream that ends before its result is taken up again (each bounded by the call's deadline)."""
+MAX_MESSAGE = 64 * 2**20
+"""The largest message an upstream may send on a reply (a base64 image or a long document fits many times)."""
 
 
 @dataclass
@@ -128,7 +131,7 @@ class HttpHop:
                     if reply is None:
                         reply = await self._resume(stream, request_id, on_progress, downstream)
                 else:
-                    reply = json.loads(await response.read())
+                    reply = json.loads(await _read_whole(response))
         except anyio.get_cancelled_exc_class():
             with anyio.move_on_after(CANCEL_TIMEOUT, shield=True):
                 # The SDK's server cancels a call before it hands on the client's notification, whose reason
@@ -194,25 +197,25 @@ class HttpHop:
     async def _read_stream(self, response: aiohttp.ClientResponse, stream: _Stream, request_id: str,
                            on_progress: ProgressFn, downstream: Downstream | None) -> dict[str, Any] | None:
         reply: dict[str, Any] | None = None
+        events = _Events(stream)
         # The upstream's own requests are answered side by side (it may ask several questions at once, each
-        # waiting for its client), and the stream read on meanwhile; once the result is in, they are moot.
-        async with anyio.create_task_group() as answers:
-            # Read to the end of the stream (the upstream ends it after the result) so the connection goes back to
-            # the pool; an upstream that keeps it open a moment longer loses it.
-            with anyio.CancelScope() as tail:
-                async for message in _events(response, stream):
-                    if reply is not None:
-                        continue
+        # waiting for its client), and the stream read on meanwhile; once the result is in, they are moot. Their
+        # task group is opened at the first one: most replies carry none, and a task group costs CPU per call.
+        async with contextlib.AsyncExitStack() as answering:
+            answers: TaskGroup | None = None
+            async for chunk in response.content.iter_any():
+                for message in events.feed(chunk):
                     if message.get("id") == request_id and "method" not in message:
                         reply = message
-                        tail.deadline = anyio.current_time() + TAIL_WAIT
-                        continue
+                        break
                     method = message.get("method")
                     if not isinstance(method, str):
                         continue
                     found = message.get("params")
                     params: dict[str, Any] = found if isinstance(found, dict) else {}
                     if "id" in message:
+                        if answers is None:
+                            answers = await answering.enter_async_context(anyio.create_task_group())
                         answers.start_soon(self._answer, message["id"], method, params, downstream)
                     elif method == "notifications/progress" and params.get("progressToken") == request_id:
                         await on_progress({key: value for key, value in params.items() if key != "progressToken"})
@@ -225,8 +228,16 @@ class HttpHop:
                             await downstream.log(log)
                     else:
                         self._on_notification(method, params)
-            if reply is not None:
+                if reply is not None:
+                    break
+            if reply is not None and answers is not None:
                 answers.cancel_scope.cancel()
+        if reply is not None and not response.content.at_eof():
+            # Read to the end of the stream (the upstream ends it after the result) so the connection goes back to
+            # the pool; an upstream that keeps it open a moment longer loses it.
+            with anyio.move_on_after(TAIL_WAIT):
+                while await response.content.readany():
+                    pass
         return reply
 
     async def _answer(self, message_id: Any, method: str, params: dict[str, Any],
@@ -265,30 +276,74 @@ class _Stream:
     retry_ms: int = DEFAULT_RETRY_MS
 
 
-async def _events(response: aiohttp.ClientResponse, stream: _Stream) -> AsyncIterator[dict[str, Any]]:
-    """The JSON messages of an SSE stream (`data:` lines joined per event); `id:` and `retry:` go to `stream`."""
-    data: list[bytes] = []
-    async for raw in response.content:
-        line = raw.rstrip(b"\r\n")
-        if line:
-            field, _, value = line.partition(b":")
-            value = value.removeprefix(b" ")
-            if field == b"data":
-                data.append(value)
-            elif field == b"id":
-                stream.last_id = value.decode(errors="replace")
-            elif field == b"retry" and value.isdigit():
-                stream.retry_ms = min(int(value), MAX_RETRY_MS)
-            continue
-        if data:
-            text, data = b"\n".join(data), []
-            try:
-                message = json.loads(text) if text.strip() else None
-            except ValueError:
-                logger.debug("an upstream sent a malformed SSE event")
+class _Events:
+    """The JSON messages of an SSE stream, fed as it comes in chunks (cheaper than line by line, and a line may be
+    as long as a message): `data:` lines joined per event; `id:` and `retry:` go to the stream's `_Stream`. A line
+    over `MAX_MESSAGE` is refused with an error that says so."""
+
+    def __init__(self, stream: _Stream) -> None:
+        self._stream = stream
+        self._data: list[bytes] = []
+        self._data_size = 0
+        self._partial: list[bytes] = []
+        """The start of a line whose end has not come yet."""
+        self._partial_size = 0
+
+    def feed(self, chunk: bytes) -> list[dict[str, Any]]:
+        if b"\n" not in chunk:
+            self._partial.append(chunk)
+            self._partial_size += len(chunk)
+            if self._partial_size > MAX_MESSAGE:
+                raise _too_large()
+            return []
+        if self._partial:
+            chunk, self._partial, self._partial_size = b"".join((*self._partial, chunk)), [], 0
+        lines = chunk.split(b"\n")
+        if last := lines.pop():
+            self._partial, self._partial_size = [last], len(last)
+        messages: list[dict[str, Any]] = []
+        for raw in lines:
+            line = raw.rstrip(b"\r")
+            if line:
+                field, _, value = line.partition(b":")
+                value = value.removeprefix(b" ")
+                if field == b"data":
+                    self._data.append(value)
+                    self._data_size += len(value)
+                    if self._data_size > MAX_MESSAGE:
+                        raise _too_large()
+                elif field == b"id":
+                    self._stream.last_id = value.decode(errors="replace")
+                elif field == b"retry" and value.isdigit():
+                    self._stream.retry_ms = min(int(value), MAX_RETRY_MS)
                 continue
-            if isinstance(message, dict):
-                yield message
+            if self._data:
+                text, self._data, self._data_size = b"\n".join(self._data), [], 0
+                try:
+                    message = json.loads(text) if text.strip() else None
+                except ValueError:
+                    logger.debug("an upstream sent a malformed SSE event")
+                    continue
+                if isinstance(message, dict):
+                    messages.append(message)
+        return messages
+
+
+async def _read_whole(response: aiohttp.ClientResponse) -> bytes:
+    """A JSON reply's body, refused with an error that says so beyond `MAX_MESSAGE`."""
+    if (response.content_length or 0) > MAX_MESSAGE:
+        raise _too_large()
+    chunks, size = [], 0
+    async for chunk in response.content.iter_any():
+        size += len(chunk)
+        if size > MAX_MESSAGE:
+            raise _too_large()
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _too_large() -> MCPError:
+    return MCPError(code=types.INTERNAL_ERROR, message=f"the upstream sent a message over {MAX_MESSAGE // 2**20} MiB")
 
 
 def _result_of(reply: Any) -> dict[str, Any]:

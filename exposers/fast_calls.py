@@ -52,7 +52,7 @@ logger = logging.getLogger("triad.exposer")
 PING_INTERVAL = 15.0
 """A 2026-07-28 call silent this long gets a stream with a keep-alive comment this often (the SDK's interval)."""
 _GUARDS: set[asyncio.Task[None]] = set()
-"""The guards of handshake-era calls in flight (the event loop keeps only weak references to tasks)."""
+"""The guards of calls in flight (the event loop keeps only weak references to tasks)."""
 
 
 class Answers:
@@ -212,11 +212,7 @@ async def serve_call(dispatcher: Dispatcher, request: ClientRequest, request_id:
     with `notifications/cancelled` (`cancel`), or by closing the connection: Triad keeps no event store, so a reply
     whose connection is gone could never be resumed, and the upstream call is cancelled with it."""
     body: bytes | None = None
-    # A plain task, not a task group: the guard ends by itself once the reply is complete, and a task group's
-    # scopes cost more CPU per call than this whole function.
-    guard = asyncio.get_running_loop().create_task(_guard(receive, reply, cancel))
-    _GUARDS.add(guard)
-    guard.add_done_callback(_guard_done)
+    _start_guard(receive, reply, cancel)
     with cancel:
         try:
             result = await serve(dispatcher, None, request)
@@ -236,8 +232,7 @@ async def serve_modern_call(dispatcher: Dispatcher, rounds: InputRounds | None, 
     async def answer(result: dict[str, Any]) -> None:
         await reply.finish(_response(request_id, {"result": stamp_server_info(complete(result), server_info)}))
 
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(_guard, receive, reply, tg.cancel_scope)
+    with _start_guard(receive, reply, anyio.CancelScope()):
         try:
             found = await serve(dispatcher, rounds, request, answer_first=answer)
             if found is not None:  # else a question was asked already, and the retry gets the result
@@ -247,6 +242,16 @@ async def serve_modern_call(dispatcher: Dispatcher, rounds: InputRounds | None, 
             if not reply.finished:
                 await reply.finish(_response(request_id, {"error": _dump(error)}),
                                    ERROR_CODE_HTTP_STATUS.get(error.code, 200))
+
+
+def _start_guard(receive: Receive, reply: Reply, call: anyio.CancelScope) -> anyio.CancelScope:
+    """Start the guard of a call that runs in `call` (returned). A plain task, not a task group: the guard ends by
+    itself once the reply is complete, and a task group's scopes cost more CPU per call than the rest of this
+    module's work for it."""
+    guard = asyncio.get_running_loop().create_task(_guard(receive, reply, call))
+    _GUARDS.add(guard)
+    guard.add_done_callback(_guard_done)
+    return call
 
 
 def _guard_done(guard: asyncio.Task[None]) -> None:

@@ -169,9 +169,9 @@ class FastPath:
         verdict = classify_inbound_request(message, headers=dict(request.headers))
         if isinstance(verdict, InboundLadderRejection):
             return None
-        arguments = params.get("arguments") or {}
-        if method == "tools/call" and (arguments or any(key.startswith("mcp-param-") for key in request.headers)):
+        if method == "tools/call" and self._dispatcher.declares_param_headers(params["name"]):
             schema = tool_input_schema(self._dispatcher, params["name"])
+            arguments = params.get("arguments") or {}
             if schema is not None and validate_mcp_param_headers(schema, arguments, request.headers) is not None:
                 return None
         try:

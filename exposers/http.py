@@ -188,7 +188,7 @@ class HostGuard:
 
 def build_app(server: GatewayServer, dispatcher: Dispatcher, notifier: Notifier, host: str,
               reloader: Reloader | None = None, rounds: InputRounds | None = None, cluster: Any = None,
-              redirects: Redirects | None = None) -> Starlette:
+              redirects: Redirects | None = None) -> McpFirst:
     """`cluster`: with `cluster:` in the config, the replica's `gateway.cluster.Cluster` (requests another replica
     owns are forwarded to it, and `/readyz` shows the cluster). `redirects`: per-user authorizations waiting for
     their answer on `/oauth/callback/<upstream>`."""
@@ -298,9 +298,10 @@ def build_app(server: GatewayServer, dispatcher: Dispatcher, notifier: Notifier,
         router = ClusterRouter(mcp, cluster, lambda sid: session_transport(manager, sid) is not None,
                                MAX_REQUEST_BODY)
         mcp = HostGuard(router, security, mcp_too=True)  # not forwarded before the Host/Origin check
+    mcp = BearerAuth(mcp, dispatcher, gate)
     app = Starlette(
         routes=[
-            Route("/mcp", endpoint=BearerAuth(mcp, dispatcher, gate)),
+            Route("/mcp", endpoint=mcp),
             Route("/sse", endpoint=BearerAuth(handle_sse, dispatcher, gate)),
             Mount("/messages/", app=BearerAuth(StrictJson(sse.handle_post_message, MAX_REQUEST_BODY, "message"),
                                                dispatcher, gate)),
@@ -316,7 +317,24 @@ def build_app(server: GatewayServer, dispatcher: Dispatcher, notifier: Notifier,
         lifespan=lifespan,
     )
     app.add_middleware(HostGuard, security=security)
-    return app
+    return McpFirst(mcp, app)
+
+
+class McpFirst:
+    """The app uvicorn runs: `/mcp`, nearly all the traffic, goes straight to its handler; everything else through
+    Starlette (routes, error pages, the lifespan). Starlette's router and exception middlewares cost about a tenth
+    of a call's CPU, and `/mcp` uses neither (its handler makes its own errors; `HostGuard` exempts it, as the SDK
+    and the direct path check Host and Origin themselves)."""
+
+    def __init__(self, mcp: ASGIApp, app: ASGIApp) -> None:
+        self._mcp = mcp
+        self._app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] == "/mcp":
+            await self._mcp(scope, receive, send)
+        else:
+            await self._app(scope, receive, send)
 
 
 def _endpoint(handler: Any) -> ASGIApp:

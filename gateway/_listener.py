@@ -10,17 +10,21 @@ protocol with two deadlines and a size limit, closes such connections:
 - the body must be complete within `BODY_TIMEOUT` of the head; otherwise the connection is closed (the app sees a
   disconnect). Answers are not timed: a long call or an event stream is the app's business.
 
-When descriptors run out anyway, asyncio logs every failed `accept()` with a traceback (hundreds of thousands a
-minute under attack). `ListenerConfig.load`, which uvicorn calls in the running loop, puts a loop exception
-handler in front that logs such failures once per `EXHAUSTION_LOG_INTERVAL`, with the count, and no traceback.
+Connections are accepted by `Listener`, not by the event loop's own server: when descriptors run out, uvloop's
+server (libuv) closes its listening socket for good, and asyncio's logs every failed `accept()` with a traceback
+(hundreds of thousands a minute under attack). `Listener` logs such failures once per `EXHAUSTION_LOG_INTERVAL`,
+with the count and no traceback, and tries again a moment later. `ListenerServer` is uvicorn's server with it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import logging
+import socket
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import uvicorn
@@ -37,6 +41,10 @@ MAX_HEAD_BYTES = 256 * 1024
 EXHAUSTION_LOG_INTERVAL = 10.0
 """Seconds between two log lines about `accept()` failing for want of descriptors or memory."""
 EXHAUSTION_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+PASSING_ERRNOS = frozenset({errno.ECONNABORTED, errno.EPROTO, errno.EPERM, errno.EINTR, errno.EAGAIN})
+"""`accept()` failures that concern one client only."""
+ACCEPT_RETRY = 1.0
+"""Seconds before `accept()` is tried again after it failed for want of resources (asyncio's own delay)."""
 
 
 class DeadlineProtocol(HttpToolsProtocol):
@@ -117,36 +125,87 @@ def _peer(client: tuple[str, int] | None) -> str:
 
 
 class ListenerConfig(uvicorn.Config):
-    """`uvicorn.Config` with `DeadlineProtocol` for HTTP and, once loaded in the running loop, one log line per
-    interval for `accept()` failures for want of resources."""
+    """`uvicorn.Config` with `DeadlineProtocol` for HTTP."""
 
     def __init__(self, app: Any, **options: Any) -> None:
         super().__init__(app, **{"http": DeadlineProtocol, **options})
 
-    def load(self) -> None:
-        super().load()
+
+class ListenerServer(uvicorn.Server):
+    """uvicorn's server, accepting on the sockets it is given with a `Listener` each (uvicorn's own startup runs
+    with none: it does the lifespan and the state its protocols share). uvicorn's own signal capture is off: it
+    re-raises the signal after shutdown, which would kill the process before the upstreams are closed; the daemon
+    handles signals itself."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=[])
         loop = asyncio.get_running_loop()
-        loop.set_exception_handler(ExhaustionLog(loop.get_exception_handler()))
+        config, state = self.config, self.server_state
+
+        def protocol() -> asyncio.Protocol:
+            return config.http_protocol_class(config=config, server_state=state,  # type: ignore[call-arg]
+                                              app_state=self.lifespan.state, _loop=loop)
+
+        self.servers = [Listener(sock, protocol) for sock in sockets or ()]  # type: ignore[misc]
+
+
+class Listener:
+    """Accepts connections on a listening socket, in a task of its own, and hands each to a new protocol. A failure
+    for want of resources (EMFILE and the like) is logged once per interval and the accept tried again after
+    `ACCEPT_RETRY`; clients meanwhile wait in the kernel's backlog."""
+
+    def __init__(self, sock: socket.socket, protocol: Callable[[], asyncio.Protocol],
+                 log: ExhaustionLog | None = None) -> None:
+        sock.setblocking(False)
+        self._sock = sock
+        self._protocol = protocol
+        self._log = log or ExhaustionLog()
+        self._task = asyncio.get_running_loop().create_task(self._accept())
+
+    async def _accept(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                conn, _ = await loop.sock_accept(self._sock)
+            except OSError as exc:
+                if self._sock.fileno() == -1:  # closed: the server is shutting down
+                    return
+                if exc.errno in EXHAUSTION_ERRNOS:
+                    self._log.failed(exc)
+                elif exc.errno in PASSING_ERRNOS:  # that client gave up (or a firewall refused it): take the next
+                    continue
+                else:
+                    logger.warning("accept() failed: %s", exc.strerror or exc)
+                await asyncio.sleep(ACCEPT_RETRY)
+                continue
+            try:
+                await loop.connect_accepted_socket(self._protocol, conn)
+            except OSError as exc:  # the client went away before its transport was set up
+                logger.debug("could not take up an accepted connection: %s", exc)
+                conn.close()
+
+    def close(self) -> None:
+        self._task.cancel()
+
+    async def wait_closed(self) -> None:
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
 
 
 class ExhaustionLog:
-    """A loop exception handler: `accept()` failing with EMFILE and the like is logged once per interval (asyncio
-    itself retries the accept a second later); anything else goes to the handler it replaces."""
+    """`accept()` failing for want of descriptors or memory, logged once per interval with the count of failures
+    since the last line, and no traceback."""
 
-    def __init__(self, previous: Any, interval: float = EXHAUSTION_LOG_INTERVAL) -> None:
-        self._previous = previous
+    def __init__(self, interval: float = EXHAUSTION_LOG_INTERVAL) -> None:
         self._interval = interval
         self._last = -interval
         self._suppressed = 0
 
-    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-        exc = context.get("exception")
-        if not isinstance(exc, OSError) or exc.errno not in EXHAUSTION_ERRNOS:
-            if self._previous is not None:
-                self._previous(loop, context)
-            else:
-                loop.default_exception_handler(context)
-            return
+    def failed(self, exc: OSError) -> None:
         now = time.monotonic()
         if now - self._last < self._interval:
             self._suppressed += 1

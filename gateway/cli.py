@@ -127,7 +127,7 @@ def _run_verb(args: argparse.Namespace, config: TriadConfig, daemon: Any) -> int
         configure_tracing()
         host = args.host or config.listen.host
         port = config.listen.port if args.port is None else args.port
-        anyio.run(daemon.serve_http, config, host, port)
+        daemon.run_http(config, host, port)
         return 0
     try:
         identity = identity_for(config, getattr(args, "client", None))
@@ -142,7 +142,7 @@ def _run_verb(args: argparse.Namespace, config: TriadConfig, daemon: Any) -> int
                   file=sys.stderr)
             return 2
         configure_tracing()
-        anyio.run(daemon.serve_stdio_client, config, identity)
+        anyio.run(daemon.serve_stdio_client, config, identity)  # asyncio: uvloop aborts on a stdin that is a file
         return 0
     from gateway import report as reports
 

@@ -294,6 +294,10 @@ class Dispatcher:
             return await call_triad_tool(self, view, params, progress, session, era)
         return await self.call_visible_tool(view, params, progress, session, era)
 
+    def declares_param_headers(self, name: str) -> bool:
+        """Whether the tool exposed as `name` maps arguments to `Mcp-Param-*` headers (`Snapshot`)."""
+        return self._current().declares_param_headers(name)
+
     def tool_wire(self, view: ClientView, descriptor: ToolDescriptor) -> dict[str, Any]:
         """A tool as `view`'s caller sees it (its schema after the caller's profile, cached per version)."""
         return tool_wire(descriptor, view.profile, self._current().schemas)

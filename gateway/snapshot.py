@@ -15,6 +15,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from mcp.shared.inbound import x_mcp_header_map
 from mcp.shared.uri_template import UriTemplate
 
 from gateway.config import ToolsMode
@@ -46,6 +47,7 @@ class Snapshot:
         self.schemas: dict[tuple[str, str], dict[str, Any]] = {}
         """Normalised input schemas by (profile, tool)."""
         self._templates: list[tuple[str, UriTemplate]] | None = None
+        self._param_headers: dict[str, bool] = {}
 
     @property
     def cached_views(self) -> int:
@@ -86,6 +88,18 @@ class Snapshot:
         found = self._session_views[key] = narrow_view(view, self.registry, own)
         if len(self._session_views) > MAX_CACHED_SESSION_VIEWS:
             self._session_views.popitem(last=False)
+        return found
+
+    def declares_param_headers(self, name: str) -> bool:
+        """Whether the tool exposed as `name` maps arguments to `Mcp-Param-*` headers (`x-mcp-header` in its input
+        schema, 2026-07-28): only then must a call's headers be compared with its arguments. Walked once per
+        version: the walk costs more than the rest of a call's checks."""
+        found = self._param_headers.get(name)
+        if found is None:
+            descriptor = self.registry.tools.get(name)
+            found = descriptor is not None and bool(x_mcp_header_map(descriptor.input_schema))
+            if len(self._param_headers) < len(self.registry.tools):  # names that are not tools are not kept
+                self._param_headers[name] = found
         return found
 
     def templates(self) -> list[tuple[str, UriTemplate]]:

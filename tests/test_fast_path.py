@@ -14,7 +14,9 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
+from mcp.shared.exceptions import MCPError
 
+from consumers.http_hop import MAX_MESSAGE, _Events, _Stream
 from tests.conftest import Proc, start_fixture, start_triad, stdio_upstream, write_config
 
 pytestmark = pytest.mark.anyio
@@ -74,6 +76,31 @@ async def test_a_plain_call_is_answered_as_json_and_one_with_progress_as_a_strea
 
         unknown = (await session.post(call(8, "nope", {}))).json()
         assert unknown["id"] == 8 and unknown["error"]["code"] == -32602 and "nope" in unknown["error"]["message"]
+
+
+async def test_a_result_of_megabytes_comes_through_whole(procs: list[Proc], tmp_path: Path) -> None:
+    """An HTTP upstream's reply stream carries the result as one `data:` line: 3 MiB of it once broke the read
+    (aiohttp's line reader stops at 512 KiB), and the client got an internal error."""
+    upstream = start_fixture(procs, "http", "fast-big")
+    url = start_triad(procs, write_config(tmp_path, {"upstreams": {"fx": {"url": upstream}}}), wait_ready=1)
+    async with httpx2.AsyncClient(timeout=60) as http:
+        session = await Raw(http, url).open()
+        for size in (600_000, 3 * 2**20):
+            body = (await session.post(call("big", "big", {"size": size}))).json()
+            assert "result" in body, body
+            assert body["result"]["content"][0]["text"] == "x" * size
+
+
+def test_a_reply_stream_is_read_in_chunks_and_a_message_over_the_limit_is_refused() -> None:
+    stream = _Stream()
+    events = _Events(stream)
+    message = json.dumps({"jsonrpc": "2.0", "id": 1, "result": {}}).encode()
+    wire = b"id: e1\r\nretry: 250\r\nevent: message\r\ndata: " + message + b"\r\n\r\n"
+    seen = [m for i in range(len(wire)) for m in events.feed(wire[i:i + 1])]  # a byte at a time: lines straddle
+    assert seen == [json.loads(message)] and stream.last_id == "e1" and stream.retry_ms == 250
+    with pytest.raises(MCPError, match="over 64 MiB"):
+        for _ in range(MAX_MESSAGE // 2**20 + 1):
+            events.feed(b"data: " + b"x" * 2**20)  # one endless line
 
 
 async def test_requests_the_lean_path_does_not_take_get_the_sdks_answers(procs: list[Proc], tmp_path: Path) -> None:

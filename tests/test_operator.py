@@ -178,6 +178,19 @@ async def test_the_example_config_runs_as_claude_desktop_launches_it(procs: list
     assert os.path.isabs(str(triad))
 
 
+def test_triad_stdio_takes_its_requests_from_a_file(tmp_path: Path) -> None:
+    """`triad stdio < requests.jsonl`: a stdin that is a regular file (uvloop's pipe reader aborts the process on
+    one, so `triad stdio` stays on asyncio's loop)."""
+    requests = tmp_path / "requests.jsonl"
+    requests.write_text(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "file", "version": "1"}}}) + "\n")
+    config = write_config(tmp_path, {"upstreams": {}})
+    with requests.open() as stdin:
+        done = run_triad("stdio", "-c", str(config), stdin=stdin)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[0])["result"]["serverInfo"]["name"] == "triad"
+
+
 async def test_metrics_pass_promtool_and_carry_what_dashboards_expect(procs: list[Proc], tmp_path: Path) -> None:
     import shutil
 
