@@ -10,7 +10,8 @@ the client. The mapping, where the two eras have a faithful one:
 - `input_required`: the upstream asks its questions on a `tasks/result` stream. Triad holds that stream open
   (`InputBridge`), shows each question as an `inputRequests` entry, and answers it from `tasks/update`'s
   `inputResponses`. A `tasks/get` shows what is pending when it comes, without waiting for questions (an upstream
-  may stay `input_required` without asking anything): an empty map when nothing is;
+  may stay `input_required` without asking anything): `working` while nothing is (at 2026 `input_required`
+  carries a non-empty `inputRequests`);
 - `tasks/cancel` -> `tasks/cancel`, answered with the 2026 empty ack (also for a task already terminal, which the
   legacy era refuses with -32602).
 

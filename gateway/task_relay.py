@@ -322,12 +322,17 @@ class TaskRelay:
             raise
         out = {**modern_task(task), "taskId": task_id}
         status = task.get("status")
-        if status == "input_required":  # the questions asked so far; none yet (or all answered): an empty map
+        if status == "input_required":
             # looked up again: another get of the task may have opened it meanwhile (one stream per task: two
             # would each be asked its questions, and an upstream on stdio could not tell them apart)
             bridge = self._bridges.get(task_id) or self._open_bridge(task_id, entry, upstream, identity)
-            return {**out, "inputRequests": dict(bridge.pending)}
-        if status in ("completed", "failed"):
+            if bridge.pending:
+                return {**out, "inputRequests": dict(bridge.pending)}
+            # Nothing to answer yet (asked nothing so far, or all answered): 2026's input_required needs a
+            # non-empty inputRequests, so `working` until a question comes; never waiting for one (an upstream
+            # may stay input_required without asking anything), the client polls again.
+            out["status"] = "working"
+        elif status in ("completed", "failed"):
             outcome = await self._outcome(task_id, bridge, upstream, entry, identity)
             self._bridges.pop(task_id, None)
             if "error" in outcome:

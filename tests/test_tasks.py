@@ -318,17 +318,32 @@ async def test_a_modern_clients_task_through_search_modes_call_tool_is_its_own(p
         assert done["status"] == "completed" and done["result"]["isError"] is True
 
 
-async def test_a_translated_task_that_asks_nothing_is_shown_as_it_is(procs: list[Proc], tmp_path: Path) -> None:
-    """A handshake-era task `input_required` from its start that never asks anything: a 2026-07-28 client's
-    `tasks/get` tells what is pending (nothing) at once, rather than waiting for questions that never come."""
+async def test_a_translated_tasks_get_never_waits_for_questions(procs: list[Proc], tmp_path: Path) -> None:
+    """A handshake-era task `input_required` from its start that asks nothing (until `release_quiet`): a
+    2026-07-28 client's `tasks/get` answers with what is pending when it comes, `working` while nothing is (2026's
+    `input_required` carries a non-empty `inputRequests`), rather than waiting for a question that may never come.
+    The first get opens Triad's stream for the questions and answers before any can be on it, even when the
+    upstream asks at once (a get that waited would return that question)."""
     async with modern_triad(procs, tmp_path, protocol="handshake") as url, httpx2.AsyncClient(timeout=60) as http:
         created = (await modern_ask(http, url, ADA, "tools/call", {"name": "quiet_input", "arguments": {}}))["result"]
         assert created["status"] == "input_required"
-        for _ in range(2):  # the first get opens Triad's stream for its questions; the next finds it open
-            got = (await modern_ask(http, url, ADA, "tasks/get", {"taskId": created["taskId"]}))["result"]
-            assert (got["status"], got["inputRequests"]) == ("input_required", {}), got
-        await modern_ask(http, url, ADA, "tasks/cancel", {"taskId": created["taskId"]})
-        assert (await settled(http, url, created["taskId"]))["status"] == "cancelled"
+        first: dict[str, Any] = {}
+
+        async def get_first() -> None:
+            first.update((await modern_ask(http, url, ADA, "tasks/get", {"taskId": created["taskId"]}))["result"])
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(get_first)
+            assert (await modern_ask(http, url, ADA, "tools/call", {"name": "release_quiet", "arguments": {}})
+                    )["result"]["content"][0]["text"] == "released"
+        assert first["status"] == "working" and "inputRequests" not in first, first
+        # `input_required` once the question came on the stream the first get opened (a client polls till then)
+        asking = await settled(http, url, created["taskId"], until="input_required")
+        (key, _question), = asking["inputRequests"].items()
+        await modern_ask(http, url, ADA, "tasks/update", {"taskId": created["taskId"], "inputResponses": {
+            key: {"action": "accept", "content": {"confirm": True}}}})
+        done = await settled(http, url, created["taskId"])
+        assert done["status"] == "completed" and done["result"]["content"][0]["text"].startswith("released")
 
 
 async def test_a_translated_tasks_status_is_pushed_on_its_owners_listen_stream(procs: list[Proc],
