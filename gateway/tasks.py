@@ -5,7 +5,9 @@ also to handshake-era upstreams, translated (`gateway.task_eras`: the two are no
 - 2025-11-25: a `tools/call` with `params.task` gets a `CreateTaskResult` (`{task: {taskId, ...}}`); then
   `tasks/get`, `tasks/result`, `tasks/list`, `tasks/cancel`; `notifications/tasks/status` pushed on the session.
 - 2026-07-28 (`io.modelcontextprotocol/tasks`): the upstream decides per call (`{resultType: "task", taskId, ...}`)
-  for a request that declares the extension in its `_meta`; then `tasks/get`, `tasks/update`, `tasks/cancel`.
+  for a request that declares the extension in its `_meta`; then `tasks/get`, `tasks/update`, `tasks/cancel`;
+  `notifications/tasks` on a `subscriptions/listen` stream that names the task in `taskIds` (Triad pushes those
+  of the tasks it translates; a 2026 upstream's own pushes are not relayed).
 
 An upstream's task id never reaches a client. For each task an upstream creates, Triad mints an id of its own
 (random, 192 bits: ids of two upstreams cannot collide, and an id says nothing of its upstream; with `cluster:` it
