@@ -126,14 +126,19 @@ class _DrainingTransport(httpx2.AsyncBaseTransport):
         await self._inner.aclose()
 
 
+MAX_UNAVAILABLE_BODY = 4096
+"""Bytes of a 502, 503 or 504 reply Triad reads to find the upstream's own JSON-RPC error in it; a longer body is
+not one (the rest is never read: the connection is dropped)."""
+
+
 async def _unavailable(request: httpx2.Request, response: httpx2.Response) -> httpx2.Response:
     """A 502, 503 or 504 without a JSON-RPC error of the upstream's own becomes one that names the status (in its
     `data`), for `consumers._errors.call_failure` to count as a connection failure: the SDK would otherwise say
-    only "Server returned an error response", as for any other status."""
-    body = await response.aread()
-    await response.aclose()
+    only "Server returned an error response", as for any other status. Whatever answers on the upstream's URL
+    (a proxy, a captive portal) may send an endless body: at most `MAX_UNAVAILABLE_BODY` bytes are read."""
+    body = await _body_start(response)
     try:
-        if isinstance(json.loads(body).get("error"), dict):
+        if body is not None and isinstance(json.loads(body).get("error"), dict):
             return httpx2.Response(response.status_code, headers=response.headers, content=body,
                                    request=request)
     except (ValueError, AttributeError):
@@ -142,6 +147,23 @@ async def _unavailable(request: httpx2.Request, response: httpx2.Response) -> ht
              "data": {UNAVAILABLE_DATA_KEY: response.status_code}}
     return httpx2.Response(response.status_code, json={"jsonrpc": "2.0", "id": None, "error": error},
                            request=request)
+
+
+async def _body_start(response: httpx2.Response) -> bytes | None:
+    """The body of `response` if it ends within `MAX_UNAVAILABLE_BODY` bytes, else None; also None for a compressed
+    one (its decoding would need a bound of its own; a JSON-RPC error is small). The response is closed either way."""
+    if response.headers.get("content-encoding", "identity").strip().lower() != "identity":
+        await response.aclose()
+        return None
+    body = bytearray()
+    try:
+        async for chunk in response.aiter_raw():
+            body += chunk
+            if len(body) > MAX_UNAVAILABLE_BODY:
+                return None
+    finally:
+        await response.aclose()
+    return bytes(body)
 
 
 class _DrainOnClose(httpx2.AsyncByteStream):

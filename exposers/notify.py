@@ -4,7 +4,8 @@ Ownership: the daemon creates one `Notifier` and runs `run()` as one task in its
 the notifier's listener (synchronously) after every registry swap; `run()` then compares, for each tracked
 handshake-era connection, that client's view before and after, and pushes `notifications/*/list_changed` only for
 the lists that changed for it. 2026-07-28 clients get the same events through `subscriptions/listen` (the SDK's
-subscription bus). A connection is forgotten through its own exit stack when it closes.
+subscription bus), and there the status of their own tasks Triad translates (`taskIds`, the tasks extension). A
+connection is forgotten through its own exit stack when it closes.
 
 `run()` never waits on a client: each connection has its own outbox (`_Outbox`), a bounded queue of pending
 notifications, coalesced (a notification already waiting is not queued twice), drained by a task of `run()`'s task
@@ -15,6 +16,8 @@ waits for ever) or a full queue marks the connection stuck: it is logged once an
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import functools
 import logging
 from collections import deque
@@ -32,15 +35,22 @@ from mcp.server.subscriptions import (
     ResourceUpdated,
     ToolsListChanged,
 )
+from mcp.shared.exceptions import MCPError
+from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
+from mcp_types import (
+    MISSING_REQUIRED_CLIENT_CAPABILITY,
+    SubscriptionFilter,
+    SubscriptionsAcknowledgedNotification,
+)
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from consumers import TASK_STATUS
-from exposers.relay import SessionRelay
+from exposers.relay import SessionRelay, envelope_capabilities
 from gateway.dispatch import Dispatcher
 from gateway.errors import InvalidRequest
 from gateway.identity import LOCAL, Identity
 from gateway.task_relay import key_of
-from gateway.tasks import with_task_id
+from gateway.tasks import EXTENSION, TaskPush, TaskPushParams, declares_extension, missing_extension_data, with_task_id
 
 logger = logging.getLogger("triad.exposer")
 
@@ -240,6 +250,9 @@ class Notifier:
         back = session.back if session is not None else None
         # a task outlives its session: once the session ended there is nobody to tell (and an outbox made for its
         # connection now would never be forgotten: its exit stack has run)
+        if found is not None and found[1].era == "2026-07-28":  # a translated task: its listen streams are told
+            self._dispatcher.tasks.status_changed(*found)
+            return
         if found is None or not isinstance(back, SessionRelay) or self._tg is None \
                 or back.connection not in self._connections:
             return
@@ -267,7 +280,10 @@ class Notifier:
                         continue
                     held.append((owner, raw, uri))
                     self._listened.setdefault((owner, raw), []).append(uri)
-                return await inner(ctx, params)
+                task_ids = (params.notifications.model_extra or {}).get("taskIds")
+                if task_ids is None:
+                    return await inner(ctx, params)
+                return await self._listen_with_tasks(inner, ctx, params, identity_of(ctx), task_ids)
             finally:
                 for owner, raw, uri in held:
                     self._listened[(owner, raw)].remove(uri)
@@ -277,6 +293,45 @@ class Notifier:
                     await self._unsubscribe_all((owner, raw) for owner, raw, _uri in held)
 
         return listen
+
+    async def _listen_with_tasks(self, inner: ListenHandler, ctx: Any, params: Any, identity: Identity,
+                                 task_ids: Any) -> Any:
+        """A listen stream that also asks for task status pushes (`taskIds`, the tasks extension). Triad pushes
+        those of the caller's own tasks that it translates (a handshake-era upstream's: `TaskRelay.watch`); the
+        acknowledgement names them. A 2026-07-28 upstream's own pushes are not relayed (its tasks are not acked)."""
+        if not declares_extension(envelope_capabilities(ctx.params)):
+            raise MCPError(MISSING_REQUIRED_CLIENT_CAPABILITY, f"task status pushes need the {EXTENSION} extension "
+                           "declared in the request's client capabilities", data=missing_extension_data())
+        if not isinstance(task_ids, list) or len(task_ids) > MAX_SUBSCRIPTIONS:
+            raise InvalidRequest(f"taskIds must be a list of at most {MAX_SUBSCRIPTIONS} task ids")
+        pushes, pushed = anyio.create_memory_object_stream[dict[str, Any]](OUTBOX_SIZE)
+
+        def watcher(task: dict[str, Any]) -> None:
+            with contextlib.suppress(anyio.WouldBlock, anyio.ClosedResourceError):  # optional: the client polls
+                pushes.send_nowait(task)
+
+        honored, unwatch = self._dispatcher.tasks.watch(identity, task_ids, watcher)
+        acked = anyio.Event()
+        meta = {SUBSCRIPTION_ID_META_KEY: ctx.request_id}
+
+        async def push() -> None:
+            await acked.wait()  # the acknowledgement is the stream's first frame
+            async for task in pushed:
+                await ctx.session.send_notification(  # an extension's notification: not among the SDK's types
+                    TaskPush(params=TaskPushParams.model_validate({**task, "_meta": meta}, by_name=False)),
+                    related_request_id=ctx.request_id)
+
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(push)
+                result = await inner(dataclasses.replace(ctx, session=_AckNamingTasks(ctx.session, honored, acked)),
+                                     params)
+                tg.cancel_scope.cancel()
+            return result
+        finally:
+            unwatch()
+            pushes.close()
+            pushed.close()
 
     # -- sending -------------------------------------------------------------------------------------------------
 
@@ -344,3 +399,23 @@ class Notifier:
         events = [event for i, event in enumerate(kinds) if after[i] != before[i]]
         for event in events:
             await self.bus.publish(event)
+
+
+class _AckNamingTasks:
+    """A listen stream's session as the SDK's `ListenHandler` sees it: the acknowledgement it sends (the first
+    frame) also names the task ids Triad agreed to push (the SDK knows only its own kinds), then `acked` is set."""
+
+    def __init__(self, session: Any, task_ids: list[str], acked: anyio.Event) -> None:
+        self._session, self._task_ids, self._acked = session, task_ids, acked
+
+    async def send_notification(self, notification: Any, related_request_id: Any = None) -> None:
+        if isinstance(notification, SubscriptionsAcknowledgedNotification) and self._task_ids:
+            honored = SubscriptionFilter.model_validate({**notification.params.notifications.model_dump(
+                by_alias=True, exclude_none=True), "taskIds": self._task_ids})
+            notification = notification.model_copy(
+                update={"params": notification.params.model_copy(update={"notifications": honored})})
+        await self._session.send_notification(notification, related_request_id)
+        self._acked.set()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._session, name)

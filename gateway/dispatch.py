@@ -287,7 +287,7 @@ class Dispatcher(ResourceRequests):
         if view.mode == "search" and params.get("name") in TRIAD_TOOLS:  # tool search: gateway.search_tools
             # it finds only what this session may call (its own upstream sessions' lists, `sessions: per_client`)
             view = self._request_view(identity, params, await self.own_lists(session))
-            return await call_triad_tool(self, view, params, progress, session)
+            return await call_triad_tool(self, view, params, progress, session, era)
         return await self.call_visible_tool(view, params, progress, session, era)
 
     def declares_param_headers(self, name: str) -> bool:

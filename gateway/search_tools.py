@@ -20,6 +20,7 @@ from gateway.config import ToolsMode, TriadConfig
 from gateway.hooks import CallContext, Session
 from gateway.schemas import normalize
 from gateway.search import SearchIndexes
+from gateway.tasks import Era
 
 if TYPE_CHECKING:
     from consumers import ProgressFn
@@ -73,7 +74,10 @@ def listed_tools(kept: Sequence[dict[str, Any]], profile: str | None) -> tuple[d
 
 
 async def call_triad_tool(dispatcher: Dispatcher, view: ClientView, params: Mapping[str, Any],
-                          progress: ProgressFn | None, session: Session | None) -> dict[str, Any]:
+                          progress: ProgressFn | None, session: Session | None,
+                          era: Era = "2025-11-25") -> dict[str, Any]:
+    """`era`: the client's, for `call_tool`'s inner call as for a direct one (whether it runs as a task, and how
+    the task is named and translated: `gateway.task_relay`)."""
     arguments = params.get("arguments")
     arguments = dict(arguments) if isinstance(arguments, Mapping) else {}
     if params.get("name") == CALL_TOOL:
@@ -82,7 +86,7 @@ async def call_triad_tool(dispatcher: Dispatcher, view: ClientView, params: Mapp
             return _tool_error("call_tool needs `name` (a string) and `arguments` (an object)")
         forwarded = {key: value for key, value in params.items() if key not in ("name", "arguments")}
         return await dispatcher.call_visible_tool(view, {**forwarded, "name": name, "arguments": inner or {}},
-                                                  progress, session)
+                                                  progress, session, era)
 
     async def run(ctx: CallContext | None) -> dict[str, Any]:
         return await search(dispatcher, view, ctx.arguments if ctx is not None else arguments)

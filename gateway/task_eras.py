@@ -9,15 +9,18 @@ the client. The mapping, where the two eras have a faithful one:
   (a tool error, legacy `failed`, is `completed` at 2026) or `error` (a JSON-RPC error: `failed`);
 - `input_required`: the upstream asks its questions on a `tasks/result` stream. Triad holds that stream open
   (`InputBridge`), shows each question as an `inputRequests` entry, and answers it from `tasks/update`'s
-  `inputResponses`;
+  `inputResponses`. A `tasks/get` shows what is pending when it comes, without waiting for questions (an upstream
+  may stay `input_required` without asking anything): `working` while nothing is (at 2026 `input_required`
+  carries a non-empty `inputRequests`);
 - `tasks/cancel` -> `tasks/cancel`, answered with the 2026 empty ack (also for a task already terminal, which the
   legacy era refuses with -32602).
 
 Not mapped:
 - a 2025-11-25 client's task on a 2026-07-28 upstream: its tools say nothing of tasks, and a synchronous answer
   would need a task Triad hosts; the call gets -32601 (`NotATask`);
-- `notifications/tasks/status`: 2026 clients hear of tasks only through `subscriptions/listen`, which Triad does
-  not relay for tasks;
+- `notifications/tasks/status` as such: a 2026 client hears of its task on a `subscriptions/listen` stream that
+  names it in `taskIds`, where each status the upstream pushes (and each question, and the end) is told as
+  `notifications/tasks`, the task as its `tasks/get` shows it then (`TaskRelay.watch`, `exposers.notify`);
 - the legacy `tasks/list` and `tasks/result`, which do not exist at 2026.
 
 Ownership: the `TaskRelay` creates an `InputBridge` for a task the first time a client sees it `input_required`;
@@ -98,19 +101,15 @@ class InputBridge:
     waits under a key of its own until `answer` gets its response. The stream's final outcome (the payload, or a
     JSON-RPC error) is kept for `tasks/get`."""
 
-    def __init__(self) -> None:
+    def __init__(self, changed: Callable[[], None] = lambda: None) -> None:
+        self._changed = changed
+        """Called when a question arrives and when the outcome is known (the task's status pushes)."""
         self.pending: dict[str, dict[str, Any]] = {}
         self._waiting: dict[str, tuple[anyio.Event, list[dict[str, Any]]]] = {}
         self._count = 0
         self.outcome: dict[str, Any] | None = None
         """`{"result": ...}` or `{"error": {...}}` once the upstream's `tasks/result` returned."""
         self.done = anyio.Event()
-        self.changed = anyio.Event()
-        """Set (and replaced) each time a question arrives or the outcome is known."""
-
-    def _touch(self) -> None:
-        self.changed.set()
-        self.changed = anyio.Event()
 
     async def ask(self, request: dict[str, Any]) -> dict[str, Any]:
         """The upstream's question (a wire request: method and params); the client's answer, in wire form."""
@@ -123,7 +122,7 @@ class InputBridge:
         got: list[dict[str, Any]] = []
         event = anyio.Event()
         self._waiting[key] = (event, got)
-        self._touch()
+        self._changed()
         try:
             await event.wait()
         finally:
@@ -145,7 +144,7 @@ class InputBridge:
     def finish(self, outcome: dict[str, Any]) -> None:
         self.outcome = outcome
         self.done.set()
-        self._touch()
+        self._changed()
 
 
 def failed_error(error: Any) -> dict[str, Any]:

@@ -15,7 +15,8 @@ import dataclasses
 import logging
 import re
 import weakref
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -26,7 +27,7 @@ from pydantic import ValidationError
 from consumers import CURRENT_DOWNSTREAM, Upstream
 from consumers.errors import UpstreamError, UpstreamRefused
 from gateway.builtin_hooks import json_size
-from gateway.errors import INVALID_PARAMS, InvalidRequest, TriadError
+from gateway.errors import INVALID_PARAMS, InvalidRequest, TriadError, UnknownName
 from gateway.hooks import CallContext, HookChain, Outcome, Session
 from gateway.identity import Identity
 from gateway.task_eras import (
@@ -52,12 +53,15 @@ from gateway.tasks import (
 from gateway.wire import expose_links, forwardable_meta
 
 Forward = Callable[..., Awaitable[dict[str, Any]]]
+Watcher = Callable[[dict[str, Any]], None]
+"""Told a translated task as its `tasks/get` shows it (a DetailedTask, with Triad's id), each time it changes."""
+Unwatch = Callable[[], None]
 """`Dispatcher._forward`: (upstream, kind, request, **options) -> the raw result."""
 MAX_LIST_PAGES = 100
 """Pages of an upstream's `tasks/list` Triad walks for one client's `tasks/list`."""
-QUESTION_WAIT = 5.0
-"""How long a `tasks/get` of a translated `input_required` task waits for the upstream's questions to arrive on
-the `tasks/result` stream Triad opened for them (they come at once; the bound is for an upstream that never asks)."""
+OUTCOME_WAIT = 5.0
+"""How long a `tasks/get` of a translated task the upstream calls terminal waits for the `tasks/result` stream
+Triad holds for its questions to end with its outcome (it ends as the task does; past this, Triad asks again)."""
 MAX_KEPT_ARGUMENTS = 64 * 1024
 """Bytes (JSON) of a task's call arguments Triad keeps for its after-hooks for as long as the task lasts (up to
 `MAX_TTL`); larger arguments are dropped (the hooks then see `{}`), not held for a day."""
@@ -92,11 +96,31 @@ def holder_of(upstream: Upstream, session: Any) -> str | None:
     return key_of(upstream.own_session(session if isinstance(session, Session) else None))
 
 
-def kept_call(call: CallContext | None) -> CallContext | None:
-    """What a task keeps of the hooks' view of its call: arguments past `MAX_KEPT_ARGUMENTS` are dropped."""
-    if call is None or json_size(call.arguments) <= MAX_KEPT_ARGUMENTS:
-        return call
-    return dataclasses.replace(call, arguments={})
+@dataclass(frozen=True, slots=True)
+class KeptCall:
+    """What a task keeps of the hooks' view of its call, for its after-hooks (`TaskEntry.call`), for as long as the
+    task lasts (up to `MAX_TTL`, a day): the call's fields, but its session only by weak reference. A session that
+    ended is not kept alive by its tasks (its connection, its per-client upstream sessions, its hooks' state); the
+    after-hooks then see a session of the same id and key, with no state."""
+
+    call: CallContext
+    """The call, its session replaced by a stand-in (id, key and user only)."""
+    session: weakref.ref[Session]
+
+    def context(self) -> CallContext:
+        live = self.session()
+        return dataclasses.replace(self.call, session=live) if live is not None else self.call
+
+
+def kept_call(call: CallContext | None) -> KeptCall | None:
+    """What a task keeps of the hooks' view of its call (`KeptCall`): arguments past `MAX_KEPT_ARGUMENTS` are
+    dropped."""
+    if call is None:
+        return None
+    session = call.session
+    arguments = call.arguments if json_size(call.arguments) <= MAX_KEPT_ARGUMENTS else {}
+    stand_in = Session(id=session.id, key=session.key, user=session.user)
+    return KeptCall(dataclasses.replace(call, session=stand_in, arguments=arguments), weakref.ref(session))
 
 
 def _renamed(value: Any, upstream_id: str, task_id: str) -> Any:
@@ -134,6 +158,10 @@ class TaskRelay:
         self._upstream = upstream
         self._uri_part = uri_part
         self._bridges: dict[str, InputBridge] = {}
+        self._watchers: dict[str, list[Watcher]] = {}
+        """Translated tasks' ids -> who is told of each change of theirs (`watch`: 2026-07-28 listen streams)."""
+        self._telling: dict[str, bool] = {}
+        """Translated tasks whose watchers are being told (one at a time, in order) -> it changed again since."""
         self._tg: TaskGroup | None = None
 
     async def run(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
@@ -175,6 +203,64 @@ class TaskRelay:
         task_id = self.book.adopt(upstream.name, created[0], identity, key_of(session), era, created[1],
                                   kept_call(call), holder_of(upstream, session))
         return with_task_id(result, task_id)
+
+    # -- status pushes of translated tasks (2026-07-28 `notifications/tasks`, on `subscriptions/listen`) --------
+
+    def watch(self, identity: Identity, task_ids: Iterable[Any], watcher: Watcher) -> tuple[list[str], Unwatch]:
+        """Have `watcher` told each change of the caller's own translated tasks among `task_ids` (a 2026-07-28
+        listen stream's `taskIds`), as the task's `tasks/get` would show it then. Returns the ids it will be told
+        of (another's, an unknown id, or a task of a 2026 upstream: not) and the callable that stops it."""
+        honored: list[str] = []
+        for task_id in dict.fromkeys(task_id for task_id in task_ids if isinstance(task_id, str)):
+            try:
+                entry = self.book.find(task_id, identity, None, "2026-07-28")
+            except UnknownName:
+                continue
+            if not self._upstream(entry.upstream).modern:
+                honored.append(task_id)
+                self._watchers.setdefault(task_id, []).append(watcher)
+
+        def unwatch() -> None:
+            for task_id in honored:
+                watching = self._watchers.get(task_id, [])
+                if watcher in watching:
+                    watching.remove(watcher)
+                if not watching:
+                    self._watchers.pop(task_id, None)
+
+        return honored, unwatch
+
+    def status_changed(self, task_id: str, entry: TaskEntry) -> None:
+        """A translated task changed (its upstream pushed its status, asked a question, or ended): its watchers are
+        told, after a `tasks/get` of Triad's own (a push of the upstream says only its status, and may come out of
+        order)."""
+        if task_id not in self._watchers or self._tg is None:
+            return
+        if task_id in self._telling:  # told again once the current round ends
+            self._telling[task_id] = True
+            return
+        self._telling[task_id] = False
+        self._tg.start_soon(self._tell_watchers, task_id, entry, name=f"task-status-{entry.upstream}")
+
+    async def _tell_watchers(self, task_id: str, entry: TaskEntry) -> None:
+        owner = Identity(client_id=entry.owner[0], principal=entry.owner[1])
+        try:
+            while task_id in self._watchers:
+                self._telling[task_id] = False
+                try:
+                    task = await self._translated(task_id, entry, self._upstream(entry.upstream), owner,
+                                                  "tasks/get", {})
+                except Exception as exc:  # pushes are optional: the client's own tasks/get tells it the same
+                    logger.debug("could not get the status of a task of %s to push it: %s", entry.upstream, exc)
+                    return
+                for watcher in list(self._watchers.get(task_id, ())):
+                    watcher(task)
+                if task.get("status") in TERMINAL:
+                    self._watchers.pop(task_id, None)
+                if not self._telling[task_id]:
+                    return
+        finally:
+            self._telling.pop(task_id, None)
 
     def session_of(self, entry: TaskEntry) -> Session | None:
         """The downstream session that created a handshake-era task, while it lasts (in this process)."""
@@ -237,13 +323,15 @@ class TaskRelay:
         out = {**modern_task(task), "taskId": task_id}
         status = task.get("status")
         if status == "input_required":
-            bridge = bridge or self._open_bridge(task_id, entry, upstream, identity)
-            with anyio.move_on_after(QUESTION_WAIT):
-                while not bridge.pending and not bridge.done.is_set():
-                    await bridge.changed.wait()
+            # looked up again: another get of the task may have opened it meanwhile (one stream per task: two
+            # would each be asked its questions, and an upstream on stdio could not tell them apart)
+            bridge = self._bridges.get(task_id) or self._open_bridge(task_id, entry, upstream, identity)
             if bridge.pending:
                 return {**out, "inputRequests": dict(bridge.pending)}
-            out["status"] = "working"  # answered; the upstream has not moved on yet
+            # Nothing to answer yet (asked nothing so far, or all answered): 2026's input_required needs a
+            # non-empty inputRequests, so `working` until a question comes; never waiting for one (an upstream
+            # may stay input_required without asking anything), the client polls again.
+            out["status"] = "working"
         elif status in ("completed", "failed"):
             outcome = await self._outcome(task_id, bridge, upstream, entry, identity)
             self._bridges.pop(task_id, None)
@@ -269,7 +357,7 @@ class TaskRelay:
                        identity: Identity) -> dict[str, Any]:
         """A terminal task's payload: `{"result": ...}` or `{"error": ...}` (its `tasks/result`)."""
         if bridge is not None:
-            with anyio.move_on_after(QUESTION_WAIT):  # the stream Triad holds ends as the task does
+            with anyio.move_on_after(OUTCOME_WAIT):  # the stream Triad holds ends as the task does
                 await bridge.done.wait()
             if bridge.outcome is not None:
                 return bridge.outcome
@@ -283,7 +371,7 @@ class TaskRelay:
             raise UpstreamError(upstream.name, "Triad cannot take this task's questions yet (starting)")
         for gone in [known for known in self._bridges if known not in self.book]:  # expired, never read again
             del self._bridges[gone]
-        bridge = self._bridges[task_id] = InputBridge()
+        bridge = self._bridges[task_id] = InputBridge(lambda: self.status_changed(task_id, entry))
 
         async def hold() -> None:
             token = CURRENT_DOWNSTREAM.set(BridgeDownstream(bridge))
@@ -304,9 +392,10 @@ class TaskRelay:
     async def _after_hooks(self, entry: TaskEntry, result: dict[str, Any]) -> dict[str, Any]:
         """A task's result through the after-hooks, as the call's own result would have gone (a redaction hook
         must not be passed by running a tool as a task)."""
-        hooks, call = self._hooks(), entry.call
-        if not hooks or not isinstance(call, CallContext):
+        hooks, kept = self._hooks(), entry.call
+        if not hooks or not isinstance(kept, KeptCall):
             return result
+        call = kept.context()
         async with call.session.lock:
             final = await hooks.after(call, Outcome(result, None, 0.0))
         return final if final is not None else result

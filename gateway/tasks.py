@@ -5,7 +5,9 @@ also to handshake-era upstreams, translated (`gateway.task_eras`: the two are no
 - 2025-11-25: a `tools/call` with `params.task` gets a `CreateTaskResult` (`{task: {taskId, ...}}`); then
   `tasks/get`, `tasks/result`, `tasks/list`, `tasks/cancel`; `notifications/tasks/status` pushed on the session.
 - 2026-07-28 (`io.modelcontextprotocol/tasks`): the upstream decides per call (`{resultType: "task", taskId, ...}`)
-  for a request that declares the extension in its `_meta`; then `tasks/get`, `tasks/update`, `tasks/cancel`.
+  for a request that declares the extension in its `_meta`; then `tasks/get`, `tasks/update`, `tasks/cancel`;
+  `notifications/tasks` on a `subscriptions/listen` stream that names the task in `taskIds` (Triad pushes those
+  of the tasks it translates; a 2026 upstream's own pushes are not relayed).
 
 An upstream's task id never reaches a client. For each task an upstream creates, Triad mints an id of its own
 (random, 192 bits: ids of two upstreams cannot collide, and an id says nothing of its upstream; with `cluster:` it
@@ -15,7 +17,7 @@ number their tasks alike), the upstream's id, who created it (the principal, and
 downstream session's key, `gateway.hooks.Session.key`). Each principal holds at most `MAX_TASKS_PER_OWNER`.
 A request naming a task that someone else created gets exactly the error of an unknown task, and `tasks/list` shows a
 caller only its own, a page at a time. The table is plain data keyed by the id, so it could live in Redis, but for
-`call` (the hooks' state of the creating call, in-process).
+`call` (the hooks' view of the creating call, in-process; its session held only weakly).
 
 Ownership: the dispatcher creates one `TaskBook`; it is touched only by the call path (no task of its own).
 """
@@ -73,8 +75,8 @@ class TaskEntry:
     """The key of the downstream session whose own upstream session holds the task (`sessions: per_client`: an
     upstream numbering its tasks per process gives two clients the same id); None: the shared session."""
     call: Any = None
-    """The hooks' view of the call that created the task (`gateway.hooks.CallContext`; None without hooks): the
-    after-hooks see the task's result too, as they would the call's."""
+    """What the task keeps of the hooks' view of the call that created it (`gateway.task_relay.KeptCall`; None
+    without hooks): the after-hooks see the task's result too, as they would the call's."""
 
 
 def owner_of(identity: Identity) -> tuple[str, tuple[str, str] | None]:
@@ -215,6 +217,21 @@ def offers_extension(capabilities: Mapping[str, Any]) -> bool:
 def missing_extension_data() -> dict[str, Any]:
     """`data` of the -32021 error a request that did not declare the extension gets."""
     return {"requiredCapabilities": {"extensions": {EXTENSION: {}}}}
+
+
+TASK_PUSH = "notifications/tasks"
+"""A 2026-07-28 task's status push (on a `subscriptions/listen` stream that named the task in `taskIds`)."""
+
+
+class TaskPushParams(types.NotificationParams):
+    model_config = ConfigDict(extra="allow")
+
+
+class TaskPush(types.Notification[TaskPushParams, str]):
+    """`notifications/tasks`: the DetailedTask, as the task's `tasks/get` would show it."""
+
+    method: str = TASK_PUSH
+    params: TaskPushParams
 
 
 class TaskRequestParams(types.RequestParams):

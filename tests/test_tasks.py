@@ -10,8 +10,10 @@ process there, would find no task). 2026-07-28: the conformance fixture (`tests/
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import socket
+import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -25,9 +27,11 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from consumers.errors import UpstreamRefused
 from gateway import tasks
 from gateway.errors import UnknownName
+from gateway.hook_factory import build_chain
 from gateway.hooks import CallContext, Session
 from gateway.identity import Identity
-from gateway.task_relay import MAX_KEPT_ARGUMENTS, kept_call, refused_as_triads
+from gateway.loading import parse_config
+from gateway.task_relay import MAX_KEPT_ARGUMENTS, TaskRelay, kept_call, refused_as_triads
 from gateway.tasks import TaskBook
 from tests.conftest import NODE_DIR, PYTHON, ROOT, TRIAD, Proc, marker, start_triad, write_config
 from tests.raw_clients import (
@@ -281,9 +285,10 @@ async def test_a_modern_clients_task_on_a_handshake_era_upstream_is_translated(p
         # the upstream's questions, asked on a tasks/result stream, become inputRequests; tasks/update answers them
         asking = (await modern_ask(http, url, ADA, "tools/call", {"name": "multi_input", "arguments": {}}))["result"]
         waiting = await settled(http, url, asking["taskId"], until="input_required")
-        for _ in range(50):  # both questions come at once, each on its own
+        for _ in range(50):  # both questions come at once, each on its own (a get shows what has come)
             if len(waiting.get("inputRequests", {})) == 2:
                 break
+            await anyio.sleep(0.2)  # a client polls (the fixture's pollIntervalMs)
             waiting = await settled(http, url, asking["taskId"], until="input_required")
         first, second = sorted(waiting["inputRequests"])
         assert waiting["inputRequests"][first]["method"] == "elicitation/create"
@@ -296,6 +301,107 @@ async def test_a_modern_clients_task_on_a_handshake_era_upstream_is_translated(p
                                                           "inputResponses": {second: answer}})
         done = await settled(http, url, asking["taskId"])
         assert done["status"] == "completed" and done["result"]["content"][0]["text"].startswith("both answered")
+
+
+@pytest.mark.parametrize("protocol", ["auto", "handshake"])
+async def test_a_modern_clients_task_through_search_modes_call_tool_is_its_own(procs: list[Proc], tmp_path: Path,
+                                                                               protocol: str) -> None:
+    """`tools_mode: search`: `call_tool` runs a tool as a direct `tools/call` would, in the client's era: a
+    2026-07-28 client gets a task named by Triad's id, which its `tasks/get` then finds (`handshake`: translated)."""
+    async with modern_triad(procs, tmp_path, protocol=protocol, search={"tools_mode": "search"}) as url, \
+            httpx2.AsyncClient(timeout=60) as http:
+        created = await modern_ask(http, url, ADA, "tools/call", {"name": "call_tool", "arguments": {
+            "name": "failing_job", "arguments": {}}})
+        task = created["result"]
+        assert task["resultType"] == "task" and len(task["taskId"]) >= 32, created
+        done = await settled(http, url, task["taskId"])
+        assert done["status"] == "completed" and done["result"]["isError"] is True
+
+
+async def test_a_translated_tasks_get_never_waits_for_questions(procs: list[Proc], tmp_path: Path) -> None:
+    """A handshake-era task `input_required` from its start that asks nothing (until `release_quiet`): a
+    2026-07-28 client's `tasks/get` answers with what is pending when it comes, `working` while nothing is (2026's
+    `input_required` carries a non-empty `inputRequests`), rather than waiting for a question that may never come.
+    The first get opens Triad's stream for the questions and answers before any can be on it, even when the
+    upstream asks at once (a get that waited would return that question)."""
+    async with modern_triad(procs, tmp_path, protocol="handshake") as url, httpx2.AsyncClient(timeout=60) as http:
+        created = (await modern_ask(http, url, ADA, "tools/call", {"name": "quiet_input", "arguments": {}}))["result"]
+        assert created["status"] == "input_required"
+        first: dict[str, Any] = {}
+
+        async def get_first() -> None:
+            first.update((await modern_ask(http, url, ADA, "tasks/get", {"taskId": created["taskId"]}))["result"])
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(get_first)
+            assert (await modern_ask(http, url, ADA, "tools/call", {"name": "release_quiet", "arguments": {}})
+                    )["result"]["content"][0]["text"] == "released"
+        assert first["status"] == "working" and "inputRequests" not in first, first
+        # `input_required` once the question came on the stream the first get opened (a client polls till then)
+        asking = await settled(http, url, created["taskId"], until="input_required")
+        (key, _question), = asking["inputRequests"].items()
+        await modern_ask(http, url, ADA, "tasks/update", {"taskId": created["taskId"], "inputResponses": {
+            key: {"action": "accept", "content": {"confirm": True}}}})
+        done = await settled(http, url, created["taskId"])
+        assert done["status"] == "completed" and done["result"]["content"][0]["text"].startswith("released")
+
+
+async def test_a_translated_tasks_status_is_pushed_on_its_owners_listen_stream(procs: list[Proc],
+                                                                             tmp_path: Path) -> None:
+    """A 2026-07-28 client's task on a handshake-era upstream (server-everything, which pushes its tasks' status):
+    a `subscriptions/listen` stream naming it in `taskIds` is told each change as `notifications/tasks`, the task
+    as its `tasks/get` shows it (its question as `inputRequests`, its result inlined), under Triad's id. The
+    acknowledgement names only the ids Triad agreed to: not another's, not an unknown one."""
+    url = start_triad(procs, everything_config(tmp_path, "shared"), wait_ready=1)
+    async with httpx2.AsyncClient(timeout=60) as http, anyio.create_task_group() as tg:
+        created = await modern_ask(http, url, ADA, "tools/call", {"name": RESEARCH,
+                                                                  "arguments": {"topic": "x", "ambiguous": True}})
+        task_id = created["result"]["taskId"]
+        bobs = (await modern_ask(http, url, BOB, "tools/call", {"name": RESEARCH, "arguments": {"topic": "y"}}))
+        frames: list[dict[str, Any]] = []
+        arrived = anyio.Event()
+
+        async def listen(token: str, task_ids: list[str], *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+            nonlocal arrived
+            body = modern(7, "subscriptions/listen", {"notifications": {"taskIds": task_ids}})
+            headers = modern_headers("subscriptions/listen") | {"Authorization": f"Bearer {token}"}
+            async with http.stream("POST", url, content=dumps(body), headers=headers) as stream:
+                task_status.started()
+                async for line in stream.aiter_lines():
+                    if line.startswith("data:") and line[5:].strip():
+                        frames.append(json.loads(line[5:]))
+                        arrived.set()
+                        arrived = anyio.Event()
+
+        async def frame(found: Any) -> dict[str, Any]:
+            with anyio.fail_after(60):
+                while not any(found(f) for f in frames):
+                    await arrived.wait()
+            return next(f for f in frames if found(f))
+
+        def pushed(status: str) -> Any:
+            return lambda f: f.get("method") == "notifications/tasks" and f["params"]["status"] == status
+
+        await tg.start(listen, ADA, [task_id, bobs["result"]["taskId"], "no-such-task", {"not": "an id"}, task_id])
+        ack = await frame(lambda f: f.get("method") == "notifications/subscriptions/acknowledged")
+        assert ack["params"]["notifications"]["taskIds"] == [task_id]
+        await modern_ask(http, url, ADA, "tasks/get", {"taskId": task_id})  # a client polls, pushed to or not
+        asking = await frame(lambda f: pushed("input_required")(f) and f["params"]["inputRequests"])
+        (key, question), = asking["params"]["inputRequests"].items()
+        assert question["method"] == "elicitation/create"
+        answer = {"action": "accept", "content": {"interpretation": "technical"}}
+        await modern_ask(http, url, ADA, "tasks/update", {"taskId": task_id, "inputResponses": {key: answer}})
+        done = await frame(pushed("completed"))
+        assert done["params"]["result"]["content"] and "resultType" not in done["params"]
+        assert frames[0] is ack and all(f["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"] == 7
+                                        for f in frames)
+        assert {f["params"]["taskId"] for f in frames if f.get("method") == "notifications/tasks"} == {task_id}
+        # a request that does not declare the tasks extension gets no task pushes: -32021, as for tasks/*
+        body = modern(8, "subscriptions/listen", {"notifications": {"taskIds": [task_id]}}, extension=False)
+        headers = modern_headers("subscriptions/listen") | {"Authorization": f"Bearer {ADA}"}
+        refused = answer_of(await modern_post(http, url, dumps(body), headers))["error"]
+        assert refused["code"] == -32021 and EXTENSION in refused["data"]["requiredCapabilities"]["extensions"]
+        tg.cancel_scope.cancel()
 
 
 async def test_a_legacy_clients_tasks_list_comes_in_pages_of_triads_own(procs: list[Proc], tmp_path: Path) -> None:
@@ -342,19 +448,23 @@ async def test_a_synchronous_call_of_a_modern_client_is_not_a_task(procs: list[P
         assert result["resultType"] == "complete" and "taskId" not in result
 
 
-async def test_a_tasks_result_passes_the_after_hooks_as_the_calls_would(procs: list[Proc], tmp_path: Path) -> None:
-    """Running a tool as a task must not get its result past a redaction hook."""
-    async with modern_triad(procs, tmp_path, hooks=[{"redact": {"patterns": ["swordfish"]}}]) as url, \
+@pytest.mark.parametrize("protocol", ["auto", "handshake"])
+async def test_a_tasks_result_passes_the_after_hooks_as_the_calls_would(procs: list[Proc], tmp_path: Path,
+                                                                        protocol: str) -> None:
+    """Running a tool as a task must not get its result past a redaction hook: a 2026-07-28 client's (whose
+    request's session ended with the call; `handshake`: translated) and a 2025-11-25 client's `tasks/result`."""
+    async with modern_triad(procs, tmp_path, protocol, hooks=[{"redact": {"patterns": ["swordfish"]}}]) as url, \
             httpx2.AsyncClient(timeout=60) as http:
         created = await modern_ask(http, url, ADA, "tools/call", {"name": "slow_compute",
                                                                   "arguments": {"seconds": 1, "label": "swordfish"}})
-        task_id = created["result"]["taskId"]
-        for _ in range(100):  # a client polls a task (the fixture's pollIntervalMs is 200)
-            got = (await modern_ask(http, url, ADA, "tasks/get", {"taskId": task_id}))["result"]
-            if got["status"] == "completed":
-                break
-            await anyio.sleep(0.2)
+        got = await settled(http, url, created["result"]["taskId"])
         assert got["result"]["content"][0]["text"] == "computed [REDACTED]"
+        if protocol == "handshake":
+            ada = await Client(http, url, ADA).open({"tasks": {}})
+            task = (await ada.ask("tools/call", {"name": "slow_compute", "task": {},
+                                                 "arguments": {"seconds": 1, "label": "swordfish"}}))["result"]
+            result = (await ada.ask("tasks/result", {"taskId": task["task"]["taskId"]}))["result"]
+            assert result["content"][0]["text"] == "computed [REDACTED]"
 
 
 async def test_a_legacy_task_over_triad_stdio_pushes_its_status_to_its_client(procs: list[Proc],
@@ -465,10 +575,42 @@ def test_a_task_keeps_no_large_call_arguments() -> None:
     def call(arguments: dict[str, Any]) -> CallContext:
         return CallContext("tool", "ada", Session(), "t", "fx", "t", arguments)
 
-    small = call({"q": "x"})
-    assert kept_call(small) is small
+    small = kept_call(call({"q": "x"}))
+    assert small is not None and small.context().arguments == {"q": "x"}
     big = kept_call(call({"blob": "x" * (MAX_KEPT_ARGUMENTS + 1)}))
-    assert big is not None and big.arguments == {} and big.name == "t"
+    assert big is not None and big.context().arguments == {} and big.context().name == "t"
+
+
+async def test_a_task_keeps_its_session_only_weakly_and_its_hooks_still_apply(tmp_path: Path) -> None:
+    """A task lasts up to a day; the session that created it may end long before. The task must not keep that
+    session (its connection, per-client upstream sessions, hooks' state) alive, and its result still passes the
+    after-hooks: redaction, and an audit line naming the session."""
+    audit = tmp_path / "audit.jsonl"
+    config = parse_config(f"upstreams: {{}}\nhooks: [{{redact: {{patterns: [swordfish]}}}}, "
+                          f"{{audit: {{path: '{audit}'}}}}]")
+    hooks = build_chain(config.hooks)
+    book = TaskBook()
+
+    async def unused(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("no upstream is asked: only the after-hooks run")
+
+    relay = TaskRelay(book, unused, unused, lambda _name: None, lambda: hooks)  # type: ignore[arg-type]
+    ada = Identity(client_id="ada")
+    session = Session(id="session-hash")
+    session.state["hook state"] = "x" * 1_000_000
+    gone = weakref.ref(session)
+    call = CallContext("tool", "ada", session, "slow_compute", "fx", "slow_compute", {"label": "swordfish"})
+    task_id = book.adopt("fx", "task-1", ada, session.key, "2025-11-25", 60_000, kept_call(call))
+    key = session.key
+    del session, call
+    gc.collect()
+    assert gone() is None, "the task keeps its ended session alive"
+
+    entry = book.find(task_id, ada, key, "2025-11-25")
+    result = await relay._after_hooks(entry, {"content": [{"type": "text", "text": "computed swordfish"}]})
+    assert result["content"][0]["text"] == "computed [REDACTED]"
+    line = json.loads(audit.read_text().splitlines()[-1])
+    assert (line["session"], line["name"], line["outcome"]) == ("session-hash", "slow_compute", "ok")
 
 
 def test_an_upstream_refusal_names_the_task_by_triads_id() -> None:

@@ -260,6 +260,31 @@ async def test_circuit_breaker_fails_fast_then_tries_again(procs: list[Proc], tm
         assert await answered(via) and await answered(via)
 
 
+@pytest.mark.parametrize("protocol", ["handshake", "auto"])
+async def test_an_endless_unavailable_body_is_not_read_to_its_end(procs: list[Proc], tmp_path: Path,
+                                                                   protocol: str) -> None:
+    """A 503 whose body never ends (whatever answers on the upstream's URL may send one): Triad reads a few KiB,
+    hangs up, and the call fails at once as an unavailable upstream, in both eras (`auto`: the SDK's transport)."""
+    if protocol == "handshake":
+        upstream = start_fixture(procs, "http", "endless", "--unavailable-calls", "1", "--endless-503")
+    else:
+        proc = Proc([PYTHON, str(ROOT / "tests" / "servers" / "conformance_upstream.py"), "--transport", "http",
+                     "--name", marker("endless-modern"), "--unavailable-calls", "1", "--endless-503"])
+        procs.append(proc)
+        port = proc.wait_for(r"READY (\d+)").group(1)
+        upstream = f"http://127.0.0.1:{port}/mcp"
+    fixture = procs[-1]
+    config = write_config(tmp_path, {"upstreams": {"fx": {"url": upstream, "ping_interval": "1h", "protocol": protocol,
+                                                          "timeout": "60s"}},
+                                     "naming": {"prefix": "never"}})
+    url = start_triad(procs, config, wait_ready=1)
+    async with http_session(url) as via:
+        with pytest.raises(MCPError) as raised:
+            await call(via, *(("echo", {"text": "x"}) if protocol == "handshake" else ("test_simple_text", {})))
+        assert raised.value.error.message == "upstream 'fx' answered HTTP 503 to tools/call"
+        await fixture.until(r"503 body cut after \d+ bytes")  # Triad hung up on it
+
+
 def test_an_upstream_repeating_its_cursor_is_an_error_not_a_loop(tmp_path: Path) -> None:
     config = write_config(tmp_path, {"upstreams": {
         "loop": stdio_upstream("cursor-loop", "--page-size", "3", "--loop-cursor"),

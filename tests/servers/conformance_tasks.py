@@ -36,11 +36,13 @@ TASK_TOOLS = [
     tool("protocol_error_job", "A task that fails with a protocol error (requires the tasks extension)"),
     tool("confirm_delete", "A task that asks for confirmation", {"filename": {"type": "string"}}),
     tool("multi_input", "A task that asks two questions at once"),
+    tool("quiet_input", "A task that is input_required from its start, asking nothing until release_quiet"),
+    tool("release_quiet", "Lets quiet_input tasks ask their question (synchronous)"),
     tool("test_tool_with_task", "Asks a name in-band, then runs as a task (requires the tasks extension)"),
 ]
 REQUIRED = {"failing_job", "protocol_error_job", "test_tool_with_task"}
 for _tool in TASK_TOOLS:  # 2025-11-25 only (the SDK strips `execution` at 2026-07-28)
-    if _tool["name"] != "greet":
+    if _tool["name"] not in ("greet", "release_quiet"):
         _tool["execution"] = {"taskSupport": "required" if _tool["name"] in REQUIRED else "optional"}
 LEGACY_CAPABILITY = {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}
 RELATED_TASK = "io.modelcontextprotocol/related-task"
@@ -109,6 +111,8 @@ def missing_extension() -> MCPError:
 
 class Tasks:
     def __init__(self) -> None:
+        self._released = anyio.Event()
+        """Set by `release_quiet`: `quiet_input` tasks then ask their question."""
         self._tasks: dict[str, _Task] = {}
         self._ids = itertools.count(1)
         self._tg: TaskGroup | None = None
@@ -164,6 +168,9 @@ class Tasks:
         name, arguments, as_task = params["name"], params.get("arguments") or {}, "task" in params
         if name in REQUIRED and not as_task:
             raise MCPError(types.METHOD_NOT_FOUND, f"{name} requires task augmentation")
+        if name == "release_quiet":
+            self._released.set()
+            return text("released")
         if name == "greet" or not as_task:
             if name == "slow_compute":
                 await anyio.sleep(float(arguments.get("seconds") or 0))
@@ -231,6 +238,9 @@ class Tasks:
             raise missing_extension()
         if name == "greet":
             return text(f"Hello, {arguments.get('name')}!")
+        if name == "release_quiet":
+            self._released.set()
+            return text("released")
         if name == "slow_compute":
             seconds = float(arguments.get("seconds") or 0)
             if not can or seconds < 1:
@@ -244,6 +254,10 @@ class Tasks:
         if name == "confirm_delete":
             question = elicit(f"Delete {arguments.get('filename')}?", {"confirm": {"type": "boolean"}}, ("confirm",))
             return self._start(self._ask, {"confirm": question}, f"deleted {arguments.get('filename')}")
+        if name == "quiet_input":
+            created = self._start(self._quiet)
+            self._tasks[created["taskId"]].set("input_required")
+            return {**created, "status": "input_required"}
         if name == "multi_input":
             return self._start(self._ask, {
                 "first": elicit("First?", {"name": {"type": "string"}}, ("name",)),
@@ -279,6 +293,11 @@ class Tasks:
         await anyio.sleep(0.2)
         task.error = {"code": types.INTERNAL_ERROR, "message": "the job crashed"}
         task.set("failed")
+
+    async def _quiet(self, task: _Task) -> None:
+        await self._released.wait()
+        await self._ask(task, {"confirm": elicit("Go on?", {"confirm": {"type": "boolean"}}, ("confirm",))},
+                        "released")
 
     async def _ask(self, task: _Task, questions: dict[str, dict[str, Any]], done: str) -> None:
         task.pending = dict(questions)

@@ -328,6 +328,7 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--name", default=NAME, help="only shown in the process list (the tests mark their runs)")
     parser.add_argument("--unavailable-calls", type=int, default=0, help="HTTP 503 to the first K tools/call POSTs")
+    parser.add_argument("--endless-503", action="store_true", help="the 503s' bodies never end")
     args = parser.parse_args()
     tasks = Tasks()
     server = build_server(tasks)
@@ -338,7 +339,8 @@ def main() -> None:
             if args.transport == "stdio":
                 await serve_stdio(server)
             else:
-                await serve_http(server, "http", args.port, args.unavailable_calls)
+                await serve_http(server, "http", args.port, args.unavailable_calls,
+                                 endless_unavailable=args.endless_503)
             tg.cancel_scope.cancel()
 
     anyio.run(serve)

@@ -2,6 +2,7 @@
 
     python fixture_upstream.py [--transport stdio|http|sse] [--name N] [--page-size K] [--extra-tools M]
                                [--hang-initialize] [--slow-first-ping S] [--prefix P] [--unavailable-calls K]
+                               [--endless-503]
 
 Over HTTP and SSE it binds 127.0.0.1 on a free port and prints `READY <port>` on stderr. Tools cover every
 content type (text, image, audio, embedded resource, resource link, structured with outputSchema, error), a slow
@@ -19,6 +20,7 @@ import time
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import mcp_types as types
 import uvicorn
 from mcp.server import Server
@@ -279,9 +281,10 @@ def build_server(args: argparse.Namespace) -> Server[Any]:
     return server
 
 
-def answer_unavailable(app: Any, count: int) -> Any:
+def answer_unavailable(app: Any, count: int, endless: bool = False) -> Any:
     """An ASGI wrapper that answers HTTP 503 to the first `count` `tools/call` POSTs, as a proxy in front of an
-    overloaded server would (the server never sees them); each is noted on stderr."""
+    overloaded server would (the server never sees them); each is noted on stderr. `endless`: the 503's body never
+    ends (until the client hangs up, noted on stderr as `503 body cut after N bytes`)."""
     refused = [0]
 
     async def wrapped(scope: Any, receive: Any, send: Any) -> None:
@@ -306,7 +309,23 @@ def answer_unavailable(app: Any, count: int) -> Any:
         refused[0] += 1
         print(f"answered 503 to call {refused[0]}", file=sys.stderr, flush=True)
         await send({"type": "http.response.start", "status": 503, "headers": [(b"content-type", b"text/plain")]})
-        await send({"type": "http.response.body", "body": b"overloaded"})
+        if not endless:
+            await send({"type": "http.response.body", "body": b"overloaded"})
+            return
+        gone, sent = anyio.Event(), 0
+
+        async def watch() -> None:  # the request was read whole: what comes next is the client hanging up
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            gone.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch)
+            while not gone.is_set():
+                await send({"type": "http.response.body", "body": b"overloaded " * 6000, "more_body": True})
+                sent += 66_000
+                await anyio.lowlevel.checkpoint()  # uvicorn's send returns at once after a hang-up
+        print(f"503 body cut after {sent} bytes", file=sys.stderr, flush=True)
     return wrapped
 
 
@@ -323,7 +342,7 @@ def log_auth(app: Any) -> Any:
 
 
 async def serve_http(server: Server[Any], transport: str, port: int, unavailable_calls: int = 0,
-                     auth_log: bool = False) -> None:
+                     auth_log: bool = False, endless_unavailable: bool = False) -> None:
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -341,7 +360,7 @@ async def serve_http(server: Server[Any], transport: str, port: int, unavailable
 
         app = Starlette(routes=[Route("/sse", endpoint=handle_sse), Mount("/messages/", app=sse.handle_post_message)])
     if unavailable_calls:
-        app = answer_unavailable(app, unavailable_calls)
+        app = answer_unavailable(app, unavailable_calls, endless_unavailable)
     if auth_log:
         app = log_auth(app)
     # h11 strips whitespace around header values (RFC 9110) as the conformance suite expects; httptools keeps it
@@ -373,6 +392,7 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=0, help="HTTP/SSE port (default: a free one)")
     parser.add_argument("--start-when", help="wait until this file exists before serving (a slow start)")
     parser.add_argument("--unavailable-calls", type=int, default=0, help="HTTP 503 to the first K tools/call POSTs")
+    parser.add_argument("--endless-503", action="store_true", help="the 503s' bodies never end")
     parser.add_argument("--log-auth", action="store_true", help="print each HTTP request's Authorization header")
     parser.add_argument("--subscribable", action="store_true", help="resource subscriptions and an `updates` tool")
     parser.add_argument("--lists-by-capabilities", action="store_true",
@@ -384,7 +404,8 @@ def main() -> None:
     if args.transport == "stdio":
         anyio.run(serve_stdio, server)
     else:
-        anyio.run(serve_http, server, args.transport, args.port, args.unavailable_calls, args.log_auth)
+        anyio.run(serve_http, server, args.transport, args.port, args.unavailable_calls, args.log_auth,
+                  args.endless_503)
 
 
 if __name__ == "__main__":
