@@ -1,10 +1,13 @@
 """The dispatcher: the registry snapshot, the per-client views, and the call path.
 
-Ownership: the daemon creates one `Dispatcher` with the pool. Upstream state or catalog changes call `rebuild()`
-(synchronous, in the upstream's owner task), which builds a new registry whole and swaps it in by one assignment;
-listeners (the exposer's notifier) are told the new version. Every request goes: identity -> that identity's
-view (cached per registry version) -> lookup of the exposed name (unknown and hidden look the same) -> policy and
-hooks (their own issues; `_route_tool` is the seam) -> the upstream that owns the name -> the raw result.
+Ownership: the daemon creates one `Dispatcher` with the pool. Upstream state or catalog changes call
+`invalidate()`; `run()` (a task of the daemon's) then builds a new registry whole, once per burst of changes, and
+swaps it in by one assignment (`Snapshot`); listeners (the exposer's notifier) are told.
+
+Every request goes: identity -> that identity's view (cached per registry version) -> lookup of the exposed name
+(unknown and hidden look the same; with `sessions: per_client`, also what the caller's own upstream session
+lists) -> policy and hooks (`HookChain.run` around `call_visible_tool`'s `send`) -> `_forward` to the upstream
+that owns the name -> the raw result.
 Requests about resources (reads, completions, subscriptions) and URI routing: `gateway.resource_requests`.
 Nothing on the call path scans the registry or awaits anything but the upstream.
 """
@@ -306,7 +309,7 @@ class Dispatcher(ResourceRequests):
         if entry is None:
             raise await self._refuse_tool(view, name, params, session)
         upstream = self._upstream(entry.executor.id)
-        if upstream.per_client and session is not None and session.back is not None \
+        if session is not None and upstream.own_session(session) is not None \
                 and entry.executor.tool not in (await upstream.own_lists(session)).tools:
             raise UnknownName(f"Unknown tool: {name}")  # its own session does not list it: as if it did not exist
         meta = forwardable_meta(params.get("_meta"))

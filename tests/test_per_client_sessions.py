@@ -131,9 +131,14 @@ async def test_a_2026_client_gets_an_upstream_session_bound_to_who_it_is_and_wha
                 await plain.get_prompt("sampled_greet")
             echoed = await plain.call_tool("echo", {"text": "mine"})
             assert echoed.content[0].text == "mine"  # type: ignore[union-attr]
+            assert "sampled_echo" not in {t.name for t in (await plain.list_tools()).tools}
+            with pytest.raises(MCPError, match=r"^Unknown tool: sampled_echo$"):  # not on its session's list
+                await plain.call_tool("sampled_echo", {"text": "not mine"})
             assert triad.stderr.count("a client session opened") == 1
         async with Client(url, mode="2026-07-28", cache=None, sampling_callback=decline) as sampling:
             assert {p.name for p in (await sampling.list_prompts()).prompts} == {"greet", "sampled_greet"}
+            sampled = await sampling.call_tool("sampled_echo", {"text": "sampled"})
+            assert sampled.content[0].text == "sampled"  # type: ignore[union-attr]
             assert triad.stderr.count("a client session opened") == 2  # another declaration: a session of its own
         async with Client(url, mode="2026-07-28", cache=None) as plain_again:
             assert {p.name for p in (await plain_again.list_prompts()).prompts} == {"greet"}

@@ -113,6 +113,8 @@ def build_server(args: argparse.Namespace) -> Server[Any]:
                 "arguments": [{"name": "who", "required": True}]}]
     sampled_prompts = [{"name": f"{args.prefix}sampled_greet", "description": "Listed to sampling clients only."}]
     sampled_templates = [{"uriTemplate": "fixture://sampled/{id}", "name": "sampled", "mimeType": "text/plain"}]
+    sampled_tools = [{"name": f"{args.prefix}sampled_echo", "description": "Listed to sampling clients only.",
+                      "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}}}]
     size = args.page_size
     subscribed: dict[int, tuple[Any, set[str]]] = {}
     """With --subscribable: per session, the session and the URIs it subscribed to."""
@@ -121,7 +123,7 @@ def build_server(args: argparse.Namespace) -> Server[Any]:
                           {"count": {"type": "integer"}}))
 
     async def list_tools(ctx: Any, params: Any) -> dict[str, Any]:
-        return page(tools, "tools", params, size, args.loop_cursor)
+        return page(tools + (sampled_tools if samples(ctx) else []), "tools", params, size, args.loop_cursor)
 
     async def list_resources(ctx: Any, params: Any) -> dict[str, Any]:
         return page(resources, "resources", params, size)
@@ -140,7 +142,7 @@ def build_server(args: argparse.Namespace) -> Server[Any]:
     async def call_tool(ctx: Any, params: Any) -> dict[str, Any]:
         name = params.name.removeprefix(args.prefix)
         arguments = params.arguments or {}
-        if name == "echo":
+        if name in ("echo", "sampled_echo"):
             return {"content": [{"type": "text", "text": str(arguments.get("text", "")),
                                  "annotations": {"audience": ["user"], "priority": 0.5}}],
                     "_meta": {"fixture/upstream": args.name,
@@ -396,7 +398,8 @@ def main() -> None:
     parser.add_argument("--log-auth", action="store_true", help="print each HTTP request's Authorization header")
     parser.add_argument("--subscribable", action="store_true", help="resource subscriptions and an `updates` tool")
     parser.add_argument("--lists-by-capabilities", action="store_true",
-                        help="a prompt and a resource template listed only to sessions whose client declared sampling")
+                        help="a tool, a prompt and a resource template listed only to sessions whose client "
+                        "declared sampling")
     args = parser.parse_args()
     server = build_server(args)
     while args.start_when and not os.path.exists(args.start_when):
