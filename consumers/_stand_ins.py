@@ -10,8 +10,8 @@ closes after `IDLE_CLOSE` without requests (`consumers.per_client` closes it). A
 
 from __future__ import annotations
 
-import hashlib
 import json
+import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -36,8 +36,8 @@ class StandIn:
     def __init__(self, key: tuple[str, str]) -> None:
         self.user: str | None = key[0]
         self.declared: dict[str, Any] | None = json.loads(key[1])
-        self.id = "c-" + hashlib.sha256("\0".join(key).encode()).hexdigest()[:12]
-        """Its label in log lines (`consumers.log_fields`), as a session's hash is."""
+        self.id = "c-" + secrets.token_hex(6)
+        """Its label in log lines (`consumers.log_fields`): random, since a hash of who it is could be guessed."""
 
     def on_close(self, callback: Callable[[], Awaitable[None]]) -> None:
         """Nobody ends a stand-in: its upstream session idles out."""

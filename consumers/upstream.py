@@ -301,6 +301,11 @@ class Upstream(OwnSessions):
             raise UpstreamUnavailable(self.name, f"upstream {self.name!r} is failing: {self._breaker.failures} calls "
                                       f"in a row failed to reach it; the next try is in {wait:.0f}s (circuit breaker)")
         own = self.own_session(client)
+        if own is not None and own is not client and isinstance(request, types.CallToolRequest) \
+                and request.params.task is not None:
+            # A task of a caller with no way back (its stand-in's) is created on the shared session: its later
+            # requests (get, result, cancel) and status go there (`gateway.task_relay`), and task ids stay unique.
+            own = None
         if own is None and self.config.auth is not None and self.config.auth.mode == "per_user":
             raise UpstreamAuthorizationRequired(self.name, f"upstream {self.name!r} is per-user: a request without a "
                                                 "session of its own would go out with Triad's credential")

@@ -168,8 +168,15 @@ class Dispatcher(ResourceRequests):
         found: dict[str, OwnLists | None] = {}
         missing: list[Upstream] = []
         for name, upstream in self.pool.upstreams.items():
-            # a 2026-07-28 caller's own session is its stand-in's (`consumers._stand_ins`)
-            if upstream.per_client and upstream.state.value in SERVING and upstream.own_session(session) is not None:
+            if not upstream.per_client or upstream.state.value not in SERVING:
+                continue
+            try:  # a 2026-07-28 caller's own session is its stand-in's (`consumers._stand_ins`)
+                own = upstream.own_session(session)
+            except UpstreamError as exc:  # too many of this caller's: that upstream is hidden from it (fail closed)
+                found[name] = None
+                logger.info("upstream %s: no session for this client: %s", upstream.name, exc.message)
+                continue
+            if own is not None:
                 if (known := upstream.known_lists(session)) is not None:
                     found[name] = known
                 else:

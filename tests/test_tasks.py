@@ -236,6 +236,30 @@ async def test_a_modern_task_belongs_to_the_principal_that_created_it(procs: lis
             == "cancelled"
 
 
+async def test_2026_callers_tasks_on_a_per_client_upstream_stay_each_callers_own(procs: list[Proc],
+                                                                                 tmp_path: Path) -> None:
+    """Two 2026-07-28 callers of a handshake-era `per_client` stdio upstream (whose session numbers its tasks from
+    `task-1`, whoever asks): each one's task answers its own `tasks/get`, before and after the other's task exists,
+    and never the other's. (With the callers' own upstream sessions, the first `tasks/get` once lost the task: it
+    was created on the caller's session and looked for on the shared one.)"""
+    fixture = [str(ROOT / "tests" / "servers" / "conformance_upstream.py"), "--transport", "stdio"]
+    config = write_config(tmp_path, {"upstreams": {"fx": {"command": PYTHON, "args": fixture, "protocol": "handshake",
+                                                          "sessions": "per_client", "timeout": "60s"}},
+                                     "naming": {"prefix": "never"}, "clients": CLIENTS})
+    url = start_triad(procs, config, wait_ready=1)
+    call = {"name": "slow_compute", "arguments": {"seconds": 60, "label": "x"}}
+    async with httpx2.AsyncClient(timeout=60) as http:
+        ada = (await modern_ask(http, url, ADA, "tools/call", call))["result"]["taskId"]
+        assert (await modern_ask(http, url, ADA, "tasks/get", {"taskId": ada}))["result"]["status"] == "working"
+        bob = (await modern_ask(http, url, BOB, "tools/call", call))["result"]["taskId"]
+        for token, mine, theirs in ((ADA, ada, bob), (BOB, bob, ada)):
+            assert (await modern_ask(http, url, token, "tasks/get", {"taskId": mine}))["result"]["status"] == "working"
+            assert (await modern_ask(http, url, token, "tasks/get", {"taskId": theirs}))["error"]["code"] == -32602
+        assert (await modern_ask(http, url, ADA, "tasks/cancel", {"taskId": ada}))["result"]["resultType"] == "complete"
+        assert (await modern_ask(http, url, ADA, "tasks/get", {"taskId": ada}))["result"]["status"] == "cancelled"
+        assert (await modern_ask(http, url, BOB, "tasks/get", {"taskId": bob}))["result"]["status"] == "working"
+
+
 async def settled(http: httpx2.AsyncClient, url: str, task_id: str, until: str = "") -> dict[str, Any]:
     """Poll a 2026-07-28 task as a client does (the fixture's pollIntervalMs is 200) until it is terminal, or
     `until`."""
