@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -23,6 +24,9 @@ IDLE_CLOSE = 300.0
 MAX_PER_CALLER = 8
 """Distinct capability declarations one caller may have upstream sessions for at once (declarations are the
 caller's free choice: each would otherwise cost an upstream session, up to the upstream's `max_sessions`)."""
+HANDED_OUT = 60.0
+"""Seconds a new stand-in counts as open before its upstream session exists (its request is on its way there):
+requests of one caller sent at once must not each take a place another is about to use."""
 MAX_STAND_INS = 1024
 """Stand-ins kept at once; past it, those whose upstream session is closed are dropped."""
 
@@ -34,6 +38,7 @@ class StandIn:
     back: Downstream | None = None
 
     def __init__(self, key: tuple[str, str]) -> None:
+        self.made = time.monotonic()
         self.user: str | None = key[0]
         self.declared: dict[str, Any] | None = json.loads(key[1])
         self.id = "c-" + secrets.token_hex(6)
@@ -62,11 +67,16 @@ class StandIns:
         key = (client.user, json.dumps(declared, sort_keys=True, default=str))
         found = self._by_key.get(key)
         if found is None:
+            now = time.monotonic()
+
+            def in_use(stand_in: StandIn) -> bool:
+                return is_open(stand_in) or now - stand_in.made < HANDED_OUT
+
             if len(self._by_key) >= MAX_STAND_INS:
-                self._by_key = {k: v for k, v in self._by_key.items() if is_open(v)}
+                self._by_key = {k: v for k, v in self._by_key.items() if in_use(v)}
             mine = [k for k in self._by_key if k[0] == client.user]
             if len(mine) >= MAX_PER_CALLER:
-                idle = [k for k in mine if not is_open(self._by_key[k])]
+                idle = [k for k in mine if not in_use(self._by_key[k])]
                 if not idle:
                     raise UpstreamUnavailable(self._upstream, (
                         f"upstream {self._upstream!r} already has sessions for {MAX_PER_CALLER} capability "

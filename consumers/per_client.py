@@ -147,7 +147,7 @@ class ClientSessions:
             config = self._config()
             if self._task_group is None:
                 raise UpstreamUnavailable(self._upstream, f"upstream {self._upstream!r} is not connected")
-            if len(self._links) >= config.max_sessions:
+            if len(self._links) >= config.max_sessions and not self._evict_idle_stand_in():
                 raise UpstreamUnavailable(self._upstream, (
                     f"upstream {self._upstream!r} has {config.max_sessions} client sessions open, its "
                     "max_sessions; one must end before another client can use it"))
@@ -176,6 +176,16 @@ class ClientSessions:
             raise UpstreamUnavailable(self._upstream, f"upstream {self._upstream!r} refused a session for this "
                                       f"client: {reason}")
         return link.channel
+
+    def _evict_idle_stand_in(self) -> bool:
+        """Close the least recently used stand-in's session with nothing in flight, to make room: stand-ins idle
+        out on their own, so they must not keep a client with a session of its own out meanwhile."""
+        idle = [link for origin, link in self._links.items()
+                if isinstance(origin, StandIn) and link.opened.is_set() and not link.relays.calls]
+        if not idle:
+            return False
+        self.forget(min(idle, key=lambda link: link.used).origin)
+        return True
 
     def stand_in(self, client: ClientOrigin) -> ClientOrigin | None:
         """The stand-in of a caller with no way back (`consumers._stand_ins`); None when it cannot be named."""

@@ -196,3 +196,27 @@ async def test_stand_in_sessions_are_one_per_caller_and_declaration_bounded_and_
             await echo("carol")
             assert upstream.client_sessions == MAX_PER_CALLER + 2
             upstream.stop()
+
+
+async def test_an_idle_stand_in_makes_room_when_max_sessions_is_reached() -> None:
+    """Stand-ins idle out on their own (300 s): at `max_sessions`, the least recently used one with nothing in
+    flight is closed to make room, so a few callers' stand-ins never keep another client out."""
+    config = UpstreamConfig.model_validate(stdio_upstream("stand-in-room", sessions="per_client", max_sessions=2))
+    upstream = Upstream("fx", config, None, lambda _up: None)
+
+    async def echo(user: str) -> None:
+        request = Session(user=user, declared={})
+        assert (await upstream.request(call("echo", text="x"), client=request))["content"][0]["text"] == "x"
+
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as tg:
+            await tg.start(upstream.run)
+            await upstream.settled.wait()
+            await echo("alice")
+            await echo("bob")
+            assert upstream.client_sessions == 2
+            await echo("carol")  # alice's, the least recently used, made room
+            assert upstream.client_sessions == 2
+            await echo("bob")  # still open: no new session
+            assert upstream.client_sessions == 2
+            upstream.stop()
