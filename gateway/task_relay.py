@@ -214,9 +214,10 @@ class TaskRelay:
         for task_id in dict.fromkeys(task_id for task_id in task_ids if isinstance(task_id, str)):
             try:
                 entry = self.book.find(task_id, identity, None, "2026-07-28")
-            except UnknownName:
+                upstream = self._upstream(entry.upstream)
+            except (UnknownName, UpstreamError):  # not the caller's, or its upstream was removed by a reload
                 continue
-            if not self._upstream(entry.upstream).modern:
+            if not upstream.modern:
                 honored.append(task_id)
                 self._watchers.setdefault(task_id, []).append(watcher)
 
