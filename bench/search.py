@@ -31,8 +31,8 @@ sys.path[:0] = [str(HERE.parent), str(HERE)]
 
 from run import PY, RawSession, percentile, processes, start_triad, triad_config  # noqa: E402
 
-from gateway.registry import ExecutorRef, OwnerRef, ToolDescriptor  # noqa: E402
-from gateway.search import Bm25Ranker, SearchDocument, document_for, words  # noqa: E402
+from gateway.registry._descriptors import ExecutorRef, OwnerRef, ToolDescriptor  # noqa: E402
+from gateway.search._ranker import Bm25Ranker, SearchDocument, document_for, words  # noqa: E402
 from tests.search_eval.evaluate import evaluate, tasks  # noqa: E402
 
 TOKEN = "bench-lister-token-0123456789"
@@ -90,7 +90,7 @@ def latency(run: Any, queries: list[str]) -> tuple[float, float]:
 
 def peers(documents: list[SearchDocument], queries: list[str]) -> dict[str, Any]:
     """The libraries bm25s was chosen over, on the same text (`pip install '.[bench]'`)."""
-    from gateway.search import _weighted
+    from gateway.search._ranker import _weighted
 
     out: dict[str, Any] = {}
     ranker = Bm25Ranker()

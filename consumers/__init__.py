@@ -1,11 +1,11 @@
 """Upstream connections: one owner task per upstream, transports, the pool keyed by name, and the relay seam."""
 
-from consumers._credentials import UserAuthorization
 from consumers._errors import describe_failure
 from consumers.channel import TASK_STATUS
 from consumers.lifecycle import UpstreamState
 from consumers.listing import Catalog
 from consumers.login import LoginError, login
+from consumers.oauth import UserAuthorization
 from consumers.own_lists import OwnLists
 from consumers.pool import UpstreamPool
 from consumers.relay import CURRENT_DOWNSTREAM, ClientOrigin, Downstream, ProgressFn, UpstreamRequest

@@ -60,7 +60,7 @@ class OwnSessions:
     def own_session(self, client: ClientOrigin | None) -> ClientOrigin | None:
         """The downstream session whose own upstream session `client`'s requests go on (`sessions: per_client`):
         its own, or for a caller with no way back (a 2026-07-28 request) the stand-in bound to who it is and what
-        it declared (`consumers._stand_ins`); None: they go on the shared one."""
+        it declared (`consumers`); None: they go on the shared one."""
         if client is None or not self.per_client:
             return None
         return client if client.back is not None else self._clients.stand_in(client)

@@ -9,13 +9,13 @@ the entering task to exit).
 
 A `SessionChannel` sends a request one of two ways:
 - through the SDK's `ClientSession`. Progress comes by a token of Triad's own, routed off the session's read
-  stream (`consumers._progress`), so it keeps every field and number type the upstream sent; a 2026-07-28
+  stream (`consumers`), so it keeps every field and number type the upstream sent; a 2026-07-28
   upstream's `input_required` rounds are answered by asking a handshake-era client (a 2026-07-28 client gets the
   result and retries itself);
-- through `consumers.http_hop.HttpHop`, Triad's direct HTTP path on a handshake-era streamable HTTP session the SDK
+- through `consumers.HttpHop`, Triad's direct HTTP path on a handshake-era streamable HTTP session the SDK
   opened (one POST, its reply read as JSON or SSE), once `use_hop` turned it on after the handshake.
 
-Both follow the same HTTP rules (`consumers._http_rules`).
+Both follow the same HTTP rules (`consumers`).
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ from consumers.relay import (
 from consumers.transports import open_transport
 
 if TYPE_CHECKING:
-    from consumers._credentials import CredentialUse
-    from consumers.http_hop import HttpHop, HttpLink
+    from consumers._direct_http import HttpHop, HttpLink
+    from consumers.oauth import CredentialUse
 
 MAX_INPUT_ROUNDS = 10
 """A bound on `input_required` rounds Triad answers for a handshake-era client, in case an upstream asks forever."""

@@ -1,6 +1,6 @@
 """The structured fields of Triad's log lines, shared by the gateway's formatter and the consumers' log calls.
 
-A log call passes them with `extra=` (`log_fields(...)`); `gateway.logs.JsonFormatter` writes the ones a record
+A log call passes them with `extra=` (`log_fields(...)`); `gateway.observe.JsonFormatter` writes the ones a record
 has, in the order of `FIELDS`, besides the text. Values are names and numbers, never arguments, results or
 secrets; a session is its short hash (`s-1a2b3c4d5e6f`), never the id a client holds.
 """

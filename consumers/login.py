@@ -10,10 +10,8 @@ from __future__ import annotations
 
 from mcp import ClientSession
 
-from consumers._credentials import Credentials, CredentialUse, UserAuthorization
-from consumers._token_store import TokenFile, token_store
 from consumers.config import UpstreamConfig
-from consumers.oauth_client import Asker
+from consumers.oauth import Asker, Credentials, CredentialUse, TokenFile, UserAuthorization, token_store
 from consumers.transports import open_transport
 
 __all__ = ["LoginError", "login"]

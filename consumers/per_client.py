@@ -13,7 +13,7 @@ names, resources and resource templates, listed when it opens and again when the
 the client is then told, and no one else): an upstream may list tools and prompts by its client's capabilities, and
 keeps session resources per session. A client that has no session yet sees what a session that declared the same
 capabilities listed (`known_lists`); the gateway narrows the registry's view by these lists
-(`gateway.views.narrow_view`).
+(`gateway.registry.narrow_view`).
 
 Ownership: the upstream's owner task starts `ClientSessions.run()` in a task group of its own, for its whole life
 (client sessions outlive reconnects of the shared session); each client session is one task in the group `run()`
@@ -38,7 +38,6 @@ import mcp_types as types
 from anyio.abc import TaskGroup, TaskStatus
 from mcp import ClientSession
 
-from consumers._credentials import Credentials, CredentialUse
 from consumers._errors import describe_failure
 from consumers._sdk import declare_as_client
 from consumers._stand_ins import IDLE_CLOSE, StandIn, StandIns
@@ -47,6 +46,7 @@ from consumers.config import AUTHORIZATION_WAIT, UpstreamConfig
 from consumers.errors import UpstreamAuthorizationRequired, UpstreamTimeout, UpstreamUnavailable
 from consumers.listing import Catalog
 from consumers.log_fields import log_fields
+from consumers.oauth import Credentials, CredentialUse, link_asker
 from consumers.own_lists import OWN_LISTS, OwnLists, list_own, own_families
 from consumers.relay import CURRENT_DOWNSTREAM, ClientOrigin, InFlight, ListsChanged
 
@@ -188,7 +188,7 @@ class ClientSessions:
         return True
 
     def stand_in(self, client: ClientOrigin) -> ClientOrigin | None:
-        """The stand-in of a caller with no way back (`consumers._stand_ins`); None when it cannot be named."""
+        """The stand-in of a caller with no way back (`consumers`); None when it cannot be named."""
         return self._stand_ins.of(client, _declarable(client.declared), lambda stand_in: stand_in in self._links)
 
     def forget(self, origin: ClientOrigin) -> None:
@@ -247,8 +247,6 @@ class ClientSessions:
         """With `auth: per_user`, the session opens with its user's own credential, asked of the user's client."""
         if config.auth is None or config.auth.mode != "per_user":
             return CredentialUse(self._credentials)
-        from consumers.oauth_client import link_asker  # the SDK's OAuth client: OAuth upstreams only
-
         if link.origin.user is None:
             raise UpstreamAuthorizationRequired(self._upstream, f"upstream {self._upstream!r} is per-user, and this "
                                                 "session's caller is not known")

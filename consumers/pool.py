@@ -18,10 +18,10 @@ import anyio
 from anyio.abc import TaskGroup
 from pydantic import SecretStr
 
-from consumers._credentials import UserAuthorization
 from consumers.config import UpstreamConfig
 from consumers.lifecycle import UpstreamState
 from consumers.log_fields import log_fields
+from consumers.oauth import UserAuthorization
 from consumers.relay import ClientOrigin
 from consumers.transports import TlsContext
 from consumers.upstream import Upstream

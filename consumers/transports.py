@@ -1,7 +1,7 @@
 """Opening one upstream transport from its config: stdio child, streamable HTTP, or legacy SSE.
 
 `open_transport` is an async context manager yielding the SDK's `(read, write)` streams, and for streamable HTTP
-the `HttpLink` Triad's lean request path uses (`consumers.http_hop`); the upstream's owner task enters and exits
+the `HttpLink` Triad's lean request path uses (`consumers`); the upstream's owner task enters and exits
 it. A stdio child runs in a process group of its own, ended whole on close (`consumers.child_process`); its
 stderr is read line by line into Triad's log, tagged with the upstream's name, and its last lines and exit code
 into the upstream's `ChildOutput`.
@@ -22,14 +22,14 @@ import mcp_types as types
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 
-from consumers._credentials import CredentialUse
 from consumers._errors import UNAVAILABLE_DATA_KEY, UNAVAILABLE_STATUSES
 from consumers._http_rules import HTTP_RULES
 from consumers.child_process import ChildOutput, open_child
 from consumers.config import UpstreamConfig
+from consumers.oauth import CredentialUse, UpstreamOAuth
 
 if TYPE_CHECKING:
-    from consumers.http_hop import HttpLink
+    from consumers._direct_http import HttpLink
 
 logger = logging.getLogger("triad.upstream")
 
@@ -61,14 +61,12 @@ async def open_transport(name: str, config: UpstreamConfig, cwd: str | None, out
             yield read, write, None
         return
     # Imported here: aiohttp (about 9 MB) is loaded only when some upstream speaks streamable HTTP.
-    from consumers.http_hop import open_link
+    from consumers._direct_http import open_link
 
     timeout = httpx2.Timeout(HTTP_CONNECT_TIMEOUT, read=max(config.timeout, SSE_READ_TIMEOUT))
     transport = _DrainingTransport(httpx2.AsyncHTTPTransport(verify=tls() if tls is not None else True))
     oauth = None
     if config.auth is not None:
-        from consumers.oauth_client import UpstreamOAuth
-
         use = auth or CredentialUse()
         oauth = use.credentials.get(config.url, config.auth, use.user, use.ask) if use.credentials is not None \
             else UpstreamOAuth(name, config.url, config.auth, use.ask, use.user)
@@ -133,7 +131,7 @@ not one (the rest is never read: the connection is dropped)."""
 
 async def _unavailable(request: httpx2.Request, response: httpx2.Response) -> httpx2.Response:
     """A 502, 503 or 504 without a JSON-RPC error of the upstream's own becomes one that names the status (in its
-    `data`), for `consumers._errors.call_failure` to count as a connection failure: the SDK would otherwise say
+    `data`), for `consumers.call_failure` to count as a connection failure: the SDK would otherwise say
     only "Server returned an error response", as for any other status. Whatever answers on the upstream's URL
     (a proxy, a captive portal) may send an endless body: at most `MAX_UNAVAILABLE_BODY` bytes are read."""
     body = await _body_start(response)

@@ -4,8 +4,8 @@ Ownership: the pool creates an `Upstream` and runs `Upstream.run()` as one task 
 task alone opens and closes the shared session (`consumers.channel.open_channel`; anyio requires the entering
 task to exit), reconnects with exponential backoff and jitter after a failure, and re-lists the catalog when the
 upstream says a list changed. Other tasks only call `request()`, which uses the live session (or the client's own,
-`consumers.per_client`, picked by `consumers._own_sessions`) and maps every failure to an `UpstreamError` naming the
-upstream (one request under its deadline: `consumers._deadline`). Its states and calls in flight:
+`consumers.per_client`, picked by `consumers`) and maps every failure to an `UpstreamError` naming the
+upstream (one request under its deadline: `consumers`). Its states and calls in flight:
 `consumers.lifecycle`.
 """
 
@@ -26,7 +26,6 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from consumers._breaker import CircuitBreaker
-from consumers._credentials import Credentials, CredentialUse
 from consumers._deadline import send_within_deadline
 from consumers._errors import UpstreamConnectionFailed, UpstreamSessionGone, describe_failure
 from consumers._health import probe
@@ -39,6 +38,7 @@ from consumers.lifecycle import CallsInFlight, UpstreamState, check_transition
 from consumers.listing import Catalog, list_catalog
 from consumers.log_fields import log_fields
 from consumers.modern import ModernLink
+from consumers.oauth import Credentials, CredentialUse
 from consumers.per_client import ClientSessions
 from consumers.relay import ClientOrigin, InFlight, ProgressFn, UpstreamRequest
 from consumers.subscriptions import Subscriptions
@@ -304,7 +304,7 @@ class Upstream(OwnSessions):
         if own is not None and own is not client and isinstance(request, types.CallToolRequest) \
                 and request.params.task is not None:
             # A task of a caller with no way back (its stand-in's) is created on the shared session: its later
-            # requests (get, result, cancel) and status go there (`gateway.task_relay`), and task ids stay unique.
+            # requests (get, result, cancel) and status go there (`gateway.tasks`), and task ids stay unique.
             own = None
         if own is None and self.config.auth is not None and self.config.auth.mode == "per_user":
             raise UpstreamAuthorizationRequired(self.name, f"upstream {self.name!r} is per-user: a request without a "

@@ -13,7 +13,7 @@ body) with the answer streamed back:
   balancer took over): forwarded only when the cluster's record says the caller opened that session and its
   replica is alive (`gateway.cluster.Cluster.session_owner`);
 - a person's browser bringing back a per-user authorization (`/oauth/callback/<upstream>`, `callbacks`): the
-  replica that waits for it is named in its `state` (`consumers._redirects`).
+  replica that waits for it is named in its `state` (`consumers.oauth`).
 
 Anything else, and any forward whose owner cannot be reached, is served here as on one replica: an unknown session
 is 404 (the client opens a new one), a round's state no replica holds is "Invalid or expired requestState". A
@@ -31,7 +31,7 @@ import httpx2
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from consumers._redirects import state_owner
+from consumers.oauth import state_owner
 from exposers._wire import ParseError, parse_json, read_body, replay
 from exposers.input_rounds import STATE_PREFIX, round_owner
 from exposers.server import IDENTITY_SCOPE_KEY

@@ -34,15 +34,15 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from exposers._sdk import hide_session_ids, session_transport
 from exposers._wire import StrictJson, refuse
+from exposers.auth import KeysUnavailable, TokenGate, TokenRejected, challenge, metadata_routes
 from exposers.console import build_console
-from exposers.fast_path import FastPath
+from exposers.direct import FastPath
 from exposers.input_rounds import InputRounds
 from exposers.notify import Notifier
 from exposers.oauth_callback import callback_route
-from exposers.oauth_routes import challenge, metadata_routes
 from exposers.server import IDENTITY_SCOPE_KEY, GatewayServer, SessionOrigin, label_session_id
+from gateway.calls import Dispatcher
 from gateway.config import TriadConfig, is_loopback
-from gateway.dispatch import Dispatcher
 from gateway.errors import InvalidRequest
 from gateway.identity import (
     LOCAL,
@@ -53,11 +53,10 @@ from gateway.identity import (
     requires_token,
     run_list,
 )
-from gateway.oauth import KeysUnavailable, TokenGate, TokenRejected
-from gateway.reload import Reloader
+from gateway.observe import Reloads
 
 if TYPE_CHECKING:
-    from consumers._redirects import Redirects
+    from consumers.oauth import Redirects
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +82,7 @@ RUN_LIST_QUERY = "tools"
 
 class BearerAuth:
     """Maps `Authorization: Bearer <token>` to a configured client's static token or, with `auth.oauth`, to the
-    identity of an OAuth access token (`gateway.oauth`); 401 or 403 with `WWW-Authenticate` otherwise.
+    identity of an OAuth access token (`exposers.auth`); 401 or 403 with `WWW-Authenticate` otherwise.
 
     When no client has a token and OAuth is off, every caller is the `local` client (loopback development use);
     otherwise a request without a token acts as `anonymous:` if the config names such a client. The session's
@@ -187,7 +186,7 @@ class HostGuard:
 
 
 def build_app(server: GatewayServer, dispatcher: Dispatcher, notifier: Notifier, host: str,
-              reloader: Reloader | None = None, rounds: InputRounds | None = None, cluster: Any = None,
+              reloader: Reloads | None = None, rounds: InputRounds | None = None, cluster: Any = None,
               redirects: Redirects | None = None) -> McpFirst:
     """`cluster`: with `cluster:` in the config, the replica's `gateway.cluster.Cluster` (requests another replica
     owns are forwarded to it, and `/readyz` shows the cluster). `redirects`: per-user authorizations waiting for

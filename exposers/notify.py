@@ -46,11 +46,18 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from consumers import TASK_STATUS
 from exposers.relay import SessionRelay, envelope_capabilities
-from gateway.dispatch import Dispatcher
+from gateway.calls import Dispatcher
 from gateway.errors import InvalidRequest
 from gateway.identity import LOCAL, Identity
-from gateway.task_relay import key_of
-from gateway.tasks import EXTENSION, TaskPush, TaskPushParams, declares_extension, missing_extension_data, with_task_id
+from gateway.tasks import (
+    EXTENSION,
+    TaskPush,
+    TaskPushParams,
+    declares_extension,
+    key_of,
+    missing_extension_data,
+    with_task_id,
+)
 
 logger = logging.getLogger("triad.exposer")
 

@@ -1,7 +1,7 @@
 """`GET /oauth/callback/<upstream>`: where a person's browser brings back their own authorization at an upstream
 (`auth: per_user`), so that a user on any machine can authorize, not only one on Triad's.
 
-The authorization is the one waiting under the answer's `state` (`consumers._redirects`): unguessable, used
+The authorization is the one waiting under the answer's `state` (`consumers.oauth`): unguessable, used
 once, expiring, recorded with the user it was started for. A browser proves nothing more, but a request that
 carries a bearer token must be that user's. Every refusal is a page that says why and changes nothing. The query
 (code, state) is never logged: uvicorn's access log is off and nothing here logs it.
@@ -17,7 +17,7 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from consumers._redirects import CALLBACK_PREFIX, Answer, Redirects
+from consumers.oauth import CALLBACK_PREFIX, Answer, Redirects
 
 __all__ = ["callback_route"]
 

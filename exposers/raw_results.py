@@ -7,7 +7,7 @@ must pass on what the upstream said. So the handlers Triad gives the SDK keep ea
 (`keep`), and the server's middleware, once the SDK has checked and shaped it, sends the kept result instead
 (`restore`) with only what the shaping adds for the version: on 2026-07-28 `resultType`, cache hints and the
 `serverInfo` stamp; before 2026-07-28, no `resultType` (a field of 2026-07-28). A result the SDK refuses is
-still refused. The direct HTTP path's list pages take the same shape (`exposers.fast_lists`).
+still refused. The direct HTTP path's list pages take the same shape (`exposers.direct`).
 
 Ownership: one `RawResults` per server (`exposers.server.build_server`); a result is held from its handler's
 return until the middleware around that handler takes it back, keyed by the request's own `ServerSession`.

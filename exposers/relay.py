@@ -211,7 +211,7 @@ def connection_state(ctx: ServerRequestContext[Any]) -> dict[str, Any]:
 def takes_tasks(connection: Connection | None) -> bool:
     """A handshake-era client that declared the tasks capability (2025-11-25) can run a tool as a task. A
     2026-07-28 request takes tasks in any case: it declares the extension per request, and a call that needs it
-    and does not gets -32021 (`gateway.task_eras`; `gateway.catalog.TAKES_TASKS`)."""
+    and does not gets -32021 (`gateway.tasks`; `gateway.registry.TAKES_TASKS`)."""
     return "tasks" in (declared_capabilities(connection) or {})
 
 

@@ -1,7 +1,7 @@
 """One client request, whatever carried it, and the one runner that serves it.
 
 Every transport turns a request into a `ClientRequest`: the SDK's server handlers (`exposers.server`, for
-streamable HTTP, legacy SSE and stdio) and Triad's direct HTTP handling (`exposers.fast_path`, which only saves
+streamable HTTP, legacy SSE and stdio) and Triad's direct HTTP handling (`exposers.direct`, which only saves
 transport work: parsing, framing, session lookup). `serve` is then the one place where a request meets the
 gateway: the dispatcher's call path (view, policy, hooks, the upstream) with the request's relay as the way back
 to its client; for a 2026-07-28 client, in `input_required` rounds when an upstream of the handshake era could
@@ -26,8 +26,8 @@ from typing import Any
 from consumers import CURRENT_DOWNSTREAM
 from exposers.input_rounds import InputRounds
 from exposers.relay import Relay, envelope_capabilities
+from gateway.calls import Dispatcher
 from gateway.config import TriadConfig
-from gateway.dispatch import Dispatcher
 from gateway.hooks import Session
 from gateway.identity import Identity, credential_owner, narrowed, with_provider
 from gateway.tasks import METHODS as TASKS
@@ -69,7 +69,7 @@ def acting_identity(config: TriadConfig, caller: Identity, session: Identity | N
 
 def caller_session(session: Session, identity: Identity, params: Mapping[str, Any] | None) -> Session:
     """A 2026-07-28 request's session (its own, with no way back) knows who sends it and what it declared: an
-    upstream session of its own (`sessions: per_client`) is bound to those (`consumers._stand_ins`)."""
+    upstream session of its own (`sessions: per_client`) is bound to those (`consumers`)."""
     if session.back is None:
         if session.user is None:
             session.user = credential_owner(identity)

@@ -1,7 +1,7 @@
 """The SDK `Server` Triad exposes, built from the dispatcher's methods (no module-level server).
 
 SDK workarounds (mcp 2.3.0), by overriding public methods (private SDK parts are reached only through
-`exposers._sdk`):
+`exposers`):
 - `create_initialization_options` is overridden so `listChanged` is advertised over HTTP too (the session manager
   calls it without `NotificationOptions`);
 - `get_capabilities` advertises only the families the upstreams offer (tools always).
@@ -47,10 +47,12 @@ from exposers.relay import (
     takes_tasks,
 )
 from exposers.request import ClientRequest, acting_identity, caller_session, serve
-from gateway.dispatch import LEGACY_TASKS, SUBSCRIBE, Dispatcher
+from gateway.calls import LEGACY_TASKS, SUBSCRIBE, Dispatcher
 from gateway.errors import TriadError, UpstreamRefused
 from gateway.hooks import Session
 from gateway.identity import Identity, credential_owner, narrowed
+from gateway.observe import tracing_enabled
+from gateway.registry import SessionLists
 from gateway.tasks import (
     EXTENSION,
     LEGACY_METHODS,
@@ -60,8 +62,6 @@ from gateway.tasks import (
     declares_extension,
     missing_extension_data,
 )
-from gateway.tracing import tracing_enabled
-from gateway.views import SessionLists
 
 logger = logging.getLogger("triad.exposer")
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gateway.availability import AvailabilityContext, evaluate, has_valid_shape
+from gateway.registry._availability import AvailabilityContext, evaluate, has_valid_shape
 
 CTX = AvailabilityContext(
     auth_provider_ids=frozenset({"github"}),

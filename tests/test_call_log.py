@@ -8,10 +8,10 @@ from typing import Any
 import mcp_types as types
 import pytest
 
-from gateway.call_log import CallLog
-from gateway.hooks import Block, CallContext, HookChain, HookEntry, Session
-from gateway.pinning import PinStore
-from gateway.reload import ReloadStatus
+from gateway.hooks._chain import Block, CallContext, HookChain, HookEntry, Session
+from gateway.observe import ReloadStatus
+from gateway.observe._call_log import CallLog
+from gateway.state._pins import PinStore
 
 pytestmark = pytest.mark.anyio
 

@@ -393,7 +393,7 @@ async def test_redis_restarted_under_load(procs: list[Proc], tmp_path: Path) -> 
 def test_without_a_cluster_section_redis_is_never_imported(tmp_path: Path) -> None:
     import subprocess
 
-    code = ("import sys, anyio\nfrom gateway.loading import parse_config\nfrom gateway.daemon import running_gateway\n"
+    code = ("import sys, anyio\nfrom gateway.runtime import parse_config, running_gateway\n"
             "async def main():\n    async with running_gateway(parse_config('upstreams: {}')):\n        pass\n"
             "anyio.run(main)\nassert 'redis' not in sys.modules and 'gateway.cluster' not in sys.modules, 'imported'\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
@@ -473,7 +473,7 @@ async def test_listening_on_every_interface_needs_cluster_address(procs: list[Pr
 async def test_secrets_in_redis_are_encrypted_and_bound_to_their_identity(procs: list[Proc],
                                                                           tmp_path: Path) -> None:
     from gateway.cluster import Cluster, SecretUnreadable
-    from gateway.config import ClusterConfig
+    from gateway.config._models import ClusterConfig
     from gateway.identity import Identity
 
     env = TriadCluster(procs, tmp_path)
@@ -508,7 +508,7 @@ async def test_while_redis_is_down_approvals_fail_closed_and_limits_count_per_re
     saw approved still passes, any other is blocked saying why; a bucket counts in this replica alone; once Redis
     is back both are the cluster's again, with nothing restarted."""
     from gateway.cluster import Cluster
-    from gateway.config import ClusterConfig
+    from gateway.config._models import ClusterConfig
 
     env = TriadCluster(procs, tmp_path)
     env.start_redis()
@@ -543,8 +543,8 @@ async def test_replicas_pinning_a_tool_at_once_store_one_definition_with_its_own
     """First use with `trust_new` on two replicas at once, each seeing another definition: exactly one of them is
     pinned, its definition and digest together (the console's diff reads the definition)."""
     from gateway.cluster import Cluster
-    from gateway.config import ClusterConfig
-    from gateway.pinning import definition_hash, pinned_fields
+    from gateway.config._models import ClusterConfig
+    from gateway.state._pins import definition_hash, pinned_fields
 
     env = TriadCluster(procs, tmp_path)
     env.start_redis()
@@ -583,7 +583,7 @@ async def test_a_heartbeat_in_flight_when_the_replica_leaves_does_not_bring_it_b
     """`leave()` while a beat is between its check and its write: the replica stays gone from the cluster's view
     (it would otherwise be back, and be forwarded to, for three beats)."""
     from gateway.cluster._link import Link
-    from gateway.cluster.replicas import MEMBERS, Replicas, record_key
+    from gateway.cluster._replicas import MEMBERS, Replicas, record_key
 
     class HeldLink(Link):
         """Holds the next operation until `release` is set."""
@@ -629,10 +629,10 @@ async def test_a_users_upstream_token_got_on_one_replica_is_used_and_refreshed_f
     from mcp import ClientSession
     from mcp.client.streamable_http import streamable_http_client
 
-    from consumers.oauth_client import REFRESH_MARGIN
+    from consumers.oauth._client import REFRESH_MARGIN
     from gateway.cluster import Cluster
-    from gateway.cluster.vault_tokens import VaultTokens
-    from gateway.config import ClusterConfig
+    from gateway.cluster._vault_tokens import VaultTokens
+    from gateway.config._models import ClusterConfig
     from tests.test_oauth_upstream import Protected, follow_to, whoami
 
     env = TriadCluster(procs, tmp_path, replicas=2)
@@ -691,7 +691,7 @@ async def test_rate_limit_buckets_in_redis_name_no_client_and_no_tool(procs: lis
     """A bucket's Redis key is a keyed hash of what it counts (README: client ids never appear in Redis), and two
     replicas with the same cluster key still count in the same bucket."""
     from gateway.cluster import Cluster
-    from gateway.config import ClusterConfig
+    from gateway.config._models import ClusterConfig
 
     env = TriadCluster(procs, tmp_path)
     env.start_redis()

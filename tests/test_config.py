@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from gateway.cli import main
-from gateway.config import parse_duration
+from gateway.config._models import parse_duration
 from gateway.errors import ConfigError
-from gateway.loading import load_config, parse_config
+from gateway.runtime._loading import load_config, parse_config
 from tests.conftest import ROOT, TRIAD
 
 

@@ -1,4 +1,4 @@
-"""Triad's own path for calls and lists of handshake-era HTTP sessions (`exposers.fast_path`), seen on the wire.
+"""Triad's own path for calls and lists of handshake-era HTTP sessions (`exposers.direct._path`), seen on the wire.
 
 A raw HTTP client shows what the SDK clients in the other tests do not: which reply is plain JSON and which a
 stream, that a request the lean path does not take still gets the SDK's answer, and that the client's answers and
@@ -16,7 +16,7 @@ import httpx2
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from consumers.http_hop import MAX_MESSAGE, _Events, _Stream
+from consumers._direct_http import MAX_MESSAGE, _Events, _Stream
 from tests.conftest import PYTHON, ROOT, Proc, start_fixture, start_triad, stdio_upstream, write_config
 
 pytestmark = pytest.mark.anyio

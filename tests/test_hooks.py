@@ -12,12 +12,13 @@ import mcp_types as types
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from gateway import hook_factory, hooks
-from gateway.config import HookSpec
+from gateway.config._models import HookSpec
 from gateway.errors import ConfigError, HookBlocked
-from gateway.hook_factory import build_chain
-from gateway.hooks import Arguments, Block, CallContext, HookChain, HookEntry, Outcome, Session
-from gateway.loading import parse_config
+from gateway.hooks import _chain as hooks
+from gateway.hooks import _factory as hook_factory
+from gateway.hooks._chain import Arguments, Block, CallContext, HookChain, HookEntry, Outcome, Session
+from gateway.hooks._factory import build_chain
+from gateway.runtime._loading import parse_config
 from tests.conftest import FIXTURE, PYTHON, TRIAD, Proc, marker, start_triad, stdio_upstream, write_config
 from tests.test_gateway_e2e import call, http_session
 from tests.test_upstream_failures import closed_port

@@ -16,10 +16,10 @@ import pytest
 
 import policy.pipeline
 from exposers._wire import ParseError, parse_json
-from gateway.dispatch import Dispatcher
+from gateway.calls._dispatcher import Dispatcher
 from gateway.errors import InvalidRequest
 from gateway.identity import MAX_PATTERN_LENGTH, MAX_RUN_LIST_PATTERNS, run_list
-from gateway.loading import parse_config
+from gateway.runtime._loading import parse_config
 from policy import Identity, Pipeline, ToolFacts, compile_glob
 from policy.patterns import MatcherSet, compile_patterns, first_matcher
 from tests.conftest import Proc, start_triad, stdio_upstream, write_config

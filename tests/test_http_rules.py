@@ -38,7 +38,7 @@ async def redirector(reached: list[str]) -> tuple[str, Any, Any]:
 
 
 async def test_neither_hop_follows_a_redirect() -> None:
-    from consumers.http_hop import open_link
+    from consumers._direct_http import open_link
 
     reached: list[str] = []
     url, (source, redirect), (target, visited) = await redirector(reached)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway._jsonc import loads_jsonc
-from gateway.loading import parse_config
+from gateway.cli._jsonc import loads_jsonc
+from gateway.runtime._loading import parse_config
 from tests.conftest import TRIAD
 
 ENV = {"GITHUB_PERSONAL_ACCESS_TOKEN": "g", "REMOTE_AUTHORIZATION": "r", "HOME": "/home/me", "API_KEY": "k",

@@ -6,13 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from gateway import name_ledger
 from gateway.cli import main
-from gateway.config import NamingConfig
+from gateway.config._models import NamingConfig
 from gateway.errors import ConfigError
-from gateway.loading import load_config, parse_config
-from gateway.name_ledger import NameLedger, ledger_path
-from gateway.naming import (
+from gateway.registry._naming import (
     assign_names,
     expose_uri,
     parse_exposed_uri,
@@ -21,6 +18,9 @@ from gateway.naming import (
     sanitize,
     sanitize_server_names,
 )
+from gateway.runtime._loading import load_config, parse_config
+from gateway.state import _name_ledger as name_ledger
+from gateway.state._name_ledger import NameLedger, ledger_path
 from policy.patterns import compile_glob
 
 DEFAULT = NamingConfig()

@@ -215,7 +215,7 @@ async def test_a_per_user_client_that_can_open_links_is_asked_by_url_elicitation
 async def test_the_token_file_is_private_even_over_a_leftover_temporary_file(tmp_path: Path) -> None:
     from mcp.shared.auth import OAuthToken
 
-    from consumers._token_store import TokenFile
+    from consumers.oauth._token_store import TokenFile
 
     path = tmp_path / "tokens" / "up.json"
     path.parent.mkdir()
@@ -306,10 +306,10 @@ async def test_a_remote_user_authorizes_through_triads_own_callback_which_no_one
 
 
 async def test_an_authorization_state_is_answered_once_for_its_own_user_and_expires() -> None:
-    """The callback's bookkeeping (`consumers._redirects`): the state the person is sent with names the replica
+    """The callback's bookkeeping (`consumers.oauth._redirects`): the state the person is sent with names the replica
     that waits; another identity, another upstream, a used or an expired state are refused and change nothing."""
-    from consumers._redirects import Answer, Redirects, state_owner
     from consumers.config import AUTHORIZATION_WAIT
+    from consumers.oauth._redirects import Answer, Redirects, state_owner
 
     now = [1000.0]
     hub = Redirects("https://triad.example/", "r1", clock=lambda: now[0])

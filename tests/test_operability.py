@@ -11,7 +11,7 @@ import pytest
 from mcp.shared.exceptions import MCPError
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.loading import parse_config
+from gateway.runtime._loading import parse_config
 from tests.conftest import TRIAD, Proc, start_triad, stdio_upstream, write_config
 from tests.test_gateway_e2e import call, http_session
 from tests.test_policy_e2e import session_as

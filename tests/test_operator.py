@@ -13,7 +13,7 @@ import pytest
 
 from consumers.child_process import ChildOutput
 from consumers.transports import open_transport
-from gateway.config import UpstreamConfig
+from gateway.config._models import UpstreamConfig
 from gateway.errors import UpstreamUnavailable
 from tests.conftest import PYTHON, ROOT, TRIAD, Proc, stdio_upstream, write_config
 

@@ -2,7 +2,7 @@
 what the downstream session's end cleans up, and what of the upstream's lists a client sees.
 
 The upstream is the real fixture server over stdio (a child per client session). Inside Triad, the downstream
-session is Triad's own `gateway.hooks.Session` with a way back to its client; end to end, real SDK clients.
+session is Triad's own `gateway.hooks._chain.Session` with a way back to its client; end to end, real SDK clients.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from mcp.shared.exceptions import MCPError
 from consumers import Upstream
 from consumers.config import UpstreamConfig
 from consumers.errors import UpstreamError
-from gateway.hooks import Session
+from gateway.hooks._chain import Session
 from tests.conftest import Proc, start_triad, stdio_upstream, write_config
 from tests.test_gateway_e2e import RAW, http_session
 

@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from gateway.availability import AvailabilityContext, Diagnostic
 from gateway.errors import ToolPlanContractError
-from gateway.planner import build_plan
-from gateway.registry import ExecutorRef, OwnerRef, ToolDescriptor
+from gateway.registry._availability import AvailabilityContext, Diagnostic
+from gateway.registry._descriptors import ExecutorRef, OwnerRef, ToolDescriptor
+from gateway.registry._planner import build_plan
 
 HIDDEN = {"kind": "env", "name": "NOT_SET"}
 

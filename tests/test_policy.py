@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from gateway.config import PolicyConfig, ToolRule
+from gateway.config._models import PolicyConfig, ToolRule
 from gateway.identity import infer_provider, run_list
-from gateway.loading import parse_config
+from gateway.runtime._loading import parse_config
 from policy import Identity, Pipeline, ToolFacts, compile_glob, compile_patterns
 from policy.lint import unknown_patterns
 

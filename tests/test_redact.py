@@ -11,9 +11,9 @@ import pytest
 from mcp.shared.exceptions import MCPError
 
 from consumers import CURRENT_DOWNSTREAM
-from gateway.builtin_hooks import Redact
 from gateway.errors import UpstreamRefused
-from gateway.hooks import CallContext, HookChain, HookEntry, Message, Session
+from gateway.hooks._builtin import Redact
+from gateway.hooks._chain import CallContext, HookChain, HookEntry, Message, Session
 from tests.conftest import Proc, marker, start_fixture, start_triad, stdio_upstream, write_config
 from tests.servers.fixture_upstream import PNG_1PX, WAV_BYTES
 from tests.test_gateway_e2e import call

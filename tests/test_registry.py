@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 
 from consumers import Catalog
-from gateway.availability import AvailabilityContext
-from gateway.catalog import UpstreamSnapshot, build_upstream_sources
 from gateway.errors import StaleCursor
 from gateway.identity import LOCAL
-from gateway.loading import parse_config
-from gateway.registry import ExecutorRef, OwnerRef, ToolDescriptor, ToolSource, build_registry
-from gateway.views import build_view, paginate
+from gateway.registry._availability import AvailabilityContext
+from gateway.registry._catalog import UpstreamSnapshot, build_upstream_sources
+from gateway.registry._descriptors import ExecutorRef, OwnerRef, ToolDescriptor, ToolSource, build_registry
+from gateway.registry._views import build_view, paginate
+from gateway.runtime._loading import parse_config
 from policy import Pipeline
 
 

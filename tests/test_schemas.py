@@ -12,7 +12,7 @@ import pytest
 from jsonschema import Draft202012Validator
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
-from gateway.schemas import GEMINI_REMOVED, XAI_REMOVED, normalize
+from gateway.registry._schemas import GEMINI_REMOVED, XAI_REMOVED, normalize
 from tests.conftest import NODE_DIR, Proc, node_bin, start_triad, stdio_upstream, write_config
 from tests.servers.fixture_upstream import RICH_SCHEMA
 from tests.test_gateway_e2e import call

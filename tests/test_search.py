@@ -10,8 +10,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from gateway.registry import ExecutorRef, OwnerRef, ToolDescriptor
-from gateway.search import Bm25Ranker, RankedIndex, SearchDocument, SearchIndexes, load_ranker, words
+from gateway.registry._descriptors import ExecutorRef, OwnerRef, ToolDescriptor
+from gateway.search._ranker import Bm25Ranker, RankedIndex, SearchDocument, SearchIndexes, load_ranker, words
 from tests.conftest import TRIAD, write_config
 from tests.search_eval.evaluate import corpus, evaluate, tasks
 

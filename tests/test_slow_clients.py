@@ -19,7 +19,7 @@ import httpx2
 import pytest
 from starlette.types import Receive, Scope, Send
 
-from gateway._listener import ExhaustionLog, Listener, ListenerConfig, ListenerServer
+from exposers._listener import ExhaustionLog, Listener, ListenerConfig, ListenerServer
 from tests.conftest import PYTHON, Proc, stdio_upstream, write_config
 
 pytestmark = pytest.mark.anyio

@@ -25,14 +25,14 @@ import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from consumers.errors import UpstreamRefused
-from gateway import tasks
 from gateway.errors import UnknownName
-from gateway.hook_factory import build_chain
-from gateway.hooks import CallContext, Session
+from gateway.hooks._chain import CallContext, Session
+from gateway.hooks._factory import build_chain
 from gateway.identity import Identity
-from gateway.loading import parse_config
-from gateway.task_relay import MAX_KEPT_ARGUMENTS, TaskRelay, kept_call, refused_as_triads
-from gateway.tasks import TaskBook
+from gateway.runtime._loading import parse_config
+from gateway.tasks import _records as tasks
+from gateway.tasks._records import TaskBook
+from gateway.tasks._relay import MAX_KEPT_ARGUMENTS, TaskRelay, kept_call, refused_as_triads
 from tests.conftest import NODE_DIR, PYTHON, ROOT, TRIAD, Proc, marker, start_triad, write_config
 from tests.raw_clients import (
     HANDSHAKE,

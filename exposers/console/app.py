@@ -36,9 +36,9 @@ from exposers.console.auth import (
     csrf_ok,
     same_origin,
 )
-from gateway.dispatch import Dispatcher
-from gateway.reload import Reloader
-from gateway.shared import SharedStateUnavailable
+from gateway.calls import Dispatcher
+from gateway.observe import Reloads
+from gateway.state import SharedStateUnavailable
 
 HERE = Path(__file__).parent
 CONTENT_SECURITY_POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
@@ -82,7 +82,7 @@ def _templates() -> Jinja2Templates:
     return Jinja2Templates(env=env)
 
 
-def build_console(dispatcher: Dispatcher, reloader: Reloader | None) -> ASGIApp:
+def build_console(dispatcher: Dispatcher, reloader: Reloads | None) -> ASGIApp:
     templates = _templates()
     sessions = ConsoleSessions(dispatcher.config.console.session_lifetime)
     clock = pages.StateClock(dispatcher)

@@ -1,6 +1,6 @@
 """What each console page shows, as plain data for the templates: read from the running daemon, never changed.
 
-The views of clients are `triad plan` and `triad explain`'s own reports (`gateway.report`), computed on the
+The views of clients are `triad plan` and `triad explain`'s own reports (`gateway.cli`), computed on the
 daemon's live registry; upstream states and a stdio child's last stderr lines are the pool's; call counts and
 latency are the Prometheus metrics; the calls in flight and the recent ones are the dispatcher's call log. Every
 text that could hold an interpolated `${VAR}` value (reasons, stderr lines, reload errors) passes through the
@@ -15,12 +15,12 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.builtin_hooks import PinDefinitions
-from gateway.dispatch import Dispatcher
+from gateway.calls import Dispatcher
+from gateway.hooks import PinDefinitions
 from gateway.identity import LOCAL_CLIENT, identity_for
-from gateway.pinning import PinStatus
-from gateway.reload import Reloader
-from gateway.report import explain, plan_report, upstream_states
+from gateway.observe import Reloads
+from gateway.registry import explain, plan_report, upstream_states
+from gateway.state import PinStatus
 
 RATE_WINDOW = 60.0
 """Seconds over which the call rate is counted (from the call log, as far as it reaches)."""
@@ -150,7 +150,7 @@ def calls(dispatcher: Dispatcher) -> dict[str, list[dict[str, Any]]]:
     return {"in_flight": [row(r) for r in log.in_flight()], "recent": [row(r) for r in log.recent()]}
 
 
-def reloads(dispatcher: Dispatcher, reloader: Reloader | None) -> dict[str, Any]:
+def reloads(dispatcher: Dispatcher, reloader: Reloads | None) -> dict[str, Any]:
     if reloader is None:
         return {"watched": None, "reloads": 0, "failures": 0, "history": []}
     hide, status = dispatcher.config.hide_values, reloader.status

@@ -7,9 +7,17 @@ updates), `sessions` (which replica owns a handshake-era session), `replicas` (h
 `secret_box` (encryption of stored secrets, identity hashes), `vault` (per-identity secrets).
 """
 
+from gateway.cluster._cluster import Cluster
 from gateway.cluster._link import RedisDown
-from gateway.cluster.cluster import Cluster
-from gateway.cluster.secret_box import SecretBox, SecretUnreadable
-from gateway.cluster.vault import Vault
+from gateway.cluster._secret_box import SecretBox, SecretUnreadable
+from gateway.cluster._vault import Vault
+from gateway.cluster._vault_tokens import vault_stores
 
-__all__ = ["Cluster", "RedisDown", "SecretBox", "SecretUnreadable", "Vault"]
+__all__ = [
+    "Cluster",
+    "RedisDown",
+    "SecretBox",
+    "SecretUnreadable",
+    "Vault",
+    "vault_stores",
+]

@@ -15,7 +15,7 @@ from typing import TypeVar
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from gateway.shared import SharedStateUnavailable
+from gateway.state import SharedStateUnavailable
 
 logger = logging.getLogger("triad.cluster")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.hooks import Arguments, Block, CallContext, Outcome
+from gateway.hooks._chain import Arguments, Block, CallContext, Outcome
 
 
 class Tagger:

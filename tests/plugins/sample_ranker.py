@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gateway.search import SearchDocument
+from gateway.search._ranker import SearchDocument
 
 
 class _Index:

@@ -13,8 +13,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from gateway.registry import ExecutorRef, OwnerRef, ToolDescriptor
-from gateway.search import Ranker, SearchDocument, document_for, load_ranker
+from gateway.registry._descriptors import ExecutorRef, OwnerRef, ToolDescriptor
+from gateway.search._ranker import Ranker, SearchDocument, document_for, load_ranker
 
 HERE = Path(__file__).resolve().parent
 

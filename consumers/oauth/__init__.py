@@ -1,0 +1,21 @@
+"""TODO"""
+
+from consumers.oauth._client import Asker, UpstreamOAuth, link_asker
+from consumers.oauth._credentials import Credentials, CredentialUse, UserAuthorization
+from consumers.oauth._redirects import CALLBACK_PREFIX, Answer, Redirects, state_owner
+from consumers.oauth._token_store import TokenFile, token_store
+
+__all__ = [
+    "CALLBACK_PREFIX",
+    "Answer",
+    "Asker",
+    "CredentialUse",
+    "Credentials",
+    "Redirects",
+    "TokenFile",
+    "UpstreamOAuth",
+    "UserAuthorization",
+    "link_asker",
+    "state_owner",
+    "token_store",
+]

@@ -1,0 +1,84 @@
+"""What an OAuth client learns from Triad over HTTP: the protected resource metadata (RFC 9728) and the
+`WWW-Authenticate` challenges of 401 and 403 (RFC 6750, as the MCP authorization spec uses them).
+
+The metadata is served at the root form, `/.well-known/oauth-protected-resource`, and at the path-inserted form
+of the canonical resource URI (`/.well-known/oauth-protected-resource/mcp` for `https://host/mcp`); clients try the
+URL of the challenge, then the path form, then the root. Every URL here is built from `auth.oauth.audience`, never
+from the request's Host. With OAuth off, both routes answer 404.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from exposers.auth._tokens import TokenRejected
+from gateway.calls import Dispatcher
+from gateway.config import OAuthConfig
+
+__all__ = ["WELL_KNOWN", "challenge", "metadata_routes", "metadata_url", "protected_resource_metadata"]
+
+WELL_KNOWN = "/.well-known/oauth-protected-resource"
+
+
+def metadata_url(oauth: OAuthConfig) -> str:
+    """The path-inserted metadata URL of the canonical resource URI (RFC 9728 §3.1)."""
+    parts = urlsplit(oauth.audience)
+    path = parts.path.rstrip("/")
+    return urlunsplit((parts.scheme, parts.netloc, f"{WELL_KNOWN}{path}", "", ""))
+
+
+def protected_resource_metadata(oauth: OAuthConfig) -> dict[str, Any]:
+    document: dict[str, Any] = {
+        "resource": oauth.audience,
+        "authorization_servers": list(oauth.authorization_servers or (oauth.issuer,)),
+        "bearer_methods_supported": ["header"],
+        "resource_name": "Triad MCP gateway",
+    }
+    # 2026-07-28: offline_access belongs to the authorization server, not in a resource's scopes.
+    if scopes := [scope for scope in oauth.scopes if scope != "offline_access"]:
+        document["scopes_supported"] = scopes
+    return document
+
+
+def _quoted(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def challenge(oauth: OAuthConfig, refused: TokenRejected | None) -> Response:
+    """401 (no token, or `invalid_token`) or 403 (`insufficient_scope`) with the challenge MCP clients follow.
+    Without a token the challenge carries no error code (RFC 6750 §3.1)."""
+    params = [f'resource_metadata="{metadata_url(oauth)}"']
+    scopes = " ".join(scope for scope in oauth.scopes if scope != "offline_access")
+    if scopes:
+        params.append(f'scope="{_quoted(scopes)}"')
+    body: dict[str, str] = {"error": "invalid_request", "error_description": "a bearer token is required"}
+    status = 401
+    if refused is not None:
+        params += [f'error="{refused.error}"', f'error_description="{_quoted(refused.message)}"']
+        body = {"error": refused.error, "error_description": refused.message}
+        status = refused.status
+    return JSONResponse(body, status_code=status, headers={"WWW-Authenticate": "Bearer " + ", ".join(params)})
+
+
+def metadata_routes(dispatcher: Dispatcher) -> list[Route]:
+    """The root and path-inserted metadata routes; they read the config in force at each request."""
+
+    async def root(_request: Request) -> Response:
+        return _document(dispatcher.config.auth.oauth, "")
+
+    async def suffixed(request: Request) -> Response:
+        return _document(dispatcher.config.auth.oauth, "/" + request.path_params["path"])
+
+    return [Route(WELL_KNOWN, endpoint=root, methods=["GET"]),
+            Route(WELL_KNOWN + "/{path:path}", endpoint=suffixed, methods=["GET"])]
+
+
+def _document(oauth: OAuthConfig | None, path: str) -> Response:
+    if oauth is None or (path and urlsplit(oauth.audience).path.rstrip("/") != path.rstrip("/")):
+        return JSONResponse({"error": "not found"}, status_code=404)
+    return JSONResponse(protected_resource_metadata(oauth), headers={"Cache-Control": "max-age=300"})

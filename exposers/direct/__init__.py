@@ -1,0 +1,7 @@
+"""TODO"""
+
+from exposers.direct._path import FastPath
+
+__all__ = [
+    "FastPath",
+]

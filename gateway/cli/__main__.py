@@ -1,0 +1,5 @@
+"""`python -m gateway.cli`: the `triad` command."""
+
+from gateway.cli import main
+
+raise SystemExit(main())

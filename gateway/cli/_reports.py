@@ -1,0 +1,136 @@
+"""What `triad plan`, `triad explain`, `triad search` and `triad approve` do: connect to every upstream (bounded by
+their timeouts), build the registry, then print a report (`gateway.registry`'s, as the web console shows them) or
+record approvals; nothing is served.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from gateway.config import TriadConfig
+from gateway.registry import MAX_LIMIT, MAX_QUERY_CHARS, explain, plan_report, upstream_states
+from gateway.runtime import running_gateway
+from gateway.search import find
+from gateway.state import FilePins, Pins, PinStore, SharedStateUnavailable
+from policy import Identity
+
+PLAN_MARGIN = 5.0
+"""Extra seconds to wait beyond the slowest upstream timeout before reporting what is there."""
+
+
+async def collect(config: TriadConfig, identity: Identity, tool: str | None = None,
+                  host: str | None = None) -> dict[str, Any]:
+    """`host`: where `serve` would listen (default: the config's), so the remote deny list applies the same."""
+
+    async with running_gateway(config, host) as gw:
+        await gw.pool.wait_settled(PLAN_MARGIN)
+        view = gw.dispatcher.view(identity)
+        upstreams = upstream_states(gw.pool.upstreams)
+        if tool is not None:
+            return explain(view, tool, gw.dispatcher.pipeline.decide, upstreams)
+        return plan_report(view, upstreams, [d.message for d in gw.dispatcher.registry.diagnostics])
+
+
+async def approve(config: TriadConfig, names: list[str]) -> int:
+    """Pin the current definitions of `names` (or of every tool) in each pin_definitions hook's state file."""
+
+    states = [str(spec.options.get("state", "triad-pins.json")) for spec in config.hooks
+              if spec.name == "pin_definitions"]
+    if not states:
+        print("triad: no pin_definitions hook in this config; nothing to approve", file=sys.stderr)
+        return 1
+    async with running_gateway(config) as gw:
+        # with `cluster:`, approvals are the cluster's (in Redis), seen at once by every replica
+        stores: list[Pins] = [gw.cluster.pins(state) if gw.cluster is not None else FilePins(PinStore(Path(state)))
+                              for state in states]
+        await gw.pool.wait_settled(PLAN_MARGIN)
+        tools = gw.dispatcher.registry.tools
+        unknown = [name for name in names if name not in tools]
+        if unknown:
+            print(f"triad: unknown tool(s): {', '.join(unknown)}", file=sys.stderr)
+            return 1
+        for name in names or sorted(tools):
+            descriptor = tools[name]
+            if descriptor.executor is None or descriptor.executor.kind != "mcp":
+                continue
+            try:
+                changed = [await store.approve(descriptor.executor.id, descriptor.executor.tool, descriptor.wire)
+                           for store in stores]
+            except SharedStateUnavailable:
+                print("triad: cannot approve: the cluster's approvals are in Redis, which is unreachable",
+                      file=sys.stderr)
+                return 1
+            print(f"{name}: {'approved' if any(changed) else 'already approved'}")
+    return 0
+
+
+def format_plan(report: dict[str, Any]) -> str:
+    lines = [f"client {report['client']} (registry version {report['registry_version']})", "", "upstreams:"]
+    width = _column(report["upstreams"], 24)
+    for name, up in report["upstreams"].items():
+        reason = f"  ({up['reason']})" if up["reason"] else ""
+        lines.append(f"  {name:<{width}} {up['state']:<9} {up['transport']}{reason}")
+        if up.get("stderr"):
+            lines.append(f"    last lines of its stderr{' (' + up['exit'] + ')' if up.get('exit') else ''}:")
+            lines += [f"    | {line}" for line in up["stderr"]]
+    width = _column([t["name"] for t in (*report["visible"], *report["hidden"])], 40)
+    lines += ["", f"visible tools ({len(report['visible'])}):"]
+    lines += [f"  {t['name']:<{width}} {t['upstream']}:{t['tool']}" for t in report["visible"]]
+    lines += ["", f"hidden tools ({len(report['hidden'])}):"]
+    for hidden in report["hidden"]:
+        reasons = "; ".join(f"{d['reason']}: {d['message']}" for d in hidden["diagnostics"])
+        lines.append(f"  {hidden['name']:<{width}} {reasons}")
+    if report["registry_diagnostics"]:
+        lines += ["", "registry:"] + [f"  {m}" for m in report["registry_diagnostics"]]
+    return "\n".join(lines)
+
+
+def _column(names: Iterable[str], minimum: int) -> int:
+    """The width of a name column: the longest name, so that the next column starts at one place."""
+    return max([minimum, *(len(name) for name in names)])
+
+
+def format_explain(report: dict[str, Any]) -> str:
+    where = f" (upstream {report['upstream']}, raw name {report['raw']})" if report["upstream"] else ""
+    lines = [f"tool {report['tool']}{where} for client {report['client']}"]
+    if not report["known"]:
+        lines.append("  not in the registry: no upstream offers this name (is its upstream down? see `triad plan`)")
+        if report["suggestions"]:
+            lines.append(f"  did you mean: {', '.join(report['suggestions'])}")
+    for diagnostic in report["availability"]:
+        lines.append(f"  availability: {diagnostic['reason']}: {diagnostic['message']}")
+    for layer in report["layers"]:
+        mark = "pass" if layer["allowed"] else "DENY"
+        source = f" [{layer['source']}]" if layer["source"] else ""
+        lines.append(f"  {mark}  layer {layer['layer']} {layer['name']}{source}: {layer['detail']}")
+    lines.append(f"decision: {'visible' if report['visible'] else 'hidden'}")
+    return "\n".join(lines)
+
+
+async def print_search(config: TriadConfig, identity: Identity, query: str, limit: int, as_json: bool,
+                       host: str | None) -> int:
+    """`triad search`: connect, then print what `identity`'s search for `query` finds (whatever its tools mode),
+    with scores. Exit 0 with matches, 1 with none or bad input."""
+    if not 1 <= limit <= MAX_LIMIT or len(query) > MAX_QUERY_CHARS or not query.strip():
+        print(f"triad: search needs a query of at most {MAX_QUERY_CHARS} characters and --limit from 1 to "
+              f"{MAX_LIMIT}", file=sys.stderr)
+        return 1
+    async with running_gateway(config, host) as gw:
+        await gw.pool.wait_settled(PLAN_MARGIN)
+        view = gw.dispatcher.view(identity)
+        found = await find(gw.dispatcher.search, view, query, limit)
+        rows = [{"name": name, "score": round(score, 4), "description": view.tools[name].descriptor.description}
+                for name, score in found]
+    if as_json:
+        print(json.dumps({"client": identity.client_id, "registry_version": view.version, "query": query,
+                          "visible": len(view.tools), "results": rows}, indent=2))
+    else:
+        print(f"client {identity.client_id}: {len(rows)} of {len(view.tools)} visible tools match {query!r}")
+        for name, score in found:
+            summary = " ".join(view.tools[name].descriptor.description.split())
+            print(f"  {score:8.3f}  {name}  {summary[:80] + '...' if len(summary) > 80 else summary}")
+    return 0 if rows else 1

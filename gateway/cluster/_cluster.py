@@ -1,0 +1,120 @@
+"""One replica's membership of a cluster: the Redis link and what is shared through it (see the package's
+modules), started and stopped with the daemon."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import anyio
+
+from gateway.cluster._buckets import RedisBuckets
+from gateway.cluster._events import Events
+from gateway.cluster._link import Link, RedisDown
+from gateway.cluster._pins import RedisPins
+from gateway.cluster._replicas import Replicas
+from gateway.cluster._secret_box import SecretBox
+from gateway.cluster._sessions import Sessions
+from gateway.cluster._vault import Vault
+from gateway.config import ClusterConfig
+from gateway.identity import Identity
+from gateway.state import Buckets, Pins
+
+logger = logging.getLogger("triad.cluster")
+
+
+class Cluster:
+    """Implements `gateway.state.SharedState` for the hooks, and holds the replica's view of the others."""
+
+    def __init__(self, config: ClusterConfig, facts: Callable[[], dict[str, Any]] = dict) -> None:
+        self.config = config
+        self.replica_id = config.replica_id
+        self.link = Link(config.redis)
+        self.box = SecretBox(config.secret_key.get_secret_value())
+        self.replicas = Replicas(self.link, config.replica_id, config.heartbeat, facts)
+        self.events = Events(self.link, config.replica_id)
+        self.sessions = Sessions(self.link, config.replica_id)
+        self._buckets = RedisBuckets(self.link, self.box)
+        self._pins: dict[str, RedisPins] = {}
+        self.vault = Vault(self.link, self.box)
+        """Per-identity secrets, encrypted with the cluster key."""
+        self.draining = False
+        """Stopping: `/readyz` answers 503 so the load balancer takes this replica out (`leave`)."""
+
+    # -- SharedState ---------------------------------------------------------------------------------------------
+
+    def buckets(self) -> Buckets:
+        return self._buckets
+
+    def pins(self, state: str) -> Pins:
+        if state not in self._pins:
+            self._pins[state] = RedisPins(self.link, state)
+        return self._pins[state]
+
+    # -- sessions ------------------------------------------------------------------------------------------------
+
+    def owner_hash(self, identity: Identity) -> str:
+        return self.box.identity_hash(identity)
+
+    def opened(self, session_id: str, identity: Identity) -> None:
+        """A handshake-era session opened here (`exposers.notify.SessionRecords`)."""
+        self.sessions.opened(session_id, self.owner_hash(identity))
+
+    def closed(self, session_id: str) -> None:
+        self.sessions.closed(session_id)
+
+    async def session_owner(self, session_id: str, caller: Identity) -> str | None:
+        """The address of the live replica that owns `session_id`, when `caller` opened it; None otherwise (the
+        session is then unknown here, as on one replica)."""
+        found = await self.sessions.owner(session_id)
+        if found is None:
+            return None
+        replica, owner = found
+        if replica == self.replica_id or owner != self.owner_hash(caller):
+            return None
+        return self.replicas.address_of(replica)
+
+    # -- readiness -----------------------------------------------------------------------------------------------
+
+    def view(self) -> dict[str, Any]:
+        """What `/readyz` shows of the cluster: this replica, whether Redis answers, and the replicas alive at the
+        last heartbeat (with their age)."""
+        now = time.time()
+        shown = ("sessions", "upstreams_ready", "version")
+        return {"replica": self.replica_id, "redis": "up" if self.link.up else "down", "draining": self.draining,
+                "replicas": {name: {"address": record.get("address"),
+                                    "last_beat_s": round(now - float(record.get("beat", now)), 2),
+                                    **{k: v for k, v in record.items() if k in shown}}
+                             for name, record in self.replicas.alive.items()}}
+
+    async def leave(self) -> None:
+        """Before stopping: not ready any more, gone from the cluster's view, for `drain_delay` seconds."""
+        self.draining = True
+        await self.replicas.leave(stop_beating=True)
+        await anyio.sleep(self.config.drain_delay)
+
+    # -- running -------------------------------------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def running(self, heartbeat: bool) -> AsyncIterator[None]:
+        """Listen to events and keep session records (and with `heartbeat`, announce this replica) until exit."""
+        try:
+            await self.link.run(self.link.client.ping())
+        except RedisDown:
+            logger.warning("cluster: Redis is unreachable at start; replica %s starts degraded", self.replica_id)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self.events.run, name="cluster-events")
+            tg.start_soon(self.sessions.run, name="cluster-sessions")
+            if heartbeat:
+                tg.start_soon(self.replicas.run, name="cluster-heartbeat")
+            try:
+                yield
+            finally:
+                tg.cancel_scope.cancel()
+                with anyio.CancelScope(shield=True), anyio.move_on_after(2):
+                    if heartbeat:
+                        await self.replicas.leave()
+                    await self.link.close()

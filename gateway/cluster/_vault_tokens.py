@@ -1,0 +1,87 @@
+"""One user's upstream credential (`auth: per_user`) kept in the cluster's vault, so that a token obtained or
+refreshed on one replica is the one every replica uses (`consumers.oauth.CredentialStore`).
+
+Three records per user and upstream, each encrypted and bound to the user (`Vault`): the tokens with their expiry,
+the client registration, and what discovery found; written separately, so that two replicas writing different
+parts never undo each other. A replica takes up tokens stored by another before it refreshes or answers a 401
+(`consumers.oauth`). While Redis is unreachable, reading or writing fails as an unreadable token file does
+(the user's upstream is unavailable to them meanwhile): never another user's token, never Triad's.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
+
+from gateway.cluster._link import RedisDown
+from gateway.cluster._secret_box import SecretUnreadable
+from gateway.cluster._vault import Vault
+
+__all__ = ["VaultTokens", "vault_stores"]
+
+
+def vault_stores(vault: Vault) -> Callable[[str, str], VaultTokens]:
+    """(upstream, user) -> that user's store: `consumers.UserAuthorization.stores` with `cluster:`."""
+    return lambda upstream, user: VaultTokens(vault, user, upstream)
+
+
+class VaultTokens:
+    def __init__(self, vault: Vault, user: str, upstream: str) -> None:
+        self._vault = vault
+        self._user = user
+        self._name = f"upstream-oauth:{upstream}:"
+        self.expires_at: float | None = None
+
+    def __repr__(self) -> str:  # names no user: the repr may reach a log line
+        return "VaultTokens()"
+
+    async def get_tokens(self) -> OAuthToken | None:
+        found = await self._get("tokens")
+        self.expires_at = found.get("expires_at")
+        tokens = found.get("tokens")
+        return OAuthToken.model_validate(tokens) if isinstance(tokens, dict) else None
+
+    async def set_tokens(self, tokens: OAuthToken) -> None:
+        self.expires_at = time.time() + int(tokens.expires_in) if tokens.expires_in is not None else None
+        await self._put("tokens", {"tokens": tokens.model_dump(mode="json", exclude_none=True),
+                                   "expires_at": self.expires_at})
+
+    async def forget_tokens(self) -> None:
+        self.expires_at = None
+        await self._run(self._vault.delete(self._user, self._name + "tokens"))
+
+    async def get_discovery(self) -> dict[str, Any]:
+        return await self._get("discovery")
+
+    async def set_discovery(self, discovery: dict[str, Any]) -> None:
+        await self._put("discovery", discovery)
+
+    async def get_client_info(self) -> OAuthClientInformationFull | None:
+        found = await self._get("client")
+        return OAuthClientInformationFull.model_validate(found) if found else None
+
+    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
+        await self._put("client", client_info.model_dump(mode="json", exclude_none=True))
+
+    async def _get(self, part: str) -> dict[str, Any]:
+        try:
+            raw = await self._run(self._vault.get(self._user, self._name + part))
+        except SecretUnreadable:  # written under another cluster key: as if never stored (the user authorizes anew)
+            return {}
+        found = json.loads(raw) if raw is not None else {}
+        return found if isinstance(found, dict) else {}
+
+    async def _put(self, part: str, document: dict[str, Any]) -> None:
+        await self._run(self._vault.put(self._user, self._name + part, json.dumps(document).encode()))
+
+    @staticmethod
+    async def _run(operation: Any) -> Any:
+        try:
+            return await operation
+        except RedisDown:  # an OSError, as for an unreadable token file: the flow reports it as such
+            raise OSError("the cluster's Redis is unreachable: per-user upstream tokens cannot be read or kept") \
+                from None

@@ -1,0 +1,36 @@
+"""TODO"""
+
+from gateway.config._models import (
+    PYTHON_VARIABLE,
+    ClusterConfig,
+    Duration,
+    IntrospectionConfig,
+    NamingConfig,
+    OAuthConfig,
+    ToolsMode,
+    TriadConfig,
+    UpstreamConfig,
+    is_loopback,
+)
+from gateway.config._problems import describe_error, format_problem, hide_values
+from gateway.config._yaml import LineMap, Loaded, YamlProblem, load_with_lines
+
+__all__ = [
+    "PYTHON_VARIABLE",
+    "ClusterConfig",
+    "Duration",
+    "IntrospectionConfig",
+    "LineMap",
+    "Loaded",
+    "NamingConfig",
+    "OAuthConfig",
+    "ToolsMode",
+    "TriadConfig",
+    "UpstreamConfig",
+    "YamlProblem",
+    "describe_error",
+    "format_problem",
+    "hide_values",
+    "is_loopback",
+    "load_with_lines",
+]

@@ -1,0 +1,326 @@
+"""The configuration: one frozen pydantic model per YAML block (read and checked by `gateway.runtime`).
+
+Runtime code receives `TriadConfig`, never dicts. Secrets (env values, headers, tokens) are `SecretStr` and are
+never printed: error messages name the key path and line, not the value.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SecretStr,
+    model_validator,
+)
+
+from consumers.config import Duration, UpstreamConfig, parse_duration
+from gateway.config._problems import hide_values
+from policy.config import PolicyConfig, ToolRule
+
+__all__ = ["AuthConfig", "ClientConfig", "ClusterConfig", "Duration", "HookSpec", "ListenConfig", "NamingConfig",
+           "OAuthConfig", "PolicyConfig", "ToolRule", "TriadConfig", "UpstreamConfig", "is_loopback", "parse_duration"]
+"""The whole file's model; the upstreams' and the policy's own models come from their packages, and reading a file
+is `gateway.runtime`."""
+
+DEFAULT_PORT = 8765
+DEFAULT_SHUTDOWN_GRACE = 10.0
+"""On SIGTERM, how long calls in flight may run on before each is answered with an error."""
+DEFAULT_PAGE_SIZE = 200
+DEFAULT_SESSION_IDLE_TIMEOUT = 1800.0
+"""How long a handshake-era HTTP session may go without a request before Triad forgets it."""
+DEFAULT_MAX_NAME_LENGTH = 64
+SPEC_MAX_NAME_LENGTH = 128
+"""The MCP spec allows tool names up to 128 characters; LLM providers cap at 64, hence the default."""
+
+PYTHON_VARIABLE = "TRIAD_PYTHON"
+"""`${TRIAD_PYTHON}` in a config is the interpreter Triad runs on (unless the environment sets it): a stdio upstream
+written in Python with Triad's dependencies then starts whatever the PATH, e.g. when Claude Desktop launches Triad
+from `/` with a PATH that does not hold Triad's venv (config.example.yaml's demo upstream)."""
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def is_wildcard(host: str) -> bool:
+    """0.0.0.0 or :: (every interface): an address to listen on, not one another host can reach."""
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_unspecified
+    except ValueError:
+        return False
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ListenConfig(_Model):
+    host: str = "127.0.0.1"
+    port: int = Field(default=DEFAULT_PORT, ge=0, le=65535)
+    session_idle_timeout: Duration = Field(default=DEFAULT_SESSION_IDLE_TIMEOUT, gt=0)
+    shutdown_grace: Duration = DEFAULT_SHUTDOWN_GRACE
+    lean_path: bool = True
+    """Serve the hot HTTP requests (calls, list pages) with Triad's direct handling of the transport work; off,
+    every request goes through the SDK's server. Semantics are the same either way."""
+    public_url: str | None = Field(default=None, pattern=r"^https?://[^/?#\s]+/?$")
+    """Where people reach this listener (scheme, host and port; behind a proxy, the proxy's): a user's own
+    upstream authorization (`auth: per_user`) comes back to `<public_url>/oauth/callback/<upstream>`. Unset: the
+    origin of `auth.oauth.audience`, else the listen address when it is loopback (else the loopback redirect)."""
+
+
+class ConsoleConfig(_Model):
+    """The web console at `/console` on the HTTP listener, for owner clients (sign-in with an owner's token)."""
+
+    enabled: bool = False
+    session_lifetime: Duration = 8 * 3600.0
+    """How long a console sign-in lasts; a reload that changes or removes the owner's token ends it sooner."""
+
+
+class NamingConfig(_Model):
+    separator: str = Field(default="__", min_length=1, pattern=r"^[A-Za-z0-9_-]+$")
+    prefix: Literal["always", "conditional", "never"] = "conditional"
+    max_length: int = Field(default=DEFAULT_MAX_NAME_LENGTH, ge=8, le=SPEC_MAX_NAME_LENGTH)
+
+
+class HookSpec(_Model):
+    """One `hooks:` entry: a built-in name or a plugin `module:attr`, alone or as `{name: {options}}`."""
+
+    name: str
+    options: dict[str, Any] = {}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _accept_short_forms(cls, data: Any) -> Any:
+        if isinstance(data, str):
+            return {"name": data}
+        if isinstance(data, dict) and len(data) == 1 and "name" not in data:
+            [(name, options)] = data.items()
+            return {"name": name, "options": options if options is not None else {}}
+        return data
+
+
+ToolsMode = Literal["all", "search"]
+
+
+class SearchConfig(_Model):
+    """Tool search (`gateway.search`): what a client in `search` mode lists, and how tools are ranked."""
+
+    tools_mode: ToolsMode = "all"
+    """The default for every client (a client's own `tools_mode` wins). `search`: `tools/list` holds the
+    always-listed tools plus `search_tools` and `call_tool`; every other visible tool is found by search."""
+    always_list: tuple[str, ...] = ()
+    """Tools a search-mode client still lists (globs and groups, as in policy); policy still decides."""
+    ranker: str = Field(default="bm25", pattern=r"^(bm25|[A-Za-z_][\w.]*:[A-Za-z_]\w*)$")
+    """`bm25` (Triad's) or a plugin `module:attr`: a class or factory of a `gateway.search.Ranker`."""
+
+
+class ClientConfig(_Model):
+    token: SecretStr | None = None
+    agent: str | None = None
+    provider: str | None = None
+    model: str | None = None
+    groups: tuple[str, ...] = ()
+    owner: bool = False
+    tools: ToolRule | None = None
+    schema_profile: Literal["anthropic", "openai", "google", "xai"] | None = None
+    """How the input schemas this client sees are normalised; by default, from its provider."""
+    tools_mode: ToolsMode | None = None
+    """`all` or `search` (see `SearchConfig`); unset: `search.tools_mode`."""
+    always_list: tuple[str, ...] = ()
+    """Tools this client lists in search mode, besides `search.always_list`."""
+
+
+DEFAULT_OAUTH_CLIENT = "oauth"
+"""The client an OAuth token acts as when its client claim names no client in `auth.oauth.clients`."""
+
+
+def _duration_or_zero(value: Any) -> float:
+    """A duration, or zero (`0`, `0s`): for settings where none at all is meaningful, such as a clock leeway."""
+    if not isinstance(value, bool) and isinstance(value, int | float | str) and str(value).strip() in ("0", "0s",
+                                                                                                         "0.0"):
+        return 0.0
+    return parse_duration(value)
+
+
+DurationOrZero = Annotated[float, BeforeValidator(_duration_or_zero)]
+
+
+class IntrospectionConfig(_Model):
+    """`auth.oauth.introspection`: how Triad asks the authorization server about an opaque token (RFC 7662)."""
+
+    endpoint: str | None = Field(default=None, pattern=r"^https?://")
+    """Default: `introspection_endpoint` of the issuer's metadata."""
+    client_id: str = Field(min_length=1)
+    client_secret: SecretStr
+    """Triad's credentials at the endpoint (HTTP Basic)."""
+    cache: Duration = 60.0
+    """How long an active answer is reused (never past the token's `exp`); inactive answers are not kept."""
+
+
+class OAuthConfig(_Model):
+    """Triad as an OAuth 2.1 protected resource (`auth.oauth`): which access tokens it accepts, and who they make
+    the caller. Tokens are JWTs checked locally (`exposers.auth`) against the issuer's published keys."""
+
+    issuer: str = Field(min_length=1)
+    """The authorization server; compared with `iss` exactly as written (no trailing-slash normalisation)."""
+    audience: str = Field(pattern=r"^https?://[^#]+$")
+    """Triad's canonical resource URI (RFC 8707), e.g. `https://triad.example/mcp`: a token's `aud` must hold it,
+    and it is the `resource` of the protected resource metadata."""
+    authorization_servers: tuple[str, ...] = ()
+    """What the metadata document names (default: `issuer`)."""
+    scopes: tuple[str, ...] = ()
+    """Scopes every request's token must carry; named in 401 and 403 challenges and in `scopes_supported`."""
+    jwks_uri: str | None = None
+    """Where the signing keys are; default: `jwks_uri` of the issuer's metadata (RFC 8414, then OIDC discovery)."""
+    algorithms: tuple[str, ...] = ("RS256", "PS256", "ES256", "EdDSA")
+    client_claim: str = "client_id"
+    """The claim naming the OAuth client; its value picks a configured client through `clients`."""
+    clients: dict[str, str] = {}
+    """Value of `client_claim` -> a client id of `clients:`, whose agent, provider, groups and owner flag apply."""
+    default_client: str = DEFAULT_OAUTH_CLIENT
+    """The client any other token acts as (configured in `clients:` or not; never an owner unless configured)."""
+    groups_claim: str | None = None
+    """A claim (a list, or a space-separated string) whose groups join the client's configured ones."""
+    agent_claim: str | None = None
+    provider_claim: str | None = None
+    """Claims giving agent and provider when the client's config fixes none."""
+    leeway: DurationOrZero = Field(default=30.0, ge=0)
+    """Clock skew allowed on `exp` and `nbf`."""
+    jwks_cache: Duration = Field(default=300.0, gt=0)
+    """How long fetched keys are used before they are fetched again."""
+    jwks_refetch_interval: DurationOrZero = Field(default=30.0, ge=0)
+    """A token signed with an unknown `kid` refetches the keys once, at most this often (key rotation)."""
+    token_type: Literal["any", "at+jwt"] = "any"
+    """`at+jwt`: a JWT must say it is an access token (header `typ: at+jwt`, RFC 9068 §4), so that an ID token
+    or another JWT the issuer signed is never taken for one."""
+    introspection: IntrospectionConfig | None = None
+    """Opaque (non-JWT) tokens are checked at the issuer's introspection endpoint (RFC 7662); unset: refused."""
+
+
+class AuthConfig(_Model):
+    oauth: OAuthConfig | None = None
+
+
+class ClusterConfig(_Model):
+    """Several replicas sharing state in Redis (`gateway.cluster`); without this block nothing is shared and Redis
+    is never imported. Changes take effect on restart only."""
+
+    redis: str = Field(pattern=r"^(rediss?|unix)://\S+$")
+    """Where the shared state lives, e.g. `redis://127.0.0.1:6379/0` (a password goes in the URL, via `${VAR}`)."""
+    replica_id: str = Field(pattern=r"^[A-Za-z0-9_-]{1,40}$")
+    """This replica's name, unique in the cluster: it is sealed into session ids' records and round states."""
+    secret_key: SecretStr = Field(min_length=32)
+    """Encrypts what Triad stores in Redis that is secret, and keys the identity hashes stored there; the same on
+    every replica (e.g. `${TRIAD_CLUSTER_KEY}`, 32 characters or more)."""
+    address: str | None = Field(default=None, pattern=r"^https?://[^/\s]+$")
+    """How the other replicas reach this one (to forward a request it owns), e.g. `http://10.0.0.5:8765`; default:
+    the address it listens on."""
+    heartbeat: Duration = Field(default=1.0, gt=0)
+    """How often this replica tells Redis it is alive; one missing for three beats counts as gone."""
+    drain_delay: Duration = Field(default=2.0, gt=0)
+    """On SIGTERM, how long the replica answers `/readyz` with 503 (and is gone from the cluster's view) before it
+    stops listening: the load balancer's health check takes it out first, so no request meets a closing socket.
+    Calls in flight then get `listen.shutdown_grace` as on one replica."""
+
+
+class TriadConfig(_Model):
+    listen: ListenConfig = ListenConfig()
+    upstreams: dict[str, UpstreamConfig] = {}
+    naming: NamingConfig = NamingConfig()
+    clients: dict[str, ClientConfig] = {}
+    anonymous: str | None = None
+    """The client that HTTP requests without a token act as, when tokens are configured (default: refused)."""
+    cluster: ClusterConfig | None = None
+    """Scale-out: shared state in Redis (see `ClusterConfig`)."""
+    auth: AuthConfig = AuthConfig()
+    """How HTTP callers prove who they are besides the clients' static tokens (OAuth 2.1 access tokens)."""
+    policy: PolicyConfig = PolicyConfig()
+    search: SearchConfig = SearchConfig()
+    hooks: tuple[HookSpec, ...] = ()
+    min_ready: int = Field(default=1, ge=0)
+    """`/readyz` answers 200 once this many upstreams are ready (or all of them, if there are fewer)."""
+    page_size: int = Field(default=DEFAULT_PAGE_SIZE, ge=1, le=10_000)
+    console: ConsoleConfig = ConsoleConfig()
+    state_dir: str | None = None
+    """Where Triad keeps state across restarts (the exposed-name ledger); relative to the config file, whose
+    directory is the default."""
+    source: Path | None = Field(default=None, exclude=True)
+    _variables: dict[str, SecretStr] = PrivateAttr(default_factory=dict)
+    """The environment values interpolated into this config, by variable name (see `hide_values`)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _accept_mcp_servers(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "mcpServers" in data:
+            data = dict(data)
+            servers = data.pop("mcpServers")
+            if "upstreams" in data:
+                raise ValueError("use either upstreams or mcpServers, not both")
+            data["upstreams"] = servers
+        return data
+
+    @model_validator(mode="after")
+    def _oauth_clients_exist(self) -> TriadConfig:
+        oauth = self.auth.oauth
+        if oauth is not None:
+            for value, client in oauth.clients.items():
+                if client not in self.clients:
+                    raise ValueError(f"auth.oauth.clients.{value} names {client!r}, which is not in clients:")
+        return self
+
+    @model_validator(mode="after")
+    def _cluster_address_known(self) -> TriadConfig:
+        missing = self.cluster_address_missing(self.listen.host)
+        if missing is not None:
+            raise ValueError(missing)
+        return self
+
+    def cluster_address_missing(self, host: str) -> str | None:
+        """Why listening on `host` cannot work in this config's cluster: a wildcard address announced to the other
+        replicas would have them forward to themselves."""
+        if self.cluster is None or self.cluster.address is not None or not is_wildcard(host):
+            return None
+        return (f"cluster.address is required when listening on {host} (every interface): the other replicas "
+                f"reach this one there, e.g. cluster.address: http://10.0.0.5:8765")
+
+    def hide_values(self, message: str) -> str:
+        """`message` with every environment value this config was built from replaced by its `${NAME}`."""
+        return hide_values(message, {name: value.get_secret_value() for name, value in self._variables.items()})
+
+    def enabled_upstreams(self) -> dict[str, UpstreamConfig]:
+        return {name: self._with_token_store(name, up) for name, up in self.upstreams.items() if up.enabled}
+
+    def state_directory(self) -> Path | None:
+        """Where state across restarts is kept: `state_dir` (relative to the config file), else the config
+        file's directory; None for a config that has no file."""
+        if self.source is None:
+            return None
+        base = self.source.parent
+        return base / Path(self.state_dir).expanduser() if self.state_dir is not None else base
+
+    def _with_token_store(self, name: str, upstream: UpstreamConfig) -> UpstreamConfig:
+        """An OAuth upstream's tokens go to `<state dir>/<config name>.tokens/<upstream>.json` unless its
+        `auth.token_store` says otherwise (relative to the config file)."""
+        directory = self.state_directory()
+        if upstream.auth is None or directory is None or self.source is None:
+            return upstream
+        store = directory / f"{self.source.stem}.tokens" / f"{name}.json" if upstream.auth.token_store is None \
+            else self.source.parent / Path(upstream.auth.token_store).expanduser()
+        return upstream.model_copy(update={"auth": upstream.auth.model_copy(update={"token_store": str(store)})})
+
+    def resolve_cwd(self, upstream: UpstreamConfig) -> str | None:
+        """A relative `cwd` is taken relative to the config file, so a config works from any directory."""
+        if upstream.cwd is None or self.source is None:
+            return upstream.cwd
+        return str((self.source.parent / upstream.cwd).resolve())

@@ -1,0 +1,95 @@
+"""Config error messages: every problem as `key.path: message (line N)`, never with the value (it may be secret)."""
+
+from __future__ import annotations
+
+import difflib
+import re
+import types as pytypes
+import typing
+from collections.abc import Mapping
+from typing import Annotated, Any
+
+from pydantic import BaseModel
+
+from gateway.config._yaml import LineMap
+
+MIN_BARE_SECRET = 4
+"""Shorter environment values are hidden only where a message quotes them: a bare `1` or `on` would otherwise
+turn `line 12` into `line ${VAR}2`."""
+
+_PYDANTIC_INPUT = re.compile(r"\s*\[type=[\w.-]+, input_value=.*?, input_type=\w+\]", re.DOTALL)
+"""The trailer `str(ValidationError)` appends to each error; it quotes the input (a plugin's options error)."""
+
+
+def hide_values(message: str, variables: Mapping[str, str]) -> str:
+    """Every environment value a message quotes becomes `${NAME}`: errors show the variable, never its value
+    (a token read from `${VAR}` must not reach `triad check`'s output, the log or `/readyz`)."""
+    message = _PYDANTIC_INPUT.sub("", message)
+    for name, value in sorted(variables.items(), key=lambda item: -len(item[1])):
+        if not value:
+            continue
+        for quoted in (repr(value), f'"{value}"', f"'{value}'"):
+            message = message.replace(quoted, f"'${{{name}}}'")
+        if len(value) >= MIN_BARE_SECRET:
+            message = message.replace(value, f"${{{name}}}")
+    return message
+
+
+def format_problem(path: tuple[str | int, ...], message: str, line: int | None) -> str:
+    where = ".".join(str(p) for p in path) or "(top level)"
+    return f"{where}: {message}" + (f" (line {line})" if line is not None else "")
+
+
+def describe_error(error: Any, lines: LineMap, root: type[BaseModel]) -> str:
+    """One pydantic error as `key.path: message (line N)`, with "did you mean" for an unknown key."""
+    loc = tuple(p for p in error["loc"] if not (isinstance(p, str) and _is_internal_loc(p)))
+    message = error["msg"].removeprefix("Value error, ")
+    if error["type"] == "extra_forbidden":
+        unknown = str(loc[-1])
+        message = f"unknown key {unknown!r}"
+        known = _known_keys(root, loc[:-1])
+        if close := difflib.get_close_matches(unknown, known, n=1, cutoff=0.6):
+            message += f" (did you mean {close[0]!r}?)"
+    elif error["type"] == "missing":
+        message = "required key is missing"
+    line = None
+    for end in range(len(loc), -1, -1):
+        if (line := lines.get(loc[:end])) is not None:
+            break
+    return format_problem(loc, message, line)
+
+
+def _is_internal_loc(part: str) -> bool:
+    # pydantic adds the name of a function validator or union member to error locations; those are not keys.
+    return part.startswith(("function-", "union[", "str-", "constrained-")) or "[" in part
+
+
+def _known_keys(root: type[BaseModel], loc: tuple[str | int, ...]) -> list[str]:
+    """The field names of the model at `loc`, walking the config models' type hints."""
+    current: Any = root
+    for part in loc:
+        current = _unwrap(current)
+        if isinstance(current, type) and issubclass(current, BaseModel):
+            field = current.model_fields.get(str(part))
+            if field is None:
+                return []
+            current = field.annotation
+        elif typing.get_origin(current) is dict:
+            current = typing.get_args(current)[1]
+        elif typing.get_origin(current) in (tuple, list):
+            current = typing.get_args(current)[0]
+        else:
+            return []
+    current = _unwrap(current)
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return [name for name in current.model_fields if name != "source"]
+    return []
+
+
+def _unwrap(annotation: Any) -> Any:
+    if typing.get_origin(annotation) is Annotated:
+        annotation = typing.get_args(annotation)[0]
+    if isinstance(annotation, pytypes.UnionType) or typing.get_origin(annotation) is typing.Union:
+        members = [a for a in typing.get_args(annotation) if a is not type(None)]
+        annotation = members[0] if len(members) == 1 else annotation
+    return annotation

@@ -1,0 +1,343 @@
+"""Built-in hooks: audit, validate_arguments, rate_limit, timeout, max_result_size, redact, pin_definitions.
+
+Each is a class whose keyword arguments are its options (validated by a pydantic model, so a typo in the config
+is a config error naming the hook). Options are documented in the README.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import sys
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from gateway.config import Duration
+from gateway.hooks._chain import MESSAGE_FIELDS, Block, CallContext, Message, Outcome
+from gateway.state import Buckets, FilePins, LocalBuckets, Pins, PinStore, SharedState
+
+logger = logging.getLogger("triad.hooks")
+
+
+class _Options(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    priority: int = 0
+
+
+def json_size(value: Any) -> int:
+    return len(json.dumps(value, separators=(",", ":"), default=str)) if value is not None else 0
+
+
+class Audit:
+    """One JSON line per call, read and get (and per call the policy denied), to a file or stderr."""
+
+    class Options(_Options):
+        path: str = "-"
+        bodies: bool = False
+        priority: int = -1000  # last among after-hooks: it records what the client actually gets
+
+    def __init__(self, **options: Any) -> None:
+        self.options = self.Options(**options)
+        self.priority = self.options.priority
+        self._path = None if self.options.path == "-" else Path(self.options.path)
+
+    def _write(self, ctx: CallContext, record: dict[str, Any]) -> None:
+        line = {"time": datetime.now(UTC).isoformat(timespec="milliseconds"), "client": ctx.client_id,
+                "session": ctx.session.id, "kind": ctx.kind, "name": ctx.name, "raw": ctx.raw_name,
+                "upstream": ctx.upstream, **record}
+        text = json.dumps(line, default=str) + "\n"
+        if self._path is None:
+            sys.stderr.write(text)
+            return
+        # opened per line: nothing to close when a reload drops this hook, and rotation tools just work
+        with self._path.open("a") as stream:
+            stream.write(text)
+
+    async def _after(self, ctx: CallContext, outcome: Outcome) -> None:
+        result = outcome.result
+        status = ("blocked" if outcome.blocked else "error" if outcome.error is not None
+                  else "tool-error" if result and result.get("isError") else "ok")
+        record: dict[str, Any] = {"decision": "blocked" if outcome.blocked else "allowed", "outcome": status,
+                                  "duration_ms": round(outcome.duration * 1000, 3),
+                                  "arguments_bytes": json_size(ctx.arguments), "result_bytes": json_size(result)}
+        if outcome.error is not None:
+            record["error"] = outcome.error
+        if self.options.bodies:
+            record["arguments"], record["result"] = ctx.arguments, result
+        self._write(ctx, record)
+
+    after_call = after_read = after_get = _after
+
+    async def on_denied(self, ctx: CallContext, layer: int, pattern: str | None, detail: str) -> None:
+        self._write(ctx, {"decision": "denied", "outcome": "denied", "layer": layer, "pattern": pattern,
+                          "detail": detail})
+
+
+class ValidateArguments:
+    """Checks tool arguments against the tool's inputSchema (JSON Schema 2020-12) before any upstream is called."""
+
+    class Options(_Options):
+        priority: int = 100
+
+    def __init__(self, **options: Any) -> None:
+        self.priority = self.Options(**options).priority
+        self._validators: dict[str, Draft202012Validator | None] = {}
+
+    async def before_call(self, ctx: CallContext) -> Block | None:
+        schema = ctx.input_schema
+        if not schema:
+            return None
+        key = json.dumps(schema, sort_keys=True, default=str)
+        if key not in self._validators:
+            try:
+                Draft202012Validator.check_schema(schema)
+                self._validators[key] = Draft202012Validator(schema)
+            except SchemaError:
+                logger.warning("tool %s has an invalid inputSchema; arguments are not validated", ctx.name)
+                self._validators[key] = None
+        validator = self._validators[key]
+        if validator is None:
+            return None
+        errors = sorted(validator.iter_errors(ctx.arguments), key=lambda e: list(e.absolute_path))
+        if not errors:
+            return None
+        lines = [f"- {'/'.join(map(str, e.absolute_path)) or '(arguments)'}: {e.message}" for e in errors]
+        return Block(f"Invalid arguments for tool {ctx.name}:\n" + "\n".join(lines))
+
+
+_RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*/\s*(s|m|h)\s*$")
+_PER = {"s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_rate(text: str) -> tuple[float, float]:
+    """`20/s` -> (capacity 20, 20 tokens per second); `100/m`, `1000/h` likewise."""
+    match = _RATE.match(text)
+    if match is None:
+        raise ValueError(f"not a rate: {text!r} (use e.g. 20/s, 100/m, 1000/h)")
+    count = float(match.group(1))
+    return count, count / _PER[match.group(2)]
+
+
+class RateLimit:
+    """Token buckets per client, per tool or per upstream; over the limit, a tool error that says when to retry."""
+
+    class Options(_Options):
+        per_client: str | None = None
+        per_tool: str | None = None
+        per_upstream: str | None = None
+        priority: int = 90
+
+        @field_validator("per_client", "per_tool", "per_upstream")
+        @classmethod
+        def _rate(cls, value: str | None) -> str | None:
+            if value is not None:
+                parse_rate(value)
+            return value
+
+    def __init__(self, **options: Any) -> None:
+        self.options = self.Options(**options)
+        self.priority = self.options.priority
+        self._buckets: Buckets = LocalBuckets()
+
+    def share(self, state: SharedState) -> None:
+        """Count in buckets the replicas share (a limit of N holds for N calls in total)."""
+        self._buckets = state.buckets()
+
+    async def before_call(self, ctx: CallContext) -> Block | None:
+        for scope, key, rate in (("client", ctx.client_id, self.options.per_client),
+                                 ("tool", ctx.name, self.options.per_tool),
+                                 ("upstream", ctx.upstream, self.options.per_upstream)):
+            if rate is None:
+                continue
+            capacity, refill = parse_rate(rate)
+            # the rate is part of the key: a reload that changes it starts a fresh bucket, as on one replica
+            if (wait := await self._buckets.take(f"{scope}:{key}:{rate}", capacity, refill)) is not None:
+                return Block(f"Rate limit exceeded for {scope} {key!r} ({rate}); retry in {wait:.2f}s")
+        return None
+
+
+class Timeout:
+    """A per-tool or per-upstream call deadline, pushed back by upstream progress, with a hard cap (`max`)."""
+
+    class Options(_Options):
+        default: Duration | None = None
+        tools: dict[str, Duration] = {}
+        upstreams: dict[str, Duration] = {}
+        max: Duration | None = None
+
+    def __init__(self, **options: Any) -> None:
+        self.options = self.Options(**options)
+        self.priority = self.options.priority
+
+    async def before_call(self, ctx: CallContext) -> None:
+        o = self.options
+        chosen = o.tools.get(ctx.name, o.upstreams.get(ctx.upstream, o.default))
+        if chosen is not None:
+            ctx.timeout = chosen
+        if o.max is not None:
+            ctx.max_time = o.max
+
+
+class MaxResultSize:
+    """Results over `bytes` (their JSON size) become a tool error, or with `truncate`, have their text cut."""
+
+    class Options(_Options):
+        bytes: int = Field(default=1_000_000, ge=64)
+        truncate: bool = False
+
+    def __init__(self, **options: Any) -> None:
+        self.options = self.Options(**options)
+        self.priority = self.options.priority
+
+    async def after_call(self, ctx: CallContext, outcome: Outcome) -> dict[str, Any] | None:
+        result = outcome.result
+        size, limit = json_size(result), self.options.bytes
+        if result is None or size <= limit:
+            return None
+        if not self.options.truncate:
+            return {"content": [{"type": "text", "text": f"The result of {ctx.name} ({size} bytes) exceeds the "
+                                 f"gateway's limit of {limit} bytes."}], "isError": True, "structuredContent": None}
+        budget = max(limit - 200, 0)
+        content = []
+        for block in result.get("content") or []:
+            if isinstance(block, dict) and block.get("type") == "text" and budget >= 0:
+                text = block.get("text", "")
+                content.append({**block, "text": text[:budget]})
+                budget -= len(text)
+            elif json_size(block) <= budget:
+                content.append(block)
+                budget -= json_size(block)
+        content.append({"type": "text", "text": f"[truncated by Triad: {size} bytes, limit {limit}]"})
+        return {"content": content, "structuredContent": None}
+
+
+DEFAULT_SECRET_PATTERNS = (
+    r"(?i)\bbearer\s+[a-z0-9._~+/=-]{8,}",
+    r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----",
+    r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",
+    r"\bgh[pousr]_[A-Za-z0-9]{36,}\b",
+    r"\bxox[abprs]-[A-Za-z0-9-]{10,}\b",
+    r"\bAIza[0-9A-Za-z_-]{35}\b",
+    r"\bsk-[A-Za-z0-9_-]{20,}\b",
+)
+"""Bearer tokens, private keys, AWS access keys, GitHub, Slack, Google API and OpenAI-style keys."""
+
+
+BINARY_TYPES = ("image", "audio")
+"""Content blocks whose `data` is base64: masking inside it would corrupt it, not hide a secret."""
+REDACTED_FIELDS = ("content", "structuredContent", "contents", "messages", "description", "_meta")
+"""Everything of a result that carries text: tool results, resource contents, prompt messages and description."""
+
+
+def binary_payload(node: dict[str, Any], key: str) -> bool:
+    """Base64 by shape, never by key name alone: the `data` of an image or audio content block, the `blob` of
+    resource contents. A `data` or `blob` anywhere else (structured content, a log message) is text like any."""
+    value = node.get(key)
+    if not isinstance(value, str):
+        return False
+    if key == "data":
+        return node.get("type") in BINARY_TYPES
+    return key == "blob" and isinstance(node.get("uri"), str)
+
+
+class Redact:
+    """Masks secrets in results (every string at any depth of content, structured content, resource contents,
+    prompt messages and description, and `_meta`, dictionary keys included; base64 payloads excepted), in the
+    upstream's error messages and in relayed log and progress messages."""
+
+    class Options(_Options):
+        patterns: tuple[str, ...] = ()
+        defaults: bool = True
+        replacement: str = "[REDACTED]"
+        priority: int = -100
+
+        @field_validator("patterns")
+        @classmethod
+        def _compile(cls, patterns: tuple[str, ...]) -> tuple[str, ...]:
+            for pattern in patterns:
+                re.compile(pattern)
+            return patterns
+
+    def __init__(self, **options: Any) -> None:
+        self.options = self.Options(**options)
+        self.priority = self.options.priority
+        patterns = [*(DEFAULT_SECRET_PATTERNS if self.options.defaults else ()), *self.options.patterns]
+        self._regexes = [re.compile(p) for p in patterns]
+
+    def _text(self, value: str) -> str:
+        for regex in self._regexes:
+            value = regex.sub(self.options.replacement, value)
+        return value
+
+    def _mask(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return self._text(value)
+        if isinstance(value, list):
+            return [self._mask(v) for v in value]
+        if isinstance(value, dict):
+            masked: dict[str, Any] = {}
+            for key, item in value.items():
+                name = self._text(key) if isinstance(key, str) else key
+                while name in masked:  # two keys masked alike: both kept
+                    name = f"{name}~"
+                masked[name] = item if binary_payload(value, key) else self._mask(item)
+            return masked
+        return value
+
+    async def _after(self, ctx: CallContext, outcome: Outcome) -> dict[str, Any] | None:
+        if outcome.result is None:
+            return None
+        return {k: self._mask(outcome.result[k]) for k in REDACTED_FIELDS if k in outcome.result}
+
+    after_call = after_read = after_get = _after
+
+    async def on_message(self, ctx: CallContext, message: Message) -> dict[str, Any]:
+        return {k: self._mask(message.params[k]) for k in MESSAGE_FIELDS[message.kind] if k in message.params}
+
+
+class PinDefinitions:
+    """Remembers a hash of each tool's definition and blocks a tool whose definition changed since it was approved,
+    until `triad approve` approves it again (protection against a tool silently rewritten after it was trusted)."""
+
+    class Options(_Options):
+        state: str = "triad-pins.json"
+        trust_new: bool = True
+        priority: int = 200
+
+    def __init__(self, **options: Any) -> None:
+        self.options = self.Options(**options)
+        self.priority = self.options.priority
+        self.store = PinStore(Path(self.options.state))
+        self.pins: Pins = FilePins(self.store)
+        """Where approvals are kept: the state file, or with `cluster:` the cluster's (`share`)."""
+
+    def share(self, state: SharedState) -> None:
+        """Keep approvals where every replica sees them (`triad approve` and the console write there too)."""
+        self.pins = state.pins(self.options.state)
+
+    async def before_call(self, ctx: CallContext) -> Block | None:
+        if ctx.definition is None:
+            return None
+        verdict = await self.pins.check(ctx.upstream, ctx.raw_name, ctx.definition, self.options.trust_new)
+        if verdict is None:
+            return None
+        return Block(f"Tool {ctx.name} is blocked: {verdict}. An operator must review it and run "
+                     f"`triad approve -c <config> {ctx.name}`.")
+
+
+BUILTIN_HOOKS: Mapping[str, Any] = {
+    "audit": Audit,
+    "validate_arguments": ValidateArguments,
+    "rate_limit": RateLimit,
+    "timeout": Timeout,
+    "max_result_size": MaxResultSize,
+    "redact": Redact,
+    "pin_definitions": PinDefinitions,
+}

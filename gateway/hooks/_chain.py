@@ -1,0 +1,357 @@
+"""The hook chain around every tool call, resource read and prompt get.
+
+One interface for built-ins and plugins (`module:attr` in the config, a class or factory taking the options as
+keyword arguments). A hook implements any of: `before_call` / `after_call` (tools), `before_read` / `after_read`
+(resources), `before_get` / `after_get` (prompts), `on_denied` (a call the policy refused) and `on_message`
+(what an upstream says during a request besides its result). Hooks run by `priority` (higher first), then config
+order.
+
+- before: return None (pass), `Arguments(...)` (merged over the arguments, or replacing them), or `Block(reason)`.
+  A before-hook that raises or exceeds `BEFORE_TIMEOUT` blocks (fail closed) with a fixed message; the
+  exception goes to the log, never to the client.
+- after: sees the arguments actually sent, the raw result and the duration; may return a dict replacing
+  `content`, `structuredContent`, `isError` or `_meta`. One that raises is logged and skipped (fail open).
+- on_message: sees each `Message` an upstream sends during a hooked request on its way to the client (a log
+  message, a progress message) and the upstream's error; may return a dict replacing fields of its params
+  (`MESSAGE_FIELDS`). One that raises withholds the message (fail closed: a log or progress message is dropped,
+  an error's message becomes `WITHHELD`); a message is not worth the risk of leaking what a hook was to hide.
+  It runs outside the session lock (see `HookChain.message`), so it must keep no per-session state.
+  `HookChain.run` is the one place that routes them: during `send` the request's downstream (`CURRENT_DOWNSTREAM`,
+  through which every relayed log message goes) is wrapped, its progress callback comes from
+  `HookChain.progress`, and a failure's message is rewritten before the after-hooks see it.
+
+Hooks run under the calling session's lock (`CallContext.session.lock`), so per-session hook state
+(`session.state`) is safe; the upstream call itself is never under it. The chain is built whole from a
+validated config and rebuilt on reload.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import warnings
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, Protocol
+
+import anyio
+import mcp_types as types
+from mcp.shared.exceptions import MCPDeprecationWarning
+
+from consumers import CURRENT_DOWNSTREAM, Downstream, ProgressFn
+from gateway.errors import HookBlocked, TriadError, UpstreamError
+
+logger = logging.getLogger("triad.hooks")
+
+BEFORE_TIMEOUT = 5.0
+"""A before-hook that takes longer than this blocks the call: a stuck policy check must not hang the caller."""
+AFTER_TIMEOUT = 5.0
+MESSAGE_TIMEOUT = 1.0
+"""An `on_message` hook runs on the path that reads the upstream (every call's messages wait behind it): longer than
+this, and the message is withheld."""
+BLOCKED_BY_FAILURE = "Blocked because a before-hook failed; the gateway's log has the details."
+RESULT_FIELDS = ("content", "structuredContent", "isError", "_meta", "contents", "messages", "description")
+"""What an after-hook may replace: tool results, resource contents, prompt messages."""
+
+MessageKind = Literal["log", "progress", "error"]
+MESSAGE_FIELDS: Mapping[MessageKind, tuple[str, ...]] = {"log": ("data", "logger"), "progress": ("message",),
+                                                         "error": ("message", "data")}
+"""What an `on_message` hook may replace in each kind of message's params."""
+WITHHELD = "The upstream's error message was withheld because a hook failed on it; the gateway's log has the details."
+
+Kind = Literal["tool", "resource", "prompt"]
+HOOK_METHODS: dict[Kind, tuple[str, str]] = {"tool": ("before_call", "after_call"), "resource": ("before_read",
+                                         "after_read"), "prompt": ("before_get", "after_get")}
+
+
+CLOSE_TIMEOUT = 5.0
+"""How long the clean-up of an ended session (its per-client upstream sessions) may take."""
+
+
+@dataclass(eq=False)
+class Session:
+    """One downstream client session: its hook state and lock (hooks run under it; the upstream call never does),
+    the way back to its client outside any request (`back`, for per-client upstream sessions), and what to clean
+    up when it ends. The exposer that owns the session calls `close()` once, when it ends (`consumers.ClientOrigin`).
+    A request without a session (2026-07-28) gets a fresh one with no `back`."""
+
+    id: str | None = None
+    key: str = field(default_factory=lambda: secrets.token_hex(20))
+    """What names the session in shared tables (`gateway.tasks.TaskBook`): derived from the transport's session id
+    where there is one (`exposers.server.hook_session`, as `gateway.cluster` keys its session records), else
+    random; never the session id itself, which is a bearer secret."""
+    state: dict[str, Any] = field(default_factory=dict)
+    lock: anyio.Lock = field(default_factory=anyio.Lock)
+    back: Downstream | None = None
+    user: str | None = None
+    """Who the session belongs to, as the key of its upstream credentials (`auth: per_user`), once its first
+    request fixed its identity (`gateway.identity.credential_owner`)."""
+    declared: dict[str, Any] | None = None
+    """A 2026-07-28 request's capabilities, from its envelope (its session has no way back to ask)."""
+    _closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+
+    def on_close(self, callback: Callable[[], Awaitable[None]]) -> None:
+        self._closers.append(callback)
+
+    async def close(self) -> None:
+        closers, self._closers = self._closers, []
+        with anyio.move_on_after(CLOSE_TIMEOUT, shield=True):
+            for closer in closers:
+                try:
+                    await closer()
+                except Exception:  # one failed clean-up must not skip the others
+                    logger.exception("cleaning up after a client session failed")
+
+
+@dataclass
+class CallContext:
+    """What hooks see of one request. `arguments` are what the executor will send (after rewrites)."""
+
+    kind: Kind
+    client_id: str
+    session: Session
+    name: str
+    upstream: str
+    raw_name: str
+    arguments: dict[str, Any]
+    annotations: Mapping[str, Any] = field(default_factory=dict)
+    input_schema: Mapping[str, Any] | None = None
+    definition: Mapping[str, Any] | None = None
+    """The tool's definition as the upstream sent it (description, schemas, annotations)."""
+    timeout: float | None = None
+    """A deadline for the upstream call that a hook may set (reset by progress, capped by `max_time`)."""
+    max_time: float | None = None
+
+
+def _log_fields(ctx: CallContext, **more: str) -> dict[str, Any]:
+    """The structured fields of a log line about `ctx` (`gateway.observe`): names only, the session hashed."""
+    return {"kind": ctx.kind, "client": ctx.client_id, "session": ctx.session.id, "tool": ctx.name,
+            "upstream": ctx.upstream, "raw": ctx.raw_name, **more}
+
+
+@dataclass(frozen=True)
+class Arguments:
+    values: Mapping[str, Any]
+    replace: bool = False
+
+
+@dataclass(frozen=True)
+class Block:
+    reason: str
+    hook: str = ""
+    """The name of the hook that blocked (the chain fills it in)."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What after-hooks see: the raw result (None if the call failed), the error text, and the duration."""
+
+    result: dict[str, Any] | None
+    error: str | None
+    duration: float
+    blocked: bool = False
+
+
+@dataclass(frozen=True)
+class Message:
+    """What an upstream says during a request besides its result, in wire form: a log message
+    (`notifications/message` params: level, logger, data), a progress message (progress, total, message), or its
+    error (code, message, data)."""
+
+    kind: MessageKind
+    params: Mapping[str, Any]
+
+
+class Hook(Protocol):
+    priority: int
+
+
+@dataclass(frozen=True)
+class HookEntry:
+    name: str
+    hook: Any
+    priority: int
+    order: int
+
+
+class HookChain:
+    def __init__(self, entries: Sequence[HookEntry]) -> None:
+        self.entries = tuple(sorted(entries, key=lambda e: (-e.priority, e.order)))
+        self._before = {kind: self._bound(names[0]) for kind, names in HOOK_METHODS.items()}
+        self._after = {kind: self._bound(names[1]) for kind, names in HOOK_METHODS.items()}
+        self._denied = self._bound("on_denied")
+        self._message = self._bound("on_message")
+        self.on_block: Callable[[CallContext, str], None] | None = None
+        """Told (the call, the blocking hook's name) when a before-hook blocks a call (the console's call log)."""
+
+    def _bound(self, method: str) -> tuple[tuple[str, Callable[..., Awaitable[Any]]], ...]:
+        return tuple((e.name, getattr(e.hook, method)) for e in self.entries if callable(getattr(e.hook, method, None)))
+
+    def __bool__(self) -> bool:
+        return bool(self.entries)
+
+    async def before(self, ctx: CallContext) -> Block | None:
+        """Run the before-hooks in order; the first block wins. Arguments are rewritten in `ctx` as they go."""
+        for name, method in self._before[ctx.kind]:
+            try:
+                with anyio.fail_after(BEFORE_TIMEOUT):
+                    outcome = await method(ctx)
+            except Exception:
+                logger.exception("before-hook %s failed on %s %s; blocking (fail closed)", name, ctx.kind, ctx.name,
+                                 extra=_log_fields(ctx, hook=name, outcome="blocked"))
+                return Block(BLOCKED_BY_FAILURE, name)
+            if isinstance(outcome, Block):
+                return outcome if outcome.hook else replace(outcome, hook=name)
+            if isinstance(outcome, Arguments):
+                ctx.arguments = dict(outcome.values) if outcome.replace else {**ctx.arguments, **outcome.values}
+        return None
+
+    async def after(self, ctx: CallContext, outcome: Outcome) -> dict[str, Any] | None:
+        """Run the after-hooks; each sees the result as the previous one left it. Returns the final result."""
+        result = outcome.result
+        for name, method in self._after[ctx.kind]:
+            try:
+                with anyio.fail_after(AFTER_TIMEOUT):
+                    change = await method(ctx, Outcome(result, outcome.error, outcome.duration, outcome.blocked))
+            except Exception:
+                logger.exception("after-hook %s failed on %s %s; skipped (fail open)", name, ctx.kind, ctx.name,
+                                 extra=_log_fields(ctx, hook=name))
+                continue
+            if isinstance(change, Mapping) and result is not None:
+                result = {**result, **{k: v for k, v in change.items() if k in RESULT_FIELDS}}
+        return result
+
+    async def message(self, ctx: CallContext, message: Message) -> dict[str, Any] | None:
+        """Run the `on_message` hooks; the params to relay, or None: withheld. Not under the session lock: a log or
+        progress message is relayed from the upstream's reading task, which must not wait on a session's hooks."""
+        params = dict(message.params)
+        allowed = MESSAGE_FIELDS[message.kind]
+        for name, method in self._message:
+            try:
+                with anyio.fail_after(MESSAGE_TIMEOUT):
+                    change = await method(ctx, Message(message.kind, params))
+            except Exception:
+                logger.exception("hook %s failed on a %s message of %s %s; withheld (fail closed)", name,
+                                 message.kind, ctx.kind, ctx.name)
+                return None
+            if isinstance(change, Mapping):
+                params.update((k, v) for k, v in change.items() if k in allowed)
+        return params
+
+    def progress(self, ctx: CallContext, progress: ProgressFn | None) -> ProgressFn | None:
+        """The progress callback of a hooked call: each progress message passes the `on_message` hooks."""
+        if progress is None or not self._message:
+            return progress
+
+        async def relay(params: dict[str, Any]) -> None:
+            if params.get("message") is not None:
+                changed = await self.message(ctx, Message("progress", params))
+                if changed is None:
+                    return
+                message = changed.get("message")
+                params = {**params, "message": message} if isinstance(message, str) else \
+                    {key: value for key, value in params.items() if key != "message"}
+            await progress(params)
+
+        return relay
+
+    async def rewrite_error(self, ctx: CallContext, error: UpstreamError) -> None:
+        """An upstream's error passes the `on_message` hooks (its message and data may be rewritten)."""
+        if self._message:
+            await self._rewrite_error(ctx, error)
+
+    async def _rewrite_error(self, ctx: CallContext, error: UpstreamError) -> None:
+        changed = await self.message(ctx, Message("error", {"code": error.code, "message": error.message,
+                                                            "data": error.data}))
+        if changed is None:
+            changed = {"message": WITHHELD, "data": None}
+        message = changed.get("message")
+        error.message = message if isinstance(message, str) else WITHHELD
+        error.args = (error.message,)
+        error.data = changed.get("data")
+
+    async def run(self, ctx: CallContext, send: Callable[[CallContext], Awaitable[dict[str, Any]]]
+                  ) -> dict[str, Any]:
+        """before-hooks (under the session lock), then `send` (not under it), then after-hooks (under it).
+
+        A blocked tool call becomes a tool error the model can read (`isError`); a blocked read or get becomes a
+        `HookBlocked` error. Failures still reach the after-hooks (the audit sees them), then the caller."""
+        async with ctx.session.lock:
+            block = await self.before(ctx)
+        if block is not None and self.on_block is not None:
+            self.on_block(ctx, block.hook)
+        start = anyio.current_time()
+        result: dict[str, Any] | None = None
+        failure: TriadError | None = None
+        if block is not None and ctx.kind == "tool":
+            result = {"content": [{"type": "text", "text": block.reason}], "isError": True}
+        elif block is not None:
+            failure = HookBlocked(block.reason)
+        else:
+            downstream = CURRENT_DOWNSTREAM.get()
+            token = CURRENT_DOWNSTREAM.set(_HookedDownstream(downstream, self, ctx)) \
+                if self._message and downstream is not None else None
+            try:
+                result = await send(ctx)
+            except TriadError as exc:
+                failure = exc
+                if isinstance(exc, UpstreamError):
+                    await self.rewrite_error(ctx, exc)
+            finally:
+                if token is not None:
+                    CURRENT_DOWNSTREAM.reset(token)
+        outcome = Outcome(result, failure.message if failure else None, anyio.current_time() - start,
+                          block is not None)
+        async with ctx.session.lock:
+            final = await self.after(ctx, outcome)
+        if failure is not None:
+            raise failure
+        assert final is not None
+        return final
+
+    async def denied(self, ctx: CallContext, layer: int, pattern: str | None, detail: str) -> None:
+        for name, method in self._denied:
+            try:
+                await method(ctx, layer, pattern, detail)
+            except Exception:
+                logger.exception("hook %s failed in on_denied", name)
+
+
+class _HookedDownstream:
+    """The downstream of a hooked request while it is sent: the upstream's log messages pass the chain's
+    `on_message` hooks on their way to the client's own downstream (`inner`); everything else is the inner one's."""
+
+    def __init__(self, inner: Downstream, chain: HookChain, ctx: CallContext) -> None:
+        self._inner, self._chain, self._ctx = inner, chain, ctx
+
+    @property
+    def modern(self) -> bool:
+        return self._inner.modern
+
+    @property
+    def log_level(self) -> str | None:
+        return self._inner.log_level
+
+    @property
+    def capabilities(self) -> dict[str, Any] | None:
+        return self._inner.capabilities
+
+    @property
+    def cancel_reason(self) -> str | None:
+        return self._inner.cancel_reason
+
+    async def log(self, params: types.LoggingMessageNotificationParams) -> None:
+        with warnings.catch_warnings():  # the model is deprecated in 2026-07-28, still relayed where asked for
+            warnings.simplefilter("ignore", MCPDeprecationWarning)
+            dumped = params.model_dump(by_alias=True, mode="json", exclude_none=True)
+            changed = await self._chain.message(self._ctx, Message("log", dumped))
+            if changed is None:
+                return
+            rewritten = types.LoggingMessageNotificationParams.model_validate(changed, by_name=False)
+        await self._inner.log(rewritten)
+
+    async def ask(self, request: Any, result_type: Any) -> Any:
+        return await self._inner.ask(request, result_type)
+
+
+EMPTY_CHAIN = HookChain(())

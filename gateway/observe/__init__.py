@@ -1,0 +1,18 @@
+"""TODO"""
+
+from gateway.observe._logs import JsonFormatter, log_call, log_denied
+from gateway.observe._metrics import Metrics
+from gateway.observe._reloads import ReloadResult, Reloads, ReloadStatus
+from gateway.observe._tracing import configure_tracing, tracing_enabled
+
+__all__ = [
+    "JsonFormatter",
+    "Metrics",
+    "ReloadResult",
+    "ReloadStatus",
+    "Reloads",
+    "configure_tracing",
+    "log_call",
+    "log_denied",
+    "tracing_enabled",
+]

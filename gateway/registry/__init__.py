@@ -1,0 +1,60 @@
+"""TODO"""
+
+from gateway.registry._availability import Diagnostic
+from gateway.registry._catalog import SERVING, UpstreamSnapshot, build_upstream_sources, upstream_of_key
+from gateway.registry._core_tools import (
+    CALL_TOOL,
+    DEFAULT_LIMIT,
+    MAX_LIMIT,
+    MAX_QUERY_CHARS,
+    SEARCH_TOOLS,
+    SEARCH_WIRE,
+    TRIAD_TOOLS,
+)
+from gateway.registry._descriptors import EMPTY_REGISTRY, Registry, ToolDescriptor, build_registry
+from gateway.registry._naming import parse_exposed_uri, prefix_active, sanitize_server_names
+from gateway.registry._page_meta import with_page_meta
+from gateway.registry._reports import explain, plan_report, upstream_states
+from gateway.registry._schemas import normalize
+from gateway.registry._snapshot import Snapshot
+from gateway.registry._views import ClientView, SessionLists, paginate, schema_profile, tool_facts, tool_wire
+from gateway.registry._wire import RUN_LIST_META_KEY, clean_result, expose_links, forwardable_meta, input_round
+
+__all__ = [
+    "CALL_TOOL",
+    "DEFAULT_LIMIT",
+    "EMPTY_REGISTRY",
+    "MAX_LIMIT",
+    "MAX_QUERY_CHARS",
+    "RUN_LIST_META_KEY",
+    "SEARCH_TOOLS",
+    "SEARCH_WIRE",
+    "SERVING",
+    "TRIAD_TOOLS",
+    "ClientView",
+    "Diagnostic",
+    "Registry",
+    "SessionLists",
+    "Snapshot",
+    "ToolDescriptor",
+    "UpstreamSnapshot",
+    "build_registry",
+    "build_upstream_sources",
+    "clean_result",
+    "explain",
+    "expose_links",
+    "forwardable_meta",
+    "input_round",
+    "normalize",
+    "paginate",
+    "parse_exposed_uri",
+    "plan_report",
+    "prefix_active",
+    "sanitize_server_names",
+    "schema_profile",
+    "tool_facts",
+    "tool_wire",
+    "upstream_of_key",
+    "upstream_states",
+    "with_page_meta",
+]

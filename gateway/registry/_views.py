@@ -1,0 +1,229 @@
+"""Per-client views of one registry version: the plan, the name lookups, and the serialised lists.
+
+A view is computed once per (registry version, identity) and reused by every request of that client until the
+registry changes, so the call path only does dict lookups. Pagination cursors are opaque and carry the registry
+version; a cursor from an older version is refused with a clear error instead of silently skipping items.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+import functools
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from consumers import OwnLists
+from gateway.config import ToolsMode
+from gateway.errors import StaleCursor
+from gateway.registry._catalog import SERVING, TAKES_TASKS_KEY, upstream_of_key
+from gateway.registry._core_tools import listed_tools
+from gateway.registry._descriptors import PromptEntry, Registry, ToolDescriptor
+from gateway.registry._naming import expose_uri
+from gateway.registry._planner import PlanEntry, ToolPlan, build_plan
+from gateway.registry._schemas import PROFILES, normalize
+from policy import Decision, Identity, Pipeline, ToolFacts, compile_patterns
+
+
+@dataclass(frozen=True)
+class ClientView:
+    version: int
+    identity: Identity
+    plan: ToolPlan
+    denied: tuple[tuple[ToolDescriptor, Decision], ...]
+    """Available tools the policy hides from this caller, with the decision that says why."""
+    tools: Mapping[str, PlanEntry]
+    """Every tool this caller may call, by exposed name (in search mode too, where most are not listed)."""
+    tools_wire: tuple[dict[str, Any], ...]
+    """What `tools/list` gives this caller: every tool it may call, or in search mode the always-listed ones and
+    Triad's `search_tools` and `call_tool` (`gateway.calls`)."""
+    resources_wire: tuple[dict[str, Any], ...]
+    templates_wire: tuple[dict[str, Any], ...]
+    prompts: Mapping[str, PromptEntry]
+    prompts_wire: tuple[dict[str, Any], ...]
+    visible_upstreams: frozenset[str]
+    fingerprint: tuple[int, int, int]
+    """What a client would notice changing (tools, resources, prompts), computed once per view: sessions keep
+    only these three numbers, and get `list_changed` only for the lists whose number changed."""
+    mode: ToolsMode = "all"
+    profile: str | None = None
+    """The provider schema profile of the input schemas this caller sees."""
+
+    @functools.cached_property
+    def tool_names(self) -> frozenset[str]:
+        """The names of `tools`, hashed once per view: search indexes are cached by it."""
+        return frozenset(self.tools)
+
+
+def tool_facts(descriptor: ToolDescriptor) -> ToolFacts:
+    executor = descriptor.executor
+    upstream, raw = (executor.id, executor.tool) if executor is not None and executor.kind == "mcp" else ("", "")
+    return ToolFacts.from_annotations(descriptor.name, upstream, raw, descriptor.annotations)
+
+
+def build_view(registry: Registry, identity: Identity, pipeline: Pipeline, profile: str | None = None,
+               schemas: dict[tuple[str, str], dict[str, Any]] | None = None, mode: ToolsMode = "all",
+               always_list: Sequence[str] = (), tool_groups: Mapping[str, Sequence[str]] | None = None
+               ) -> ClientView:
+    """`schemas` caches normalised input schemas by (profile, tool) for this registry version; in `search` mode,
+    `always_list` (globs and groups, `tool_groups` expanding) picks the tools still listed."""
+    # whether the caller takes tasks is a fact of the caller, not of the registry (`gateway.registry.TAKES_TASKS`)
+    context = dataclasses.replace(registry.context, values={**registry.context.values,
+                                                            TAKES_TASKS_KEY: identity.tasks})
+    plan = build_plan(registry.tools.values(), context)
+    allowed: list[PlanEntry] = []
+    denied: list[tuple[ToolDescriptor, Decision]] = []
+    for entry in plan.visible:
+        decision = pipeline.decide(identity, tool_facts(entry.descriptor))
+        if decision.allowed:
+            allowed.append(entry)
+        else:
+            denied.append((entry.descriptor, decision))
+    tools = {entry.descriptor.name: entry for entry in allowed}
+    # An upstream's resources and prompts are visible when the caller may use at least one of its tools, or when
+    # it has no tools at all (then tool policy has nothing to say about it).
+    with_tools = {d.executor.id for d in registry.tools.values() if d.executor is not None}
+    seen = {entry.executor.id for entry in allowed}
+    serving = {upstream_of_key(key) for key, state in registry.context.values.items() if state in SERVING}
+    ready = {name for name in serving if name is not None and (name in seen or name not in with_tools)}
+    resources = tuple(dict(r.wire) for r in registry.resources.values() if r.upstream in ready)
+    templates = tuple(dict(t.wire) for t in registry.templates if t.upstream in ready)
+    prompts = {name: p for name, p in registry.prompts.items() if p.upstream in ready}
+    if mode == "search":
+        matchers = compile_patterns(always_list, tool_groups or {})
+        kept = [entry for entry in allowed if any(m.matches(tool_facts(entry.descriptor)) for m in matchers)]
+        tools_wire = listed_tools(
+            [tool_wire(entry.descriptor, profile, schemas if schemas is not None else {}) for entry in kept], profile)
+    else:
+        tools_wire = tuple(tool_wire(entry.descriptor, profile, schemas if schemas is not None else {})
+                           for entry in allowed)
+    prompts_wire = tuple(dict(p.wire) for p in sorted(prompts.values(), key=lambda p: p.exposed))
+    return ClientView(
+        version=registry.version,
+        identity=identity,
+        plan=plan,
+        denied=tuple(denied),
+        tools=tools,
+        tools_wire=tools_wire,
+        resources_wire=resources,
+        templates_wire=templates,
+        prompts=prompts,
+        prompts_wire=prompts_wire,
+        visible_upstreams=frozenset(ready),
+        fingerprint=(_digest(tools_wire), _digest(resources + templates), _digest(prompts_wire)),
+        mode=mode,
+        profile=profile,
+    )
+
+
+SessionLists = tuple[tuple[str, OwnLists | None], ...]
+"""What a session's own upstream sessions list (`sessions: per_client`), by upstream name, sorted; None where its
+own session could not be opened (that upstream's tools are then hidden from it: fail closed)."""
+
+
+def narrow_view(view: ClientView, registry: Registry, own: SessionLists) -> ClientView:
+    """`view` as one session sees it: of each per-client upstream, only the tools, prompts and resource templates
+    its own session lists (none where it could not be opened), and that session's resources instead of the
+    catalog's (its session resources, namespaced like the others)."""
+    by_upstream = dict(own)
+    dropped = set()
+    for name, entry in view.tools.items():
+        executor = entry.executor
+        if executor.kind == "mcp" and executor.id in by_upstream:
+            lists = by_upstream[executor.id]
+            if lists is None or executor.tool not in lists.tools:
+                dropped.add(name)
+    hidden_prompts = {name for name, prompt in view.prompts.items()
+                      if prompt.upstream in by_upstream and not _lists(by_upstream[prompt.upstream], "prompts",
+                                                                       prompt.raw)}
+    templates = {t.exposed: t for t in registry.templates if t.upstream in by_upstream}
+    templates_wire = tuple(wire for wire in view.templates_wire
+                           if (found := templates.get(wire.get("uriTemplate", ""))) is None
+                           or _lists(by_upstream[found.upstream], "templates", found.raw))
+    resources = view.resources_wire
+    replaced = {name for name, lists in own if lists is not None and lists.resources is not None
+                and name in view.visible_upstreams}
+    if replaced:
+        owners = registry.resources
+        kept = tuple(wire for wire in resources
+                     if (found_resource := owners.get(wire.get("uri", ""))) is None
+                     or found_resource.upstream not in replaced)
+        added = tuple({**wire, "uri": _exposed_uri(registry, name, wire["uri"])}
+                      for name, lists in own if name in replaced and lists is not None
+                      for wire in lists.resources or () if isinstance(wire.get("uri"), str))
+        resources = kept + added
+    if not dropped and not replaced and not hidden_prompts and len(templates_wire) == len(view.templates_wire):
+        return view
+    tools_wire = tuple(wire for wire in view.tools_wire if wire.get("name") not in dropped)
+    prompts_wire = tuple(wire for wire in view.prompts_wire if wire.get("name") not in hidden_prompts)
+    return dataclasses.replace(
+        view, tools={name: entry for name, entry in view.tools.items() if name not in dropped},
+        tools_wire=tools_wire, resources_wire=resources, templates_wire=templates_wire,
+        prompts={name: prompt for name, prompt in view.prompts.items() if name not in hidden_prompts},
+        prompts_wire=prompts_wire,
+        fingerprint=(_digest(tools_wire), _digest(resources + templates_wire), _digest(prompts_wire)))
+
+
+def _lists(lists: OwnLists | None, family: Literal["prompts", "templates"], raw: str) -> bool:
+    """The session lists `raw` among its prompts or resource templates (one that could not be opened lists none)."""
+    names = getattr(lists, family) if lists is not None else None
+    return names is not None and raw in names
+
+
+def _exposed_uri(registry: Registry, upstream: str, raw: str) -> str:
+    part = registry.uri_parts.get(upstream)
+    return expose_uri(raw, part) if part is not None else raw
+
+
+def tool_wire(descriptor: ToolDescriptor, profile: str | None, schemas: dict[tuple[str, str], dict[str, Any]]
+              ) -> dict[str, Any]:
+    """A tool as a caller sees it: its wire form, the input schema after the caller's profile."""
+    wire = descriptor.to_wire()
+    if profile is None or profile == "anthropic":
+        return wire
+    key = (profile, descriptor.name)
+    if key not in schemas:
+        schemas[key] = normalize(descriptor.input_schema, profile)
+    return {**wire, "inputSchema": schemas[key]}
+
+
+def _digest(items: tuple[dict[str, Any], ...]) -> int:
+    return hash(json.dumps(items, sort_keys=True, default=str))
+
+
+def paginate(items: Sequence[dict[str, Any]], key: str, cursor: str | None, version: int,
+             page_size: int) -> dict[str, Any]:
+    start = 0 if cursor is None else _decode_cursor(cursor, version)
+    end = start + page_size
+    result: dict[str, Any] = {key: list(items[start:end])}
+    if end < len(items):
+        result["nextCursor"] = _encode_cursor(version, end)
+    return result
+
+
+def _encode_cursor(version: int, offset: int) -> str:
+    return base64.urlsafe_b64encode(f"v1:{version}:{offset}".encode()).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str, version: int) -> int:
+    try:
+        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        tag, cursor_version, offset = text.split(":")
+        if tag != "v1":
+            raise ValueError(tag)
+        parsed_version, parsed_offset = int(cursor_version), int(offset)
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        raise StaleCursor("invalid cursor: it was not issued by this server; list again without a cursor") from None
+    if parsed_version != version or parsed_offset < 0:
+        raise StaleCursor("stale cursor: the list changed since this cursor was issued; list again from the start")
+    return parsed_offset
+
+
+def schema_profile(configured: str | None, provider: str | None) -> str | None:
+    """The client's own setting, else its provider's family when Triad has a profile for it."""
+    if configured is not None:
+        return configured
+    return provider.lower() if provider and provider.lower() in PROFILES else None

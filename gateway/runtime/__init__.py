@@ -1,0 +1,15 @@
+"""TODO"""
+
+from gateway.runtime._daemon import configure_logging, run_http, running_gateway, serve_stdio_client
+from gateway.runtime._loading import load_config, parse_config
+from gateway.runtime._reload import Reloader
+
+__all__ = [
+    "Reloader",
+    "configure_logging",
+    "load_config",
+    "parse_config",
+    "run_http",
+    "running_gateway",
+    "serve_stdio_client",
+]

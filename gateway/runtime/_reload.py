@@ -1,0 +1,167 @@
+"""Hot reload: a new config is validated whole, then applied as a diff; an invalid one changes nothing.
+
+Ownership: the daemon creates one `Reloader` and runs `watch()` as a task in its root task group; SIGHUP and
+`POST /admin/reload` call `reload()` directly. Reloads are serialised by a lock. Applying a config never awaits an
+upstream: the pool starts or retires connections in its own tasks, the dispatcher swaps its config, policy and
+registry by assignment, and the notifier tells each session whose view changed.
+
+Fail closed: a file caught mid-write is never applied (the watcher waits until the content has stopped changing,
+then parses exactly that content); an empty file is invalid; and a reload that would turn authentication off or
+remove every upstream is refused unless the new file says so (`clients: {}`, `upstreams: {}`), since a truncated
+or half-written file looks just like that.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import anyio
+import watchfiles
+
+from consumers import UpstreamPool
+from gateway.calls import Dispatcher
+from gateway.config import TriadConfig
+from gateway.errors import ConfigError
+from gateway.hooks import HookConfigError, build_chain
+from gateway.identity import requires_token
+from gateway.observe import ReloadResult, ReloadStatus
+from gateway.runtime._loading import parse_config
+
+logger = logging.getLogger("triad.reload")
+
+WATCH_DEBOUNCE_MS = 300
+"""Editors write in bursts (truncate, write, rename); one reload per burst."""
+SETTLE_SECONDS = 0.3
+"""A changed file is read again after this long, and applied only once two readings agree: an in-place writer
+(truncate, then write in pieces) is not caught half-way unless it pauses longer than this mid-file."""
+
+
+def fail_closed_problems(old: TriadConfig, new: TriadConfig) -> list[str]:
+    """What a reload from `old` to `new` would drop that an empty or truncated file drops too: every token, every
+    upstream. Allowed only when the new file writes the empty block itself."""
+    problems = []
+    if requires_token(old) and not requires_token(new) and not _written_empty(new, "clients"):
+        problems.append("clients: this reload would turn authentication off (no client has a token any more); "
+                        "if that is meant, write `clients: {}` in the file")
+    if old.upstreams and not new.upstreams and not _written_empty(new, "upstreams"):
+        problems.append("upstreams: this reload would remove every upstream; if that is meant, write "
+                        "`upstreams: {}` in the file")
+    return problems
+
+
+def _written_empty(config: TriadConfig, key: str) -> bool:
+    return key in config.model_fields_set and not getattr(config, key)
+
+
+class Reloader:
+    def __init__(self, path: Path, config: TriadConfig, pool: UpstreamPool, dispatcher: Dispatcher) -> None:
+        self.path = path
+        self.config = config
+        self.status = ReloadStatus()
+        self._pool = pool
+        self._dispatcher = dispatcher
+        self._lock = anyio.Lock()
+        self._stop_watching = anyio.Event()
+        self._last_text: str | None = None
+        """The content the last reload read: the watcher does not reload a file whose content did not change."""
+        self.announce: Callable[[], Awaitable[None]] | None = None
+        """With `cluster:`, tells the other replicas to reload too (after a reload asked of this one succeeded)."""
+
+    def stop(self) -> None:
+        """End `watch()`. Its watcher thread only notices this event (cancellation waits for the thread)."""
+        self._stop_watching.set()
+
+    async def reload(self, trigger: str, text: str | None = None, *, announce: bool = False) -> ReloadResult:
+        """Validate the file (or `text`, content already read from it) and apply it; refuse it whole if invalid.
+        With `announce` (a reload an operator asked of this replica), the cluster's other replicas reload too."""
+        result = await self._reload(trigger, text)
+        if announce and result.ok and self.announce is not None:
+            await self.announce()
+        return result
+
+    async def _reload(self, trigger: str, text: str | None) -> ReloadResult:
+        async with self._lock:
+            self.status.last_attempt = time.time()
+            try:
+                if text is None:
+                    text = await _read(self.path)
+                self._last_text = text
+                new = await anyio.to_thread.run_sync(functools.partial(parse_config, text, source=self.path))
+                if problems := fail_closed_problems(self.config, new):
+                    raise ConfigError(problems)
+            except ConfigError as exc:
+                self.status.failures += 1
+                self.status.last_error = exc.problems
+                self.status.record(trigger, False, exc.problems, {})
+                logger.error("reload (%s) refused, the running config stays in force:\n  %s", trigger,
+                             "\n  ".join(exc.problems))
+                return ReloadResult(False, exc.problems)
+            try:
+                hooks = build_chain(new.hooks, self._dispatcher.shared)
+            except HookConfigError as exc:
+                self.status.failures += 1
+                self.status.last_error = [new.hide_values(f"hooks: {exc}")]
+                self.status.record(trigger, False, self.status.last_error, {})
+                logger.error("reload (%s) refused, the running config stays in force: %s", trigger,
+                             self.status.last_error[0])
+                return ReloadResult(False, self.status.last_error)
+            if new.listen != self.config.listen:
+                logger.warning("reload (%s): listen changed (%s:%d -> %s:%d); it takes effect on restart only",
+                               trigger, self.config.listen.host, self.config.listen.port, new.listen.host,
+                               new.listen.port)
+            changes = await self._pool.apply(new)
+            self._dispatcher.apply_config(new, hooks)
+            self.config = new
+            self.status.reloads += 1
+            self.status.last_success = time.time()
+            self.status.last_error = []
+            self.status.record(trigger, True, [], changes)
+            summary = ", ".join(f"{kind} {', '.join(names)}" for kind, names in changes.items()
+                                if names and kind != "kept") or "no upstream changes"
+            logger.info("reloaded config (%s): %s; registry version %d", trigger, summary,
+                        self._dispatcher.registry.version)
+            return ReloadResult(True, [], changes)
+
+    async def watch(self) -> None:
+        """Reload when the config file changes. The directory is watched, so a write-and-rename (what editors
+        do) is seen as well as an in-place write."""
+        target = self.path.resolve()
+
+        def is_config(_change: watchfiles.Change, changed: str) -> bool:
+            return Path(changed).resolve() == target
+
+        async for _changes in watchfiles.awatch(target.parent, watch_filter=is_config,
+                                                debounce=WATCH_DEBOUNCE_MS, step=50, recursive=False,
+                                                stop_event=self._stop_watching):
+            text = await self._settled_text()
+            if text is None:
+                continue  # gone (a rename in progress, or deleted): the next change brings it back
+            if text == self._last_text:
+                logger.debug("config file touched, content unchanged; not reloaded")
+                continue
+            await self.reload("file changed", text)
+
+    async def _settled_text(self) -> str | None:
+        """The file's content once two readings `SETTLE_SECONDS` apart agree; None if it cannot be read."""
+        try:
+            text = await _read(self.path)
+            while True:
+                await anyio.sleep(SETTLE_SECONDS)
+                again = await _read(self.path)
+                if again == text:
+                    return text
+                text = again
+        except ConfigError:
+            return None
+
+
+async def _read(path: Path) -> str:
+    try:
+        return await anyio.Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise ConfigError([f"{path}: cannot read ({reason})"]) from None

@@ -1,0 +1,19 @@
+"""TODO"""
+
+from gateway.state._name_ledger import NameLedger
+from gateway.state._pins import PinStatus, PinStore, definition_hash, pinned_fields
+from gateway.state._shared import Buckets, FilePins, LocalBuckets, Pins, SharedState, SharedStateUnavailable
+
+__all__ = [
+    "Buckets",
+    "FilePins",
+    "LocalBuckets",
+    "NameLedger",
+    "PinStatus",
+    "PinStore",
+    "Pins",
+    "SharedState",
+    "SharedStateUnavailable",
+    "definition_hash",
+    "pinned_fields",
+]

@@ -1,0 +1,42 @@
+"""TODO"""
+
+from gateway.tasks._records import (
+    EXTENSION,
+    LEGACY_METHODS,
+    METHODS,
+    MODERN_METHODS,
+    TASK_PREFIX,
+    Era,
+    TaskBook,
+    TaskPush,
+    TaskPushParams,
+    TaskRequestParams,
+    declares_extension,
+    missing_extension_data,
+    offers_extension,
+    offers_legacy_tasks,
+    task_owner,
+    with_task_id,
+)
+from gateway.tasks._relay import TaskRelay, key_of
+
+__all__ = [
+    "EXTENSION",
+    "LEGACY_METHODS",
+    "METHODS",
+    "MODERN_METHODS",
+    "TASK_PREFIX",
+    "Era",
+    "TaskBook",
+    "TaskPush",
+    "TaskPushParams",
+    "TaskRelay",
+    "TaskRequestParams",
+    "declares_extension",
+    "key_of",
+    "missing_extension_data",
+    "offers_extension",
+    "offers_legacy_tasks",
+    "task_owner",
+    "with_task_id",
+]

@@ -1,0 +1,456 @@
+"""The call path of tasks: a task an upstream created is recorded for its creator, and `tasks/*` requests go to the
+upstream (and upstream session) that holds the task, under the upstream's own id (`gateway.tasks`). A 2026-07-28
+client's task on a handshake-era upstream is translated (`gateway.tasks`).
+
+Ownership: the dispatcher creates one `TaskRelay` with its `TaskBook` and its way to the upstreams; the exposer
+calls `request()` for each `tasks/*` request it accepted (the era's gates, -32601, -32021 and -32020, are the
+exposer's: `exposers.server`). The daemon runs `run()`, the task group of the `tasks/result` streams Triad holds
+open for the questions of translated tasks (`InputBridge`).
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import logging
+import re
+import weakref
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import mcp_types as types
+from anyio.abc import TaskGroup
+from pydantic import ValidationError
+
+from consumers import CURRENT_DOWNSTREAM, Upstream
+from consumers.errors import UpstreamError, UpstreamRefused
+from gateway.errors import INVALID_PARAMS, InvalidRequest, TriadError, UnknownName
+from gateway.hooks import CallContext, HookChain, Outcome, Session, json_size
+from gateway.identity import Identity
+from gateway.registry import expose_links, forwardable_meta
+from gateway.tasks._eras import (
+    InputBridge,
+    NotATask,
+    failed_error,
+    legacy_task_param,
+    modern_created,
+    modern_task,
+    without_related_task,
+)
+from gateway.tasks._records import (
+    RELATED_TASK,
+    TERMINAL,
+    Era,
+    TaskBook,
+    TaskEntry,
+    created_task,
+    declares_extension,
+    task_request,
+    with_task_id,
+)
+
+Forward = Callable[..., Awaitable[dict[str, Any]]]
+Watcher = Callable[[dict[str, Any]], None]
+"""Told a translated task as its `tasks/get` shows it (a DetailedTask, with Triad's id), each time it changes."""
+Unwatch = Callable[[], None]
+"""`Dispatcher._forward`: (upstream, kind, request, **options) -> the raw result."""
+MAX_LIST_PAGES = 100
+"""Pages of an upstream's `tasks/list` Triad walks for one client's `tasks/list`."""
+OUTCOME_WAIT = 5.0
+"""How long a `tasks/get` of a translated task the upstream calls terminal waits for the `tasks/result` stream
+Triad holds for its questions to end with its outcome (it ends as the task does; past this, Triad asks again)."""
+MAX_KEPT_ARGUMENTS = 64 * 1024
+"""Bytes (JSON) of a task's call arguments Triad keeps for its after-hooks for as long as the task lasts (up to
+`MAX_TTL`); larger arguments are dropped (the hooks then see `{}`), not held for a day."""
+logger = logging.getLogger(__name__)
+
+
+def key_of(session: Any) -> str | None:
+    """The key a downstream session's tasks are bound to (None: a request without a session)."""
+    return session.key if isinstance(session, Session) else None
+
+
+def _cursor_at(seq: int) -> str:
+    return base64.urlsafe_b64encode(f"tasks:{seq}".encode()).decode()
+
+
+def _cursor_position(cursor: Any) -> int:
+    """Where a `tasks/list` cursor of Triad's own points (0: the start); anything else is -32602."""
+    if cursor is None:
+        return 0
+    try:
+        kind, _, seq = base64.urlsafe_b64decode(str(cursor).encode()).decode().partition(":")
+        if kind == "tasks" and seq.isdigit():
+            return int(seq)
+    except (ValueError, UnicodeDecodeError):
+        pass
+    raise InvalidRequest(f"Invalid cursor: {cursor}")
+
+
+def holder_of(upstream: Upstream, session: Any) -> str | None:
+    """The key of the downstream session whose own upstream session `session`'s requests to `upstream` go on
+    (`TaskEntry.holder`); None: the shared one."""
+    return key_of(upstream.own_session(session if isinstance(session, Session) else None))
+
+
+@dataclass(frozen=True, slots=True)
+class KeptCall:
+    """What a task keeps of the hooks' view of its call, for its after-hooks (`TaskEntry.call`), for as long as the
+    task lasts (up to `MAX_TTL`, a day): the call's fields, but its session only by weak reference. A session that
+    ended is not kept alive by its tasks (its connection, its per-client upstream sessions, its hooks' state); the
+    after-hooks then see a session of the same id and key, with no state."""
+
+    call: CallContext
+    """The call, its session replaced by a stand-in (id, key and user only)."""
+    session: weakref.ref[Session]
+
+    def context(self) -> CallContext:
+        live = self.session()
+        return dataclasses.replace(self.call, session=live) if live is not None else self.call
+
+
+def kept_call(call: CallContext | None) -> KeptCall | None:
+    """What a task keeps of the hooks' view of its call (`KeptCall`): arguments past `MAX_KEPT_ARGUMENTS` are
+    dropped."""
+    if call is None:
+        return None
+    session = call.session
+    arguments = call.arguments if json_size(call.arguments) <= MAX_KEPT_ARGUMENTS else {}
+    stand_in = Session(id=session.id, key=session.key, user=session.user)
+    return KeptCall(dataclasses.replace(call, session=stand_in, arguments=arguments), weakref.ref(session))
+
+
+def _renamed(value: Any, upstream_id: str, task_id: str) -> Any:
+    """`value` (an error's message or data) with the upstream's task id, as a word, replaced by Triad's."""
+    if isinstance(value, str):
+        return re.sub(rf"(?<![\w-]){re.escape(upstream_id)}(?![\w-])", lambda _: task_id, value)
+    if isinstance(value, Mapping):
+        return {key: _renamed(item, upstream_id, task_id) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_renamed(item, upstream_id, task_id) for item in value]
+    return value
+
+
+def refused_as_triads(exc: UpstreamRefused, entry: TaskEntry, task_id: str) -> UpstreamRefused:
+    """An upstream's refusal about `entry`'s task as its client gets it: naming the task by Triad's id (the
+    upstream's id never reaches a client)."""
+    return UpstreamRefused(exc.upstream, _renamed(exc.message, entry.upstream_id, task_id), code=exc.code,
+                           data=_renamed(exc.data, entry.upstream_id, task_id))
+
+
+def era_of(upstream: Upstream) -> Era:
+    return "2026-07-28" if upstream.modern else "2025-11-25"
+
+
+class TaskRelay:
+    def __init__(self, book: TaskBook, forward: Forward, upstream: Callable[[str], Upstream],
+                 uri_part: Callable[[str], str | None], hooks: Callable[[], HookChain],
+                 page_size: Callable[[], int] = lambda: 100) -> None:
+        self.book = book
+        self._page_size = page_size
+        self._sessions: weakref.WeakValueDictionary[str, Session] = weakref.WeakValueDictionary()
+        """The live downstream sessions that hold tasks, by key: where a task's status pushes go (in-process)."""
+        self._hooks = hooks
+        self._forward = forward
+        self._upstream = upstream
+        self._uri_part = uri_part
+        self._bridges: dict[str, InputBridge] = {}
+        self._watchers: dict[str, list[Watcher]] = {}
+        """Translated tasks' ids -> who is told of each change of theirs (`watch`: 2026-07-28 listen streams)."""
+        self._telling: dict[str, bool] = {}
+        """Translated tasks whose watchers are being told (one at a time, in order) -> it changed again since."""
+        self._tg: TaskGroup | None = None
+
+    async def run(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+        """Own the `tasks/result` streams held open for translated tasks' questions (for the daemon's life)."""
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            task_status.started()
+            await anyio.sleep_forever()
+
+    def task_param(self, upstream: Upstream, tool: Mapping[str, Any], params: Mapping[str, Any], name: str,
+                   era: Era) -> Any:
+        """The `params.task` of a call to `upstream` (None: none). A 2026-07-28 upstream decides itself; a
+        handshake-era one gets a 2025-11-25 client's own, and for a 2026-07-28 client one that follows from the
+        tool's `taskSupport` and whether the request declares the extension (`gateway.tasks`)."""
+        if upstream.modern:
+            if era == "2025-11-25" and params.get("task") is not None:
+                raise NotATask(f"{name} does not run as a task (its upstream speaks 2026-07-28 tasks)")
+            return None
+        if era == "2026-07-28":  # what this request declared (`capabilities`: of the request at 2026-07-28)
+            downstream = CURRENT_DOWNSTREAM.get()
+            return legacy_task_param(tool, downstream is not None and declares_extension(downstream.capabilities),
+                                     name)
+        return params.get("task")
+
+    def adopt(self, result: dict[str, Any], upstream: Upstream, identity: Identity, session: Any,
+              call: CallContext | None, era: Era) -> dict[str, Any]:
+        """A `tools/call` result as its client (of `era`) gets it: a task the upstream created is recorded for
+        the client (with the hooks' view of the call, `call`) and named by Triad's own id; any other result is
+        returned as it is."""
+        created = created_task(result)
+        if created is None:
+            return result
+        if era != era_of(upstream):
+            if upstream.modern:  # no 2025-11-25 client asks a 2026 upstream for a task (it declares no extension)
+                return result
+            result = modern_created(result)
+        if isinstance(session, Session) and era == "2025-11-25":
+            self._sessions[session.key] = session
+        task_id = self.book.adopt(upstream.name, created[0], identity, key_of(session), era, created[1],
+                                  kept_call(call), holder_of(upstream, session))
+        return with_task_id(result, task_id)
+
+    # -- status pushes of translated tasks (2026-07-28 `notifications/tasks`, on `subscriptions/listen`) --------
+
+    def watch(self, identity: Identity, task_ids: Iterable[Any], watcher: Watcher) -> tuple[list[str], Unwatch]:
+        """Have `watcher` told each change of the caller's own translated tasks among `task_ids` (a 2026-07-28
+        listen stream's `taskIds`), as the task's `tasks/get` would show it then. Returns the ids it will be told
+        of (another's, an unknown id, or a task of a 2026 upstream: not) and the callable that stops it."""
+        honored: list[str] = []
+        for task_id in dict.fromkeys(task_id for task_id in task_ids if isinstance(task_id, str)):
+            try:
+                entry = self.book.find(task_id, identity, None, "2026-07-28")
+                upstream = self._upstream(entry.upstream)
+            except (UnknownName, UpstreamError):  # not the caller's, or its upstream was removed by a reload
+                continue
+            if not upstream.modern:
+                honored.append(task_id)
+                self._watchers.setdefault(task_id, []).append(watcher)
+
+        def unwatch() -> None:
+            for task_id in honored:
+                watching = self._watchers.get(task_id, [])
+                if watcher in watching:
+                    watching.remove(watcher)
+                if not watching:
+                    self._watchers.pop(task_id, None)
+
+        return honored, unwatch
+
+    def status_changed(self, task_id: str, entry: TaskEntry) -> None:
+        """A translated task changed (its upstream pushed its status, asked a question, or ended): its watchers are
+        told, after a `tasks/get` of Triad's own (a push of the upstream says only its status, and may come out of
+        order)."""
+        if task_id not in self._watchers or self._tg is None:
+            return
+        if task_id in self._telling:  # told again once the current round ends
+            self._telling[task_id] = True
+            return
+        self._telling[task_id] = False
+        self._tg.start_soon(self._tell_watchers, task_id, entry, name=f"task-status-{entry.upstream}")
+
+    async def _tell_watchers(self, task_id: str, entry: TaskEntry) -> None:
+        owner = Identity(client_id=entry.owner[0], principal=entry.owner[1])
+        try:
+            while task_id in self._watchers:
+                self._telling[task_id] = False
+                try:
+                    task = await self._translated(task_id, entry, self._upstream(entry.upstream), owner,
+                                                  "tasks/get", {})
+                except Exception as exc:  # pushes are optional: the client's own tasks/get tells it the same
+                    logger.debug("could not get the status of a task of %s to push it: %s", entry.upstream, exc)
+                    return
+                for watcher in list(self._watchers.get(task_id, ())):
+                    watcher(task)
+                if task.get("status") in TERMINAL:
+                    self._watchers.pop(task_id, None)
+                if not self._telling[task_id]:
+                    return
+        finally:
+            self._telling.pop(task_id, None)
+
+    def session_of(self, entry: TaskEntry) -> Session | None:
+        """The downstream session that created a handshake-era task, while it lasts (in this process)."""
+        return self._sessions.get(entry.session) if entry.session is not None else None
+
+    async def request(self, identity: Identity, session: Any, method: str, params: Mapping[str, Any],
+                      era: Era) -> dict[str, Any]:
+        """A client's `tasks/*` request of `era`, sent to the upstream session that holds the task."""
+        if method == "tasks/list":
+            return await self._list(identity, session, params.get("cursor"))
+        task_id = params.get("taskId")
+        entry = self.book.find(task_id, identity, key_of(session), era)
+        assert isinstance(task_id, str)  # `find` found it
+        upstream = self._upstream(entry.upstream)
+        if entry.era != era_of(upstream):
+            return {"resultType": "complete", **await self._translated(task_id, entry, upstream, identity, method,
+                                                                       params)}
+        forwarded = {**params, "taskId": entry.upstream_id, "_meta": forwardable_meta(params.get("_meta"))}
+        # `tasks/result` waits for the task to end: the upstream's longest call, not its usual timeout
+        limits = (upstream.config.max_call_time,) * 2 if method == "tasks/result" else (None, None)
+        try:
+            result = await self._forward(upstream, "task", task_request(method, forwarded), client=session,
+                                         call_limits=limits, caller=(identity.client_id, method))
+        except UpstreamRefused as exc:
+            if exc.code == INVALID_PARAMS and method == "tasks/get":
+                self.book.forget(task_id)  # expired or deleted upstream: unknown from now on
+            raise refused_as_triads(exc, entry, task_id) from exc
+        part = self._uri_part(upstream.name)
+        if method == "tasks/result":  # the call's own result, marked as the task's (the spec requires it)
+            final = await self._after_hooks(entry, expose_links(dict(result), part))
+            found = final.get("_meta")
+            meta: dict[str, Any] = found if isinstance(found, dict) else {}
+            return {**final, "_meta": {**meta, RELATED_TASK: {"taskId": task_id}}}
+        if isinstance(result.get("result"), dict):  # 2026-07-28: a terminal task's result, inlined
+            result = {**result, "result": await self._after_hooks(entry, expose_links(dict(result["result"]), part))}
+        return with_task_id(result, task_id) if "taskId" in result else result
+
+    # -- a 2026-07-28 client's task on a handshake-era upstream (`gateway.tasks`) ----------------------------
+
+    async def _translated(self, task_id: str, entry: TaskEntry, upstream: Upstream, identity: Identity,
+                          method: str, params: Mapping[str, Any]) -> dict[str, Any]:
+        bridge = self._bridges.get(task_id)
+        if method == "tasks/update":
+            if bridge is not None:
+                bridge.answer(params.get("inputResponses"))
+            return {}
+        if method == "tasks/cancel":
+            try:
+                await self._send(task_id, upstream, entry, identity, "tasks/cancel")
+            except UpstreamRefused as exc:  # a terminal task: 2026's cancel is an idempotent ack
+                if exc.code != INVALID_PARAMS:
+                    raise
+            return {}
+        try:
+            task = await self._send(task_id, upstream, entry, identity, "tasks/get")
+        except UpstreamRefused as exc:
+            if exc.code == INVALID_PARAMS:
+                self.book.forget(task_id)
+            raise
+        out = {**modern_task(task), "taskId": task_id}
+        status = task.get("status")
+        if status == "input_required":
+            # looked up again: another get of the task may have opened it meanwhile (one stream per task: two
+            # would each be asked its questions, and an upstream on stdio could not tell them apart)
+            bridge = self._bridges.get(task_id) or self._open_bridge(task_id, entry, upstream, identity)
+            if bridge.pending:
+                return {**out, "inputRequests": dict(bridge.pending)}
+            # Nothing to answer yet (asked nothing so far, or all answered): 2026's input_required needs a
+            # non-empty inputRequests, so `working` until a question comes; never waiting for one (an upstream
+            # may stay input_required without asking anything), the client polls again.
+            out["status"] = "working"
+        elif status in ("completed", "failed"):
+            outcome = await self._outcome(task_id, bridge, upstream, entry, identity)
+            self._bridges.pop(task_id, None)
+            if "error" in outcome:
+                return {**out, "status": "failed", "error": outcome["error"]}
+            payload = expose_links(without_related_task(outcome["result"]), self._uri_part(upstream.name))
+            return {**out, "status": "completed", "result": await self._after_hooks(entry, payload)}
+        elif status in TERMINAL:
+            self._bridges.pop(task_id, None)
+        return out
+
+    async def _send(self, task_id: str, upstream: Upstream, entry: TaskEntry, identity: Identity, method: str,
+                    final: bool = False) -> dict[str, Any]:
+        """`method` about the entry's task, to the upstream that holds it (`final`: `tasks/result`, which waits)."""
+        limits = (upstream.config.max_call_time,) * 2 if final else (None, None)
+        try:
+            return await self._forward(upstream, "task", task_request(method, {"taskId": entry.upstream_id}),
+                                       call_limits=limits, caller=(identity.client_id, method))
+        except UpstreamRefused as exc:
+            raise refused_as_triads(exc, entry, task_id) from exc
+
+    async def _outcome(self, task_id: str, bridge: InputBridge | None, upstream: Upstream, entry: TaskEntry,
+                       identity: Identity) -> dict[str, Any]:
+        """A terminal task's payload: `{"result": ...}` or `{"error": ...}` (its `tasks/result`)."""
+        if bridge is not None:
+            with anyio.move_on_after(OUTCOME_WAIT):  # the stream Triad holds ends as the task does
+                await bridge.done.wait()
+            if bridge.outcome is not None:
+                return bridge.outcome
+        try:
+            return {"result": await self._send(task_id, upstream, entry, identity, "tasks/result", final=True)}
+        except UpstreamRefused as exc:
+            return {"error": failed_error(exc)}
+
+    def _open_bridge(self, task_id: str, entry: TaskEntry, upstream: Upstream, identity: Identity) -> InputBridge:
+        if self._tg is None:
+            raise UpstreamError(upstream.name, "Triad cannot take this task's questions yet (starting)")
+        for gone in [known for known in self._bridges if known not in self.book]:  # expired, never read again
+            del self._bridges[gone]
+        bridge = self._bridges[task_id] = InputBridge(lambda: self.status_changed(task_id, entry))
+
+        async def hold() -> None:
+            token = CURRENT_DOWNSTREAM.set(BridgeDownstream(bridge))
+            try:
+                result = await self._send(task_id, upstream, entry, identity, "tasks/result", final=True)
+                bridge.finish({"result": result})
+            except TriadError as exc:
+                bridge.finish({"error": failed_error(exc)})
+            except Exception:
+                logger.exception("tasks/result of %s's task failed", upstream.name)
+                bridge.finish({"error": failed_error(None)})
+            finally:
+                CURRENT_DOWNSTREAM.reset(token)
+
+        self._tg.start_soon(hold, name=f"task-questions-{upstream.name}")
+        return bridge
+
+    async def _after_hooks(self, entry: TaskEntry, result: dict[str, Any]) -> dict[str, Any]:
+        """A task's result through the after-hooks, as the call's own result would have gone (a redaction hook
+        must not be passed by running a tool as a task)."""
+        hooks, kept = self._hooks(), entry.call
+        if not hooks or not isinstance(kept, KeptCall):
+            return result
+        call = kept.context()
+        async with call.session.lock:
+            final = await hooks.after(call, Outcome(result, None, 0.0))
+        return final if final is not None else result
+
+    async def _list(self, identity: Identity, session: Any, cursor: Any) -> dict[str, Any]:
+        """A page of the caller's own tasks (2025-11-25), oldest first, as each upstream session holding some of
+        them lists them (an upstream session shared by clients lists every client's; only the caller's are kept).
+        The cursor is Triad's own: where the page ended in the order Triad adopted the tasks."""
+        after = _cursor_position(cursor)
+        mine = sorted(self.book.owned(identity, key_of(session), "2025-11-25"), key=lambda item: item[1].seq)
+        rest = [(task_id, entry) for task_id, entry in mine if entry.seq > after]
+        size = max(1, self._page_size())
+        page = dict(rest[:size])
+        found: dict[str, dict[str, Any]] = {}
+        for name in sorted({entry.upstream for entry in page.values()}):
+            upstream, upstream_cursor = self._upstream(name), None
+            holder = holder_of(upstream, session)
+            for _ in range(MAX_LIST_PAGES):
+                listed = await self._forward(upstream, "task", task_request(
+                    "tasks/list", {"cursor": upstream_cursor} if isinstance(upstream_cursor, str) else {}),
+                    client=session, caller=(identity.client_id, "tasks/list"))
+                for task in listed.get("tasks") or ():
+                    known = self.book.gateway_id(name, task.get("taskId"), holder) if isinstance(task, dict) else None
+                    if known is not None and known[0] in page:
+                        found[known[0]] = with_task_id(task, known[0])
+                upstream_cursor = listed.get("nextCursor")
+                if not isinstance(upstream_cursor, str) or len(found) == len(page):
+                    break
+        out: dict[str, Any] = {"tasks": [found[task_id] for task_id in page if task_id in found]}
+        if len(rest) > size:
+            out["nextCursor"] = _cursor_at(page[list(page)[-1]].seq)
+        return out
+
+
+class BridgeDownstream:
+    """The downstream of a `tasks/result` stream Triad holds open for a translated task: the upstream's questions
+    wait in the `InputBridge` for the 2026 client's `tasks/update`; its logs go nowhere (no request to carry them)."""
+
+    modern = False
+    log_level = None
+    cancel_reason = None
+
+    def __init__(self, bridge: InputBridge) -> None:
+        self._bridge = bridge
+
+    @property
+    def capabilities(self) -> dict[str, Any] | None:
+        return {"elicitation": {"form": {}}, "sampling": {}}
+
+    async def log(self, params: types.LoggingMessageNotificationParams) -> None:
+        return None
+
+    async def ask(self, request: Any, result_type: Any) -> Any:
+        answer = await self._bridge.ask(request.model_dump(by_alias=True, mode="json", exclude_none=True))
+        try:
+            return result_type.model_validate(answer, by_name=False)
+        except ValidationError:
+            return types.ErrorData(code=INVALID_PARAMS, message=f"the client's answer to {request.method} is malformed")
