@@ -42,7 +42,7 @@ system-tools:
 
 test: lint system-tools $(NODE_DIR)/node_modules/.installed
 	$(BIN)/python -m pytest
-	TRIAD_TEST_LEAN_PATH=0 $(BIN)/python -m pytest $(E2E_TESTS)
+	TRIAD_TEST_DIRECT_PATH=0 $(BIN)/python -m pytest $(E2E_TESTS)
 
 # ruff, the import direction between packages (import-linter contracts in pyproject.toml), and the type checker
 lint: $(VENV)/.installed

@@ -1,7 +1,7 @@
 """Triad's own request path to a streamable-HTTP upstream of the handshake era: one POST, its reply read as bytes.
 
 The SDK's client session stays in charge of the connection (the handshake, the GET stream, lists, pings); calls,
-reads and gets take this lean path instead, because on the call path the SDK's generic machinery (a dozen task
+reads and gets take the direct path instead, because on the call path the SDK's generic machinery (a dozen task
 spawns, memory streams, validation of every message) cost more than the rest of Triad together (see `bench/`).
 It uses aiohttp, not the SDK's httpx2: about a third of the CPU per request (0.4 against 1.2 ms here). It sends
 the request on the session the SDK opened, over keep-alive connections of its own, and reads the answer:
@@ -49,7 +49,7 @@ MAX_MESSAGE = 64 * 2**20
 
 @dataclass
 class HttpLink:
-    """What the lean path needs of an HTTP upstream's connection; the transport fills in the session id."""
+    """What the direct path needs of an HTTP upstream's connection; the transport fills in the session id."""
 
     url: str
     client: aiohttp.ClientSession
@@ -62,8 +62,8 @@ class HttpLink:
     """Set once the SDK's GET stream for the upstream's own messages was answered (open, or refused: the upstream
     has none): from then on, what the upstream says outside requests reaches Triad."""
 
-    def hop(self, protocol_version: str, on_notification: Callable[[str, dict[str, Any]], None]) -> HttpHop:
-        return HttpHop(self, protocol_version, on_notification)
+    def direct(self, protocol_version: str, on_notification: Callable[[str, dict[str, Any]], None]) -> DirectHttp:
+        return DirectHttp(self, protocol_version, on_notification)
 
 
 class LinkAuth(Protocol):
@@ -77,14 +77,14 @@ class LinkAuth(Protocol):
 @contextlib.asynccontextmanager
 async def open_link(url: str, headers: dict[str, str], connect_timeout: float,
                     oauth: LinkAuth | None = None) -> AsyncIterator[HttpLink]:
-    """The lean path's own keep-alive client for one upstream. Its requests are bounded by each call's deadline;
+    """The direct path's own keep-alive client for one upstream. Its requests are bounded by each call's deadline;
     only connecting has a timeout of its own."""
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout)
     async with aiohttp.ClientSession(headers=headers, timeout=timeout, proxy=env_proxy(url)) as client:
         yield HttpLink(url, client, oauth)
 
 
-class HttpHop:
+class DirectHttp:
     def __init__(self, link: HttpLink, protocol_version: str,
                  on_notification: Callable[[str, dict[str, Any]], None]) -> None:
         self._link = link

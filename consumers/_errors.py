@@ -32,11 +32,11 @@ class UpstreamSessionGone(UpstreamConnectionFailed):
 
 
 class SessionGone(Exception):
-    """The lean HTTP path's upstream answered 404: it does not know the session (it restarted)."""
+    """The direct path's upstream answered 404: it does not know the session (it restarted)."""
 
 
 class HopUnavailable(Exception):
-    """The lean HTTP path's upstream, or a proxy in front of it, answered 502, 503 or 504: nothing took the
+    """The direct path's upstream, or a proxy in front of it, answered 502, 503 or 504: nothing took the
     request. The message names the status."""
 
     def __init__(self, status: int) -> None:
@@ -44,7 +44,7 @@ class HopUnavailable(Exception):
 
 
 class HopBroken(Exception):
-    """The lean HTTP path's connection failed (`connect`: it could not connect at all); the message says which."""
+    """The direct path's connection failed (`connect`: it could not connect at all); the message says which."""
 
     def __init__(self, *, connect: bool) -> None:
         super().__init__("could not connect" if connect else "the connection broke")

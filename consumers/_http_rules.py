@@ -1,5 +1,5 @@
 """The rules every HTTP request to an upstream follows, whichever client library sends it (the SDK's httpx2 for
-the session and its GET stream, aiohttp for the direct HTTP hop): defined once here, applied by both.
+the session and its GET stream, aiohttp for the direct path): defined once here, applied by both.
 
 - Redirects are not followed: a streamable HTTP endpoint that redirects a POST is misconfigured, and following it
   would resend a request (and the session's headers, tokens included) to another address.

@@ -12,8 +12,8 @@ A `SessionChannel` sends a request one of two ways:
   stream (`consumers`), so it keeps every field and number type the upstream sent; a 2026-07-28
   upstream's `input_required` rounds are answered by asking a handshake-era client (a 2026-07-28 client gets the
   result and retries itself);
-- through `consumers.HttpHop`, Triad's direct HTTP path on a handshake-era streamable HTTP session the SDK
-  opened (one POST, its reply read as JSON or SSE), once `use_hop` turned it on after the handshake.
+- through `consumers.DirectHttp`, Triad's direct HTTP path on a handshake-era streamable HTTP session the SDK
+  opened (one POST, its reply read as JSON or SSE), once `use_direct` turned it on after the handshake.
 
 Both follow the same HTTP rules (`consumers`).
 """
@@ -47,7 +47,7 @@ from consumers.relay import (
 from consumers.transports import open_transport
 
 if TYPE_CHECKING:
-    from consumers._direct_http import HttpHop, HttpLink
+    from consumers._direct_http import DirectHttp, HttpLink
     from consumers.oauth import CredentialUse
 
 MAX_INPUT_ROUNDS = 10
@@ -85,13 +85,13 @@ class SessionChannel:
         self.relays = relays
         self.watch = watch
         self._link = link
-        self._hop: HttpHop | None = None
+        self._direct: DirectHttp | None = None
 
-    def use_hop(self, protocol_version: str, on_notification: Callable[[str, dict[str, Any]], None]) -> None:
+    def use_direct(self, protocol_version: str, on_notification: Callable[[str, dict[str, Any]], None]) -> None:
         """Send requests on Triad's direct HTTP path from now on (a handshake-era streamable-HTTP session, after
         its handshake); `on_notification` gets what its replies carry that is not about their request."""
         if self._link is not None:
-            self._hop = self._link.hop(protocol_version, on_notification)
+            self._direct = self._link.direct(protocol_version, on_notification)
 
     async def listening(self) -> None:
         """Return once the upstream's stream for messages outside requests was answered (at once if it has none)."""
@@ -107,8 +107,8 @@ class SessionChannel:
 
     async def request(self, request: UpstreamRequest, on_progress: ProgressFn,
                       downstream: Downstream | None) -> dict[str, Any]:
-        if self._hop is not None:
-            return await self._hop.request(request, on_progress, downstream)
+        if self._direct is not None:
+            return await self._direct.request(request, on_progress, downstream)
         return await self.relays.progress.routed(
             on_progress, lambda token: self._rounds(request, token, downstream),
             lambda: downstream.cancel_reason if downstream is not None else None)

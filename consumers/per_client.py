@@ -296,7 +296,7 @@ class ClientSessions:
                                         auth=self._credential(config, link)) as channel:
                     declare_as_client(channel.session, capabilities)
                     init = await channel.session.initialize()
-                    channel.use_hop(channel.session.protocol_version or "", on_notification)
+                    channel.use_direct(channel.session.protocol_version or "", on_notification)
                     # A server may tell only the session that made a change (a list_changed after a call): the
                     # client's first request waits until that session's own stream is answered.
                     with anyio.move_on_after(LISTEN_WAIT):

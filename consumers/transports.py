@@ -1,7 +1,7 @@
 """Opening one upstream transport from its config: stdio child, streamable HTTP, or legacy SSE.
 
 `open_transport` is an async context manager yielding the SDK's `(read, write)` streams, and for streamable HTTP
-the `HttpLink` Triad's lean request path uses (`consumers`); the upstream's owner task enters and exits
+the `HttpLink` the direct path uses (`consumers`); the upstream's owner task enters and exits
 it. A stdio child runs in a process group of its own, ended whole on close (`consumers.child_process`); its
 stderr is read line by line into Triad's log, tagged with the upstream's name, and its last lines and exit code
 into the upstream's `ChildOutput`.

@@ -184,7 +184,7 @@ class Upstream(OwnSessions):
                 self._clients.catalog_changed(self.catalog, catalog)
                 self.catalog = catalog
                 if not self.modern:
-                    channel.use_hop(catalog.protocol_version, self._on_notification)
+                    channel.use_direct(catalog.protocol_version, self._on_notification)
                 self._set_channel(channel)
                 self._set_state(UpstreamState.READY, "")
                 self.settled.set()
@@ -256,7 +256,7 @@ class Upstream(OwnSessions):
         await probe(self.name, session, version, min(self.config.timeout, PING_TIMEOUT))
 
     def _on_notification(self, method: str, params: dict[str, Any], origin: ClientOrigin | None = None) -> None:
-        """A notification not about a call in flight, from the SDK's session or a lean-path reply (`origin`: the
+        """A notification not about a call in flight, from the SDK's session or a direct-path reply (`origin`: the
         downstream session whose own upstream session it came on; None: the shared one)."""
         if method == TASK_STATUS:
             self.on_task_status(self.name, params, origin)

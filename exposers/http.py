@@ -36,7 +36,7 @@ from exposers._sdk import hide_session_ids, session_transport
 from exposers._wire import StrictJson, refuse
 from exposers.auth import KeysUnavailable, TokenGate, TokenRejected, challenge, metadata_routes
 from exposers.console import build_console
-from exposers.direct import FastPath
+from exposers.direct import DirectPath
 from exposers.input_rounds import InputRounds
 from exposers.notify import Notifier
 from exposers.oauth_callback import callback_route
@@ -288,7 +288,7 @@ def build_app(server: GatewayServer, dispatcher: Dispatcher, notifier: Notifier,
                 if router is not None:
                     await router.aclose()
 
-    mcp: ASGIApp = FastPath(StrictJson(StreamableHTTPASGIApp(manager), MAX_REQUEST_BODY), dispatcher, notifier,
+    mcp: ASGIApp = DirectPath(StrictJson(StreamableHTTPASGIApp(manager), MAX_REQUEST_BODY), dispatcher, notifier,
                             manager, security, MAX_REQUEST_BODY, rounds, server.server_info_stamp)
     router = None
     if cluster is not None:

@@ -8,7 +8,7 @@ to its client; for a 2026-07-28 client, in `input_required` rounds when an upstr
 ask it something. What comes back is the raw result; each transport frames it (JSON, SSE, the SDK's envelope) and
 renders errors with `exposers.server.error_data`.
 
-    socket -> transport (SDK handler | fast_path) -> ClientRequest -> serve -> Dispatcher -> upstream
+    socket -> transport (SDK handler | direct path) -> ClientRequest -> serve -> Dispatcher -> upstream
            <- framing (JSON / SSE / SDK)          <- raw result   <-        <- hooks     <-
 
 Who acts: `acting_identity` is the caller's identity as its session sees it (a session answers only the identity

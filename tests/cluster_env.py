@@ -21,7 +21,7 @@ import yaml
 from mcp import Client, ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.conftest import LEAN_PATH, PYTHON, ROOT, RUN_MARKER, TRIAD, Proc, marker
+from tests.conftest import DIRECT_PATH, PYTHON, ROOT, RUN_MARKER, TRIAD, Proc, marker
 
 LEDGER = ROOT / "tests" / "servers" / "ledger_upstream.py"
 TEMPLATE = ROOT / "deploy" / "haproxy.cfg.in"
@@ -101,7 +101,7 @@ class TriadCluster:
                         "secret_key": "${TRIAD_CLUSTER_KEY}", "heartbeat": "0.3s", "drain_delay": "0.6s"},
             "upstreams": {"fx": {"url": url, "protocol": "handshake", "ping_interval": "1h"}},
             "naming": {"prefix": "never"},
-            **({} if LEAN_PATH else {"listen": {"lean_path": False}}),
+            **({} if DIRECT_PATH else {"listen": {"direct_path": False}}),
             "clients": {"alice": {"token": TOKENS["alice"]}, "bob": {"token": TOKENS["bob"]},
                         "ops": {"token": TOKENS["ops"], "owner": True}},
             "hooks": [{"audit": {"path": str(self.tmp / "audit-${TRIAD_REPLICA_ID}.jsonl")}}, *self.hooks],

@@ -115,14 +115,14 @@ def stdio_upstream(name: str, *extra: str, **settings: Any) -> dict[str, Any]:
     return {"command": PYTHON, "args": [str(FIXTURE), "--name", marker(name), *extra], **settings}
 
 
-LEAN_PATH = os.environ.get("TRIAD_TEST_LEAN_PATH", "1") != "0"
+DIRECT_PATH = os.environ.get("TRIAD_TEST_DIRECT_PATH", "1") != "0"
 """`make test` runs the end-to-end tests a second time with Triad's direct HTTP path off (every request through
 the SDK's server): both settings must serve the same semantics."""
 
 
 def write_config(tmp_path: Path, config: dict[str, Any], name: str = "triad.yaml") -> Path:
-    if not LEAN_PATH and "listen" not in config:
-        config = {**config, "listen": {"lean_path": False}}
+    if not DIRECT_PATH and "listen" not in config:
+        config = {**config, "listen": {"direct_path": False}}
     path = tmp_path / name
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path

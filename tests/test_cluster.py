@@ -23,7 +23,7 @@ import pytest
 from pydantic import SecretStr
 
 from tests.cluster_env import CLUSTER_KEY, TOKENS, TriadCluster, handshake_session, http_for, modern_client, wait_until
-from tests.conftest import LEAN_PATH, ROOT, TRIAD, Proc
+from tests.conftest import DIRECT_PATH, ROOT, TRIAD, Proc
 from tests.raw_clients import HandshakeSession, answer_of, call, dumps, modern_headers, modern_post, sse_session
 
 pytestmark = pytest.mark.anyio
@@ -645,7 +645,7 @@ async def test_a_users_upstream_token_got_on_one_replica_is_used_and_refreshed_f
     protected = Protected(procs, tmp_path, ttl=ttl, auth={"mode": "per_user"}, cluster=cluster,
                           clients={name: {"token": TOKENS[name]} for name in ("alice", "bob", "ops")},
                           listen={"public_url": f"http://127.0.0.1:{env.ports['r1']}",  # one for all replicas
-                                  **({} if LEAN_PATH else {"lean_path": False})})
+                                  **({} if DIRECT_PATH else {"direct_path": False})})
     protected.login(account="triad-service")  # Triad's own credential (the catalog), in its file
     env.config_path = protected.config
     for name in env.ports:

@@ -192,3 +192,26 @@ def test_a_short_value_is_hidden_where_a_message_quotes_it() -> None:
     with pytest.raises(ConfigError) as raised:
         parse_config("anonymous: '${V}'\n", environ={"V": "1"})
     assert raised.value.problems == ["anonymous: no client named '${V}' under clients (line 1)"]
+
+
+@pytest.mark.parametrize(("listen", "direct", "problem"), [
+    ({}, True, None),
+    ({"direct_path": False}, False, None),
+    ({"lean_path": False}, False, None),
+    ({"lean_path": True}, True, None),
+    ({"lean_path": False, "direct_path": False}, False, None),
+    ({"lean_path": True, "direct_path": False}, None, "old name of `direct_path`"),
+    ({"lean_path": False, "direct_path": True}, None, "old name of `direct_path`"),
+])
+def test_lean_path_is_read_as_direct_path_and_check_says_to_rename_it(
+        listen: dict[str, bool], direct: bool | None, problem: str | None, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "triad.yaml"
+    path.write_text(json.dumps({"upstreams": {}, "listen": listen}))
+    code = main(["check", "-c", str(path)])
+    err = capsys.readouterr().err
+    if problem is not None:
+        assert code == 1 and problem in err
+        return
+    assert code == 0 and load_config(path).listen.direct_path is direct
+    assert ("listen.lean_path is deprecated" in err) == ("lean_path" in listen)

@@ -318,7 +318,7 @@ async def test_list_pages_served_from_bytes_equal_the_sdks(procs: list[Proc], tm
     with a run-level list in `_meta` goes through the SDK (SSE). The tools are the same either way."""
     upstream = start_fixture(procs, "http", "fast-lists")
     config = write_config(tmp_path, {"upstreams": {"fx": {"url": upstream}}, "naming": {"prefix": "never"},
-                                     "listen": {"lean_path": True}})  # a property of the lean path itself
+                                     "listen": {"direct_path": True}})  # a property of the direct path itself
     url = start_triad(procs, config, wait_ready=1)
     headers = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
     async with httpx2.AsyncClient(timeout=30) as http:

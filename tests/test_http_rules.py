@@ -45,16 +45,16 @@ async def test_neither_hop_follows_a_redirect() -> None:
     async with anyio.create_task_group() as tg:
         tg.start_soon(source.serve, redirect)
         tg.start_soon(target.serve, visited)
-        async with open_link(url, {}, 5) as link:  # the direct HTTP hop (aiohttp)
+        async with open_link(url, {}, 5) as link:  # the direct path (aiohttp)
             assert link.client.trust_env is False  # the environment's proxy is resolved once (`env_proxy`)
-            hop = link.hop("2025-11-25", lambda _method, _params: None)
+            direct = link.direct("2025-11-25", lambda _method, _params: None)
             call = types.CallToolRequest(params=types.CallToolRequestParams(name="echo", arguments={}))
 
             async def no_progress(_params: dict[str, Any]) -> None:
                 return None
 
             with pytest.raises(ValueError):  # a 307 is no JSON-RPC answer: an error, never a second request
-                await hop.request(call, no_progress, None)
+                await direct.request(call, no_progress, None)
         async with httpx2.AsyncClient(follow_redirects=HTTP_RULES.follow_redirects,
                                       trust_env=HTTP_RULES.trust_env) as http:  # the SDK session's client
             assert (await http.post(url, json={})).status_code == 307

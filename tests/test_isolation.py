@@ -15,7 +15,7 @@ import httpx2
 import pytest
 
 from tests.conftest import Proc, start_triad, stdio_upstream, write_config
-from tests.test_fast_path import Raw, call, events
+from tests.test_direct_path import Raw, call, events
 
 pytestmark = pytest.mark.anyio
 
@@ -50,9 +50,9 @@ async def open_session(http: httpx2.AsyncClient, url: str, token: str, **headers
     return await session.open()
 
 
-@pytest.mark.parametrize("lean_path", [True, False], ids=["lean", "sdk"])
-async def test_another_identity_cannot_use_a_session(procs: list[Proc], tmp_path: Path, lean_path: bool) -> None:
-    url = start_triad(procs, config(tmp_path, listen={"lean_path": lean_path}), wait_ready=1)
+@pytest.mark.parametrize("direct_path", [True, False], ids=["direct", "sdk"])
+async def test_another_identity_cannot_use_a_session(procs: list[Proc], tmp_path: Path, direct_path: bool) -> None:
+    url = start_triad(procs, config(tmp_path, listen={"direct_path": direct_path}), wait_ready=1)
     async with httpx2.AsyncClient(timeout=30) as http:
         alice = await open_session(http, url, ALICE)
         session_id = alice.headers["Mcp-Session-Id"]
@@ -122,10 +122,10 @@ async def test_a_legacy_sse_session_answers_only_its_opener(procs: list[Proc], t
         assert (await next_message(lines))["error"]["code"] == -32602
 
 
-@pytest.mark.parametrize("lean_path", [True, False], ids=["lean", "sdk"])
+@pytest.mark.parametrize("direct_path", [True, False], ids=["direct", "sdk"])
 async def test_a_run_level_list_given_at_open_stays_with_the_session(procs: list[Proc], tmp_path: Path,
-                                                                     lean_path: bool) -> None:
-    url = start_triad(procs, config(tmp_path, listen={"lean_path": lean_path}), wait_ready=1)
+                                                                     direct_path: bool) -> None:
+    url = start_triad(procs, config(tmp_path, listen={"direct_path": direct_path}), wait_ready=1)
     async with httpx2.AsyncClient(timeout=30) as http:
         session = await open_session(http, url, ALICE, **{"X-Triad-Tools": "echo, image"})
         del session.headers["X-Triad-Tools"]

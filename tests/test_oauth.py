@@ -24,7 +24,7 @@ from exposers.auth._keys import KeySet, KeysUnavailable, UnknownKey, metadata_ur
 from exposers.auth._tokens import identity_from_claims
 from gateway.config._models import OAuthConfig, TriadConfig
 from tests.conftest import NODE_DIR, TRIAD, Proc, marker, node_bin, start_fixture, write_config
-from tests.test_fast_path import Raw, call, modern_post
+from tests.test_direct_path import Raw, call, modern_post
 from tests.test_isolation import REFUSED_BODY, reply
 
 pytestmark = pytest.mark.anyio
@@ -226,10 +226,10 @@ async def test_a_rotated_key_is_fetched_and_the_retired_one_refused(setup: Setup
         assert refused.status_code == 401 and challenge(refused)["error"] == "invalid_token"
 
 
-@pytest.mark.parametrize("lean_path", [True, False], ids=["lean", "sdk"])
-async def test_two_subjects_of_one_client_cannot_use_each_others_session(setup: Setup, lean_path: bool) -> None:
+@pytest.mark.parametrize("direct_path", [True, False], ids=["direct", "sdk"])
+async def test_two_subjects_of_one_client_cannot_use_each_others_session(setup: Setup, direct_path: bool) -> None:
     # Neither OAuth client is mapped: both act as the default client `oauth`, told apart by their subjects only.
-    setup.start_triad(auth={"oauth": setup.oauth()}, listen={"lean_path": lean_path})
+    setup.start_triad(auth={"oauth": setup.oauth()}, listen={"direct_path": direct_path})
     alice, bob = await setup.auth.token("alice-app"), await setup.auth.token("bob-app")
     async with httpx2.AsyncClient(timeout=30) as http:
         session = await session_for(http, setup.url, alice)
@@ -294,13 +294,13 @@ def test_claims_map_to_identities_without_granting_ownership() -> None:
                                                        "clients": {"x": "nobody"}}}})
 
 
-@pytest.mark.parametrize("lean_path", [True, False], ids=["lean", "sdk"])
+@pytest.mark.parametrize("direct_path", [True, False], ids=["direct", "sdk"])
 async def test_two_subjects_of_one_client_cannot_answer_each_others_input_round(setup: Setup,
-                                                                              lean_path: bool) -> None:
+                                                                              direct_path: bool) -> None:
     """A parked call (a 2026-07-28 input round) belongs to the subject that made it, as a session does: another
     subject of the same client presenting its `requestState` gets what an expired state gets, and the owner's
     own retry still completes the call."""
-    setup.start_triad(auth={"oauth": setup.oauth()}, listen={"lean_path": lean_path})
+    setup.start_triad(auth={"oauth": setup.oauth()}, listen={"direct_path": direct_path})
     capabilities = {"elicitation": {"form": {}}}
     async with httpx2.AsyncClient(timeout=30, headers={"Authorization": f"Bearer {setup.mint(sub='ada')}"}) as ada, \
             httpx2.AsyncClient(timeout=30, headers={"Authorization": f"Bearer {setup.mint(sub='bo')}"}) as bo:

@@ -23,7 +23,7 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
 from tests.conftest import NODE_DIR, PYTHON, ROOT, TRIAD, Proc, marker, node_bin, start_triad, write_config
-from tests.test_fast_path import Raw, call, events
+from tests.test_direct_path import Raw, call, events
 from tests.test_oauth import free_port, signing_key
 
 pytestmark = pytest.mark.anyio

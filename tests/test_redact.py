@@ -139,7 +139,7 @@ async def test_relayed_logs_and_progress_pass_on_message(hook: type[Redact], exp
 async def test_redact_covers_logs_progress_errors_meta_and_prompts_through_triad(transport: str, procs: list[Proc],
                                                                                 tmp_path: Path) -> None:
     """A real upstream whose name is a secret: its log messages and the echo's `_meta` carry it. Over stdio the
-    upstream's messages come through the SDK's session; over HTTP through Triad's own hop."""
+    upstream's messages come through the SDK's session; over HTTP through the direct path."""
     upstream = stdio_upstream("swordfish", "--subscribable") if transport == "stdio" else {
         "url": start_fixture(procs, "http", "swordfish", "--subscribable")}
     config = write_config(tmp_path, {"upstreams": {"fx": upstream},

@@ -145,7 +145,7 @@ async def test_upstream_logs_are_relayed_honouring_the_clients_level(procs: list
 @pytest.mark.parametrize("transport", ["stdio", "http"])
 async def test_a_cancelled_client_call_cancels_the_upstream_call(transport: str, procs: list[Proc],
                                                                  tmp_path: Path) -> None:
-    """Over stdio through the SDK's session; over HTTP through Triad's lean path, which sends the cancellation."""
+    """Over stdio through the SDK's session; over HTTP through the direct path, which sends the cancellation."""
     if transport == "stdio":
         upstream: dict[str, Any] = stdio_upstream("cancel")
     else:

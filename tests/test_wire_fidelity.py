@@ -149,7 +149,7 @@ async def test_an_upstream_without_templates_is_an_upstream_with_zero_templates(
 @pytest.mark.parametrize("upstream", ["stdio", "http"])
 async def test_a_clients_cancellation_reason_reaches_the_upstream(procs: list[Proc], tmp_path: Path,
                                                                   upstream: str) -> None:
-    """Over the SDK's session (stdio) and Triad's direct HTTP hop (http); the client on streamable HTTP."""
+    """Over the SDK's session (stdio) and the direct path (http); the client on streamable HTTP."""
     tag = TAGS[upstream]
     settings = {"command": PYTHON, "args": stdio_command()[1:]} if upstream == "stdio" else \
         {"url": start_raw(procs, "http")}
@@ -172,12 +172,12 @@ async def test_a_clients_cancellation_reason_reaches_the_upstream_from_every_dow
         procs: list[Proc], tmp_path: Path, downstream: str, upstream: str) -> None:
     """The SDK's server cancels a request itself and keeps no reason: Triad keeps it for the upstream's
     cancellation, from `triad stdio`, a legacy SSE session and streamable HTTP served by the SDK's handlers; sent
-    by Triad's direct HTTP hop (http) and by the SDK's session (stdio)."""
+    by the direct path (http) and by the SDK's session (stdio)."""
     tag = TAGS[upstream]
     settings = {"command": PYTHON, "args": stdio_command()[1:]} if upstream == "stdio" else \
         {"url": start_raw(procs, "http")}
     config = write_config(tmp_path, {"upstreams": {tag: settings},
-                                     "listen": {"lean_path": downstream != "sdk-http"}})
+                                     "listen": {"direct_path": downstream != "sdk-http"}})
     call = request("tools/call", {"name": f"wait_{tag}", "arguments": {}})
     cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled",
               "params": {"requestId": call["id"], "reason": f"stopped on {downstream}"}}

@@ -1,7 +1,7 @@
 """TODO"""
 
-from exposers.direct._path import FastPath
+from exposers.direct._path import DirectPath
 
 __all__ = [
-    "FastPath",
+    "DirectPath",
 ]

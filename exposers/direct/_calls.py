@@ -1,10 +1,10 @@
-"""`tools/call` served without the SDK's per-request machinery (see `fast_path`), in both protocol eras.
+"""`tools/call` served without the SDK's per-request machinery (see `exposers.direct`), in both protocol eras.
 
 The reply is plain JSON when nothing comes before the result, which is the common case. As soon as the call has
 something to say first (progress, a log message, a request of the upstream), the reply becomes an SSE stream of
 those messages that ends with the result, as the SDK's own reply would.
 - Handshake era: the call belongs to a session. The client answers a request of ours in a POST of its own, which
-  `fast_path` hands to `Answers.deliver`, and cancels with `notifications/cancelled`.
+  the direct path hands to `Answers.deliver`, and cancels with `notifications/cancelled`.
 - 2026-07-28: the request stands alone. An error carries the HTTP status of the spec's table; the client cancels
   by closing the connection; a call silent for `PING_INTERVAL` turns its reply into a stream kept open by pings
   (so a proxy's idle timeout does not cut it); an upstream's questions become `input_required` rounds
@@ -136,7 +136,7 @@ class _CallRelay:
         self.reply = reply
         self.params = params
         self.cancel_reason: str | None = None
-        """Set by `fast_path` from the client's `notifications/cancelled`, before it cancels the call."""
+        """Set by the direct path from the client's `notifications/cancelled`, before it cancels the call."""
         meta = params.get("_meta")
         self.progress_token = meta.get("progressToken") if isinstance(meta, dict) else None
 

@@ -1,4 +1,4 @@
-"""Triad's own path for the hot requests of HTTP clients, in front of the SDK's `/mcp` app.
+"""The direct path for the hot requests of HTTP clients, in front of the SDK's `/mcp` app.
 
 The SDK's server puts every request through generic machinery (a memory stream into the session, a task per
 request, an SSE response object, validation and re-serialisation of the result). For a proxy that is most of the
@@ -69,7 +69,7 @@ MODERN_PARAMS = CALL_PARAMS | {"inputResponses", "requestState"}
 """A 2026-07-28 `tools/call` may also be the retry of an `input_required` round."""
 
 
-class FastPath:
+class DirectPath:
     def __init__(self, app: ASGIApp, dispatcher: Dispatcher, notifier: Notifier,
                  manager: StreamableHTTPSessionManager, security: TransportSecuritySettings | None,
                  max_body: int, rounds: InputRounds | None, server_info: Mapping[str, Any]) -> None:
@@ -89,7 +89,7 @@ class FastPath:
         """(session id, JSON of the request id) -> the cancel scope of a call served here."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        direct = scope["type"] == "http" and scope["method"] == "POST" and self._dispatcher.config.listen.lean_path
+        direct = scope["type"] == "http" and scope["method"] == "POST" and self._dispatcher.config.listen.direct_path
         headers = dict(scope["headers"]) if direct else {}
         if not headers.get(b"content-type", b"").startswith(b"application/json"):
             await self.app(scope, receive, send)

@@ -171,7 +171,9 @@ def policy_warnings(config: TriadConfig) -> list[str]:
     client_rules = {cid: c.tools for cid, c in config.clients.items()}
     parts = sanitize_server_names(list(upstreams))
     separator = config.naming.separator if prefixed else None
-    return [*unknown_patterns(config.policy, client_rules, parts, separator),
+    renamed = ["listen.lean_path is deprecated: it is now listen.direct_path"] if config.listen.lean_path is not None \
+        else []
+    return [*renamed, *unknown_patterns(config.policy, client_rules, parts, separator),
             *spanning_patterns(config.policy, client_rules, parts, separator)]
 
 

@@ -70,14 +70,24 @@ class ListenConfig(_Model):
     port: int = Field(default=DEFAULT_PORT, ge=0, le=65535)
     session_idle_timeout: Duration = Field(default=DEFAULT_SESSION_IDLE_TIMEOUT, gt=0)
     shutdown_grace: Duration = DEFAULT_SHUTDOWN_GRACE
-    lean_path: bool = True
+    direct_path: bool = True
     """Serve the hot HTTP requests (calls, list pages) with Triad's direct handling of the transport work; off,
     every request goes through the SDK's server. Semantics are the same either way."""
+    lean_path: bool | None = None
+    """The old name of `direct_path`, still read (`triad check` says to rename it)."""
     public_url: str | None = Field(default=None, pattern=r"^https?://[^/?#\s]+/?$")
     """Where people reach this listener (scheme, host and port; behind a proxy, the proxy's): a user's own
     upstream authorization (`auth: per_user`) comes back to `<public_url>/oauth/callback/<upstream>`. Unset: the
     origin of `auth.oauth.audience`, else the listen address when it is loopback (else the loopback redirect)."""
 
+
+    @model_validator(mode="after")
+    def _old_name(self) -> ListenConfig:
+        if self.lean_path is not None:
+            if "direct_path" in self.model_fields_set and self.direct_path != self.lean_path:
+                raise ValueError("`lean_path` is the old name of `direct_path`: write only `direct_path`")
+            object.__setattr__(self, "direct_path", self.lean_path)  # frozen: set once, while validating
+        return self
 
 class ConsoleConfig(_Model):
     """The web console at `/console` on the HTTP listener, for owner clients (sign-in with an owner's token)."""

@@ -1,8 +1,8 @@
-"""Triad's own path for calls and lists of handshake-era HTTP sessions (`exposers.direct._path`), seen on the wire.
+"""The direct path for calls and lists of handshake-era HTTP sessions (`exposers.direct._path`), seen on the wire.
 
 A raw HTTP client shows what the SDK clients in the other tests do not: which reply is plain JSON and which a
-stream, that a request the lean path does not take still gets the SDK's answer, and that the client's answers and
-cancellations reach the calls served on the lean path.
+stream, that a request the direct path does not take still gets the SDK's answer, and that the client's answers and
+cancellations reach the calls served on the direct path.
 """
 
 from __future__ import annotations
@@ -124,7 +124,7 @@ async def test_an_upstream_stream_that_breaks_after_asking_gives_a_precise_error
         assert again["result"]["content"], again
 
 
-async def test_requests_the_lean_path_does_not_take_get_the_sdks_answers(procs: list[Proc], tmp_path: Path) -> None:
+async def test_requests_the_direct_path_does_not_take_get_the_sdks_answers(procs: list[Proc], tmp_path: Path) -> None:
     upstream = start_fixture(procs, "http", "fast-fallback")
     url = start_triad(procs, write_config(tmp_path, {"upstreams": {"fx": {"url": upstream}}}), wait_ready=1)
     async with httpx2.AsyncClient(timeout=30) as http:
@@ -139,12 +139,12 @@ async def test_requests_the_lean_path_does_not_take_get_the_sdks_answers(procs: 
         assert malformed.status_code == 400 and malformed.json()["error"]["code"] == -32700
         wrong_accept = await session.post(call(4, "echo", {"text": "x"}), Accept="application/json")
         assert wrong_accept.status_code == 406
-        # the session still serves calls on the lean path after all that
+        # the session still serves calls on the direct path after all that
         again = (await session.post(call(5, "echo", {"text": "still"}))).json()
         assert again["result"]["content"][0]["text"] == "still"
 
 
-async def test_a_client_answers_and_cancels_calls_served_on_the_lean_path(procs: list[Proc], tmp_path: Path) -> None:
+async def test_a_client_answers_and_cancels_calls_served_on_the_direct_path(procs: list[Proc], tmp_path: Path) -> None:
     upstream = start_fixture(procs, "http", "fast-answers")
     fixture = procs[-1]
     url = start_triad(procs, write_config(tmp_path, {"upstreams": {"fx": {"url": upstream}}}), wait_ready=1)
@@ -185,13 +185,13 @@ async def test_a_client_answers_and_cancels_calls_served_on_the_lean_path(procs:
         assert seen == [{"status": 200, "events": []}]  # the reply ends with no response for the cancelled call
 
 
-@pytest.mark.parametrize("lean_path", [True, False], ids=["lean", "sdk"])
+@pytest.mark.parametrize("direct_path", [True, False], ids=["direct", "sdk"])
 async def test_a_handshake_client_that_closes_its_connection_cancels_its_call(procs: list[Proc], tmp_path: Path,
-                                                                              lean_path: bool) -> None:
+                                                                              direct_path: bool) -> None:
     """Triad keeps no event store, so a reply whose connection is gone can never be resumed: the call is
     cancelled at its upstream (here a stdio child, whose stderr is in Triad's log) instead of running on, on the
     direct path and on the SDK's."""
-    config = {"upstreams": {"fx": stdio_upstream("fast-disconnect")}, "listen": {"lean_path": lean_path}}
+    config = {"upstreams": {"fx": stdio_upstream("fast-disconnect")}, "listen": {"direct_path": direct_path}}
     url = start_triad(procs, write_config(tmp_path, config), wait_ready=1)
     triad = procs[-1]
     async with httpx2.AsyncClient(timeout=30) as http:
@@ -207,15 +207,15 @@ async def test_a_handshake_client_that_closes_its_connection_cancels_its_call(pr
         assert reply["result"]["content"][0]["text"] == "after"
 
 
-async def test_requests_served_on_the_lean_path_keep_their_session_alive(procs: list[Proc], tmp_path: Path) -> None:
+async def test_requests_served_on_the_direct_path_keep_their_session_alive(procs: list[Proc], tmp_path: Path) -> None:
     """The SDK forgets a session after `session_idle_timeout` without requests; calls and lists that Triad serves
-    itself count as requests of their session (`fast_path._held`), an idle session still expires."""
+    itself count as requests of their session (`DirectPath._held`), an idle session still expires."""
     upstream = start_fixture(procs, "http", "fast-idle")
     config = {"listen": {"session_idle_timeout": "1.5s"}, "upstreams": {"fx": {"url": upstream}}}
     url = start_triad(procs, write_config(tmp_path, config), wait_ready=1)
     async with httpx2.AsyncClient(timeout=30) as http:
         busy, idle = await Raw(http, url).open(), await Raw(http, url).open()
-        for i in range(8):  # 4 s, well past the idle timeout, one lean request every 0.5 s
+        for i in range(8):  # 4 s, well past the idle timeout, one direct-path request every 0.5 s
             await anyio.sleep(0.5)
             request = call(i, "echo", {"text": "alive"}) if i % 2 else {"jsonrpc": "2.0", "id": i,
                                                                          "method": "tools/list"}
@@ -248,7 +248,7 @@ async def modern_post(http: httpx2.AsyncClient, url: str, ident: Any, tool: str,
                                                     "params": params}), headers=headers)
 
 
-async def test_a_2026_call_on_the_lean_path(procs: list[Proc], tmp_path: Path) -> None:
+async def test_a_2026_call_on_the_direct_path(procs: list[Proc], tmp_path: Path) -> None:
     """Stateless calls: JSON with Triad's serverInfo, a stream for progress and opted-in logs, the spec's status
     for errors, the SDK's own refusal of a request whose headers disagree with its body."""
     upstream = start_fixture(procs, "http", "fast-modern")
@@ -279,7 +279,7 @@ async def test_a_2026_call_on_the_lean_path(procs: list[Proc], tmp_path: Path) -
         assert mismatch.status_code == 400 and mismatch.json()["error"]["code"] == -32020
 
 
-async def test_a_2026_client_answers_rounds_and_cancels_by_closing_on_the_lean_path(procs: list[Proc],
+async def test_a_2026_client_answers_rounds_and_cancels_by_closing_on_the_direct_path(procs: list[Proc],
                                                                                  tmp_path: Path) -> None:
     upstream = start_fixture(procs, "http", "fast-modern-rounds")
     fixture = procs[-1]
@@ -301,9 +301,9 @@ async def test_a_2026_client_answers_rounds_and_cancels_by_closing_on_the_lean_p
             await fixture.until(r"slow call \S+ cancelled")
 
 
-async def test_2026_list_pages_on_the_lean_path_equal_the_sdks(procs: list[Proc], tmp_path: Path) -> None:
+async def test_2026_list_pages_on_the_direct_path_equal_the_sdks(procs: list[Proc], tmp_path: Path) -> None:
     """A 2026-07-28 list page is served from bytes with what the SDK adds (cache hint, resultType, serverInfo);
-    a request with a `_meta` key the lean path does not know goes to the SDK, and gets the same page."""
+    a request with a `_meta` key the direct path does not know goes to the SDK, and gets the same page."""
     upstream = start_fixture(procs, "http", "fast-modern-lists", "--extra-tools", "40")
     config = {"upstreams": {"fx": {"url": upstream}}, "page_size": 30}
     url = start_triad(procs, write_config(tmp_path, config), wait_ready=1)
