@@ -1,4 +1,6 @@
-"""TODO"""
+"""Triad as an OAuth client of protected upstreams: the SDK's OAuth provider with Triad's rules, credentials per
+upstream and per user, the token store, the loopback redirect, and the pending authorization redirects.
+"""
 
 from consumers.oauth._client import Asker, UpstreamOAuth, link_asker
 from consumers.oauth._credentials import Credentials, CredentialUse, UserAuthorization

@@ -1,4 +1,6 @@
-"""TODO"""
+"""Inbound OAuth 2.1 (MCP authorization): access tokens checked as JWTs against the authorization server's keys or by
+introspection, mapped to Triad identities, and the protected-resource metadata routes.
+"""
 
 from exposers.auth._routes import challenge, metadata_routes
 from exposers.auth._tokens import KeysUnavailable, TokenGate, TokenRejected

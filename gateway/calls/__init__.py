@@ -1,4 +1,6 @@
-"""TODO"""
+"""The call path: the `Dispatcher` that holds the current registry snapshot and serves every request an exposer hands it
+(tools, resources, prompts, completions, subscriptions, tasks), and the core tools' executors.
+"""
 
 from gateway.calls._dispatcher import LEGACY_TASKS, SUBSCRIBE, Dispatcher
 

@@ -1,4 +1,7 @@
-"""TODO"""
+"""The configuration: one frozen pydantic model per YAML block (`TriadConfig` and its parts), YAML read with the line
+of every key, and problems worded as `key.path: message (line N)`, never with a value. Reading a file and the checks
+that span sub-packages are `gateway.runtime.load_config`.
+"""
 
 from gateway.config._models import (
     PYTHON_VARIABLE,

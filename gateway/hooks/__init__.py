@@ -1,4 +1,6 @@
-"""TODO"""
+"""The hook chain around every tool call, resource read and prompt get; the built-in hooks; building the chain from the
+config (`build_chain`, and `check_hook` for `triad check`).
+"""
 
 from gateway.hooks._builtin import PinDefinitions, json_size
 from gateway.hooks._chain import CallContext, HookChain, Kind, Outcome, Session

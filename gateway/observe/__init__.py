@@ -1,4 +1,6 @@
-"""TODO"""
+"""What operators see: Prometheus metrics, the calls in flight and recent ones, the call path's log lines and JSON log
+format, optional OpenTelemetry tracing, and the record of reloads (with `Reloads`, the reloader as the edge sees it).
+"""
 
 from gateway.observe._logs import JsonFormatter, log_call, log_denied
 from gateway.observe._metrics import Metrics

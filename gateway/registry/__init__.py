@@ -1,4 +1,8 @@
-"""TODO"""
+"""Everything Triad can expose and who may see it, as pure functions of catalogs, config and identity: descriptors and
+the registry snapshot, upstream catalogs turned into sources (names, overrides, the ledger), availability, the
+planner, provider schema profiles, per-client views with their pages, the core tools' descriptors, what crosses the
+hop, and the reports of `triad plan` / `triad explain` and the console. No I/O.
+"""
 
 from gateway.registry._availability import Diagnostic
 from gateway.registry._catalog import SERVING, UpstreamSnapshot, build_upstream_sources, upstream_of_key

@@ -1,4 +1,6 @@
-"""TODO"""
+"""State that outlives a request and may be shared by replicas: the approved definitions (pins), the name ledger,
+and the interfaces (`Buckets`, `Pins`) whose embedded defaults live here and whose Redis versions are `gateway.cluster`.
+"""
 
 from gateway.state._name_ledger import NameLedger
 from gateway.state._pins import PinStatus, PinStore, definition_hash, pinned_fields

@@ -1,4 +1,6 @@
-"""TODO"""
+"""Tasks (the MCP tasks extension) through Triad: which upstream holds each task and who may see it (`TaskBook`), the
+mapping between the two eras' tasks, and the `tasks/*` requests relayed to the upstream that holds a task.
+"""
 
 from gateway.tasks._records import (
     EXTENSION,
