@@ -10,6 +10,7 @@ import string
 import sys
 import types as pytypes
 from collections.abc import Callable, Iterator
+from dataclasses import FrozenInstanceError
 from typing import Any
 
 import pytest
@@ -18,7 +19,8 @@ from hypothesis import strategies as st
 
 from gateway.config._models import HookSpec
 from gateway.errors import ConfigError
-from gateway.hooks import CallContext, HookConfigError, Message, Outcome, Session, build_chain, check_hook
+from gateway.hooks import CallContext, HookChain, HookConfigError, Message, Outcome, Session, build_chain, check_hook
+from gateway.hooks._chain import HookEntry
 from gateway.runtime._loading import parse_config
 
 pytestmark = pytest.mark.anyio
@@ -224,3 +226,42 @@ def test_flexible_signatures_that_the_chain_can_call_are_accepted(plugin_module:
     spec = plugin(plugin_module, attributes)
     check_hook(spec, {})
     assert build_chain([HookSpec(name=spec)])
+
+
+class _Pass:
+    async def before_call(self, ctx: CallContext) -> None:
+        return None
+
+
+def test_the_chain_is_immutable_once_built() -> None:
+    chain = HookChain([HookEntry("pass", _Pass(), 0, 0)])
+    for attribute, value in (("entries", ()), ("_before", {}), ("_message", ()), ("added", 1)):
+        with pytest.raises(AttributeError, match="immutable"):
+            setattr(chain, attribute, value)
+    with pytest.raises(AttributeError, match="immutable"):
+        del chain.entries
+    assert isinstance(chain.entries, tuple) and len(chain.entries) == 1
+    with pytest.raises(FrozenInstanceError):
+        chain.entries[0].hook = _Pass()  # type: ignore[misc]
+
+
+def test_on_block_is_given_at_construction_or_set_once() -> None:
+    def first(ctx: CallContext, hook: str) -> None: ...
+
+    def second(ctx: CallContext, hook: str) -> None: ...
+
+    assert HookChain([HookEntry("pass", _Pass(), 0, 0)], on_block=first).on_block is first
+    wired = HookChain([HookEntry("pass", _Pass(), 0, 0)])
+    wired.on_block = first  # what `gateway.calls` still does
+    wired.on_block = first  # the same observer again: allowed
+    with pytest.raises(AttributeError, match="set once"):
+        wired.on_block = second
+    assert wired.on_block is first
+
+
+def test_a_chain_built_by_hand_is_checked_too() -> None:
+    class Sync:
+        def before_call(self, ctx: CallContext) -> None: ...
+
+    with pytest.raises(HookConfigError, match=r"'by-hand'.*before_call must be async"):
+        HookChain([HookEntry("by-hand", Sync(), 0, 0)])

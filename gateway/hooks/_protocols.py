@@ -4,11 +4,12 @@ A hook (built-in or plugin) implements any of the methods below, each `async`, e
 arguments `HOOK_METHODS` names (positionally). It may also have `priority` (an int; higher runs first) and
 `share(state)` (a plain method, called once when the chain is built with a cluster's state).
 
-`check_methods` runs before anything is started: by `triad check` on a plugin class (`check_hook`), and when the
-chain is built on the class and on the object its factory made. A public attribute whose name is one edit away from a
-hook method (`before_cal`, `after_Call`), a hook method that is not callable, not async or cannot be called with the
-chain's arguments, and a hook with no hook method at all are config errors naming the hook and the attribute: a hook
-that would silently never run is worse than one that does not load. Helpers keep clear by starting with `_`.
+`check_methods` runs before anything is started: by `triad check` on a plugin class (`check_hook`), and when the chain
+is built on the class and on the object its factory made (so a hook class declares its hook methods in the class, not
+in `__init__`). A public attribute whose name is one edit away from a hook method (`before_cal`, `after_Call`), a hook
+method that is not callable, not async or cannot be called with the chain's arguments, and a hook with no hook method
+at all are config errors naming the hook and the attribute: a hook that would silently never run is worse than one
+that does not load. Helpers keep clear by starting with `_`.
 """
 
 from __future__ import annotations
