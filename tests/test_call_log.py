@@ -56,8 +56,7 @@ async def test_the_chain_names_the_hook_that_blocked() -> None:
             return Block("no")
 
     log = CallLog()
-    chain = HookChain([HookEntry("refuse", Refuse(), 0, 0)])
-    chain.on_block = log.blocked
+    chain = HookChain([HookEntry("refuse", Refuse(), 0, 0)], on_block=log.blocked)
     ctx = CallContext("tool", "ide", Session(), "fx__echo", "fx", "echo", {"text": "secret"})
 
     async def send(_ctx: CallContext) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from jsonschema.exceptions import SchemaError
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gateway.config import Duration
-from gateway.hooks._chain import MESSAGE_FIELDS, Block, CallContext, Message, Outcome
+from gateway.hooks._values import MESSAGE_FIELDS, Block, CallContext, Message, Outcome
 from gateway.state import Buckets, FilePins, LocalBuckets, Pins, PinStore, SharedState
 
 logger = logging.getLogger("triad.hooks")

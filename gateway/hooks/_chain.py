@@ -22,17 +22,19 @@ order.
 
 Hooks run under the calling session's lock (`CallContext.session.lock`), so per-session hook state
 (`session.state`) is safe; the upstream call itself is never under it. The chain is built whole from a
-validated config and rebuilt on reload.
+validated config and rebuilt on reload; once built it is immutable (its hooks, their order and their methods are
+fixed). Building it checks every hook against the contract (`gateway.hooks._protocols`), and binds each hook
+method once, through its typed protocol: the call path calls what was bound, it never looks a method up by name.
 """
 
 from __future__ import annotations
 
 import logging
-import secrets
 import warnings
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Protocol
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from types import MappingProxyType
+from typing import Any, NoReturn
 
 import anyio
 import mcp_types as types
@@ -40,6 +42,27 @@ from mcp.shared.exceptions import MCPDeprecationWarning
 
 from consumers import CURRENT_DOWNSTREAM, Downstream, ProgressFn
 from gateway.errors import HookBlocked, TriadError, UpstreamError
+from gateway.hooks._protocols import (
+    AfterCall,
+    AfterFn,
+    AfterGet,
+    AfterRead,
+    BeforeCall,
+    BeforeFn,
+    BeforeGet,
+    BeforeRead,
+    DeniedFn,
+    MessageFn,
+    OnDenied,
+    OnMessage,
+    check_methods,
+)
+from gateway.hooks._values import MESSAGE_FIELDS, Arguments, Block, CallContext, Kind, Message, Outcome, Session
+
+__all__ = ["EMPTY_CHAIN", "MESSAGE_FIELDS", "Arguments", "Block", "BlockObserver", "CallContext", "HookChain",
+           "HookEntry", "Message", "Outcome", "Session"]
+"""`Session`, `CallContext` and the values hooks return live in `gateway.hooks._values`; named here too, for the
+tests that import them from the chain."""
 
 logger = logging.getLogger("triad.hooks")
 
@@ -53,75 +76,7 @@ BLOCKED_BY_FAILURE = "Blocked because a before-hook failed; the gateway's log ha
 RESULT_FIELDS = ("content", "structuredContent", "isError", "_meta", "contents", "messages", "description")
 """What an after-hook may replace: tool results, resource contents, prompt messages."""
 
-MessageKind = Literal["log", "progress", "error"]
-MESSAGE_FIELDS: Mapping[MessageKind, tuple[str, ...]] = {"log": ("data", "logger"), "progress": ("message",),
-                                                         "error": ("message", "data")}
-"""What an `on_message` hook may replace in each kind of message's params."""
 WITHHELD = "The upstream's error message was withheld because a hook failed on it; the gateway's log has the details."
-
-Kind = Literal["tool", "resource", "prompt"]
-HOOK_METHODS: dict[Kind, tuple[str, str]] = {"tool": ("before_call", "after_call"), "resource": ("before_read",
-                                         "after_read"), "prompt": ("before_get", "after_get")}
-
-
-CLOSE_TIMEOUT = 5.0
-"""How long the clean-up of an ended session (its per-client upstream sessions) may take."""
-
-
-@dataclass(eq=False)
-class Session:
-    """One downstream client session: its hook state and lock (hooks run under it; the upstream call never does),
-    the way back to its client outside any request (`back`, for per-client upstream sessions), and what to clean
-    up when it ends. The exposer that owns the session calls `close()` once, when it ends (`consumers.ClientOrigin`).
-    A request without a session (2026-07-28) gets a fresh one with no `back`."""
-
-    id: str | None = None
-    key: str = field(default_factory=lambda: secrets.token_hex(20))
-    """What names the session in shared tables (`gateway.tasks.TaskBook`): derived from the transport's session id
-    where there is one (`exposers.server.hook_session`, as `gateway.cluster` keys its session records), else
-    random; never the session id itself, which is a bearer secret."""
-    state: dict[str, Any] = field(default_factory=dict)
-    lock: anyio.Lock = field(default_factory=anyio.Lock)
-    back: Downstream | None = None
-    user: str | None = None
-    """Who the session belongs to, as the key of its upstream credentials (`auth: per_user`), once its first
-    request fixed its identity (`gateway.identity.credential_owner`)."""
-    declared: dict[str, Any] | None = None
-    """A 2026-07-28 request's capabilities, from its envelope (its session has no way back to ask)."""
-    _closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
-
-    def on_close(self, callback: Callable[[], Awaitable[None]]) -> None:
-        self._closers.append(callback)
-
-    async def close(self) -> None:
-        closers, self._closers = self._closers, []
-        with anyio.move_on_after(CLOSE_TIMEOUT, shield=True):
-            for closer in closers:
-                try:
-                    await closer()
-                except Exception:  # one failed clean-up must not skip the others
-                    logger.exception("cleaning up after a client session failed")
-
-
-@dataclass
-class CallContext:
-    """What hooks see of one request. `arguments` are what the executor will send (after rewrites)."""
-
-    kind: Kind
-    client_id: str
-    session: Session
-    name: str
-    upstream: str
-    raw_name: str
-    arguments: dict[str, Any]
-    annotations: Mapping[str, Any] = field(default_factory=dict)
-    input_schema: Mapping[str, Any] | None = None
-    definition: Mapping[str, Any] | None = None
-    """The tool's definition as the upstream sent it (description, schemas, annotations)."""
-    timeout: float | None = None
-    """A deadline for the upstream call that a hook may set (reset by progress, capped by `max_time`)."""
-    max_time: float | None = None
-
 
 def _log_fields(ctx: CallContext, **more: str) -> dict[str, Any]:
     """The structured fields of a log line about `ctx` (`gateway.observe`): names only, the session hashed."""
@@ -130,62 +85,74 @@ def _log_fields(ctx: CallContext, **more: str) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class Arguments:
-    values: Mapping[str, Any]
-    replace: bool = False
-
-
-@dataclass(frozen=True)
-class Block:
-    reason: str
-    hook: str = ""
-    """The name of the hook that blocked (the chain fills it in)."""
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What after-hooks see: the raw result (None if the call failed), the error text, and the duration."""
-
-    result: dict[str, Any] | None
-    error: str | None
-    duration: float
-    blocked: bool = False
-
-
-@dataclass(frozen=True)
-class Message:
-    """What an upstream says during a request besides its result, in wire form: a log message
-    (`notifications/message` params: level, logger, data), a progress message (progress, total, message), or its
-    error (code, message, data)."""
-
-    kind: MessageKind
-    params: Mapping[str, Any]
-
-
-class Hook(Protocol):
-    priority: int
-
-
-@dataclass(frozen=True)
 class HookEntry:
+    """One hook of the chain: its name in the config, the hook, its priority and its place in the config."""
+
     name: str
-    hook: Any
+    hook: object
     priority: int
     order: int
 
 
-class HookChain:
-    def __init__(self, entries: Sequence[HookEntry]) -> None:
-        self.entries = tuple(sorted(entries, key=lambda e: (-e.priority, e.order)))
-        self._before = {kind: self._bound(names[0]) for kind, names in HOOK_METHODS.items()}
-        self._after = {kind: self._bound(names[1]) for kind, names in HOOK_METHODS.items()}
-        self._denied = self._bound("on_denied")
-        self._message = self._bound("on_message")
-        self.on_block: Callable[[CallContext, str], None] | None = None
-        """Told (the call, the blocking hook's name) when a before-hook blocks a call (the console's call log)."""
+BlockObserver = Callable[[CallContext, str], None]
+"""Told (the call, the blocking hook's name) when a before-hook blocks a call (the console's call log, the metrics)."""
 
-    def _bound(self, method: str) -> tuple[tuple[str, Callable[..., Awaitable[Any]]], ...]:
-        return tuple((e.name, getattr(e.hook, method)) for e in self.entries if callable(getattr(e.hook, method, None)))
+
+class HookChain:
+    """The hooks of one config, in order, each method bound once (a hook without a method is not in its stage).
+
+    Immutable once built: no attribute can be set or deleted, and no method adds or removes a hook; a reload builds
+    a new chain. The one exception is `on_block`, which `gateway.calls` still wires by assignment: it may be set
+    once (to the same observer again, too), never changed; pass it to the constructor (`build_chain(on_block=)`)."""
+
+    __slots__ = ("_after", "_before", "_denied", "_message", "_on_block", "entries")
+
+    entries: tuple[HookEntry, ...]
+    _before: Mapping[Kind, tuple[tuple[str, BeforeFn], ...]]
+    _after: Mapping[Kind, tuple[tuple[str, AfterFn], ...]]
+    _denied: tuple[tuple[str, DeniedFn], ...]
+    _message: tuple[tuple[str, MessageFn], ...]
+    _on_block: BlockObserver | None
+
+    def __init__(self, entries: Iterable[HookEntry], *, on_block: BlockObserver | None = None) -> None:
+        ordered = tuple(sorted(entries, key=lambda e: (-e.priority, e.order)))
+        for entry in ordered:
+            check_methods(entry.name, entry.hook)
+        hooks = tuple((e.name, e.hook) for e in ordered)
+        before: dict[Kind, tuple[tuple[str, BeforeFn], ...]] = {
+            "tool": tuple((n, h.before_call) for n, h in hooks if isinstance(h, BeforeCall)),
+            "resource": tuple((n, h.before_read) for n, h in hooks if isinstance(h, BeforeRead)),
+            "prompt": tuple((n, h.before_get) for n, h in hooks if isinstance(h, BeforeGet))}
+        after: dict[Kind, tuple[tuple[str, AfterFn], ...]] = {
+            "tool": tuple((n, h.after_call) for n, h in hooks if isinstance(h, AfterCall)),
+            "resource": tuple((n, h.after_read) for n, h in hooks if isinstance(h, AfterRead)),
+            "prompt": tuple((n, h.after_get) for n, h in hooks if isinstance(h, AfterGet))}
+        init = object.__setattr__  # the one place the chain's attributes are set
+        init(self, "entries", ordered)
+        init(self, "_before", MappingProxyType(before))
+        init(self, "_after", MappingProxyType(after))
+        init(self, "_denied", tuple((n, h.on_denied) for n, h in hooks if isinstance(h, OnDenied)))
+        init(self, "_message", tuple((n, h.on_message) for n, h in hooks if isinstance(h, OnMessage)))
+        init(self, "_on_block", on_block)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name != "on_block":
+            raise AttributeError(f"the hook chain is immutable once built (cannot set {name!r})")
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self, name: str) -> NoReturn:
+        raise AttributeError(f"the hook chain is immutable once built (cannot delete {name!r})")
+
+    @property
+    def on_block(self) -> BlockObserver | None:
+        """Told (the call, the blocking hook's name) when a before-hook blocks a call (the console's call log)."""
+        return self._on_block
+
+    @on_block.setter
+    def on_block(self, observer: BlockObserver | None) -> None:
+        if self._on_block is not None and observer != self._on_block:
+            raise AttributeError("the hook chain's on_block is set once; build a new chain to change it")
+        object.__setattr__(self, "_on_block", observer)
 
     def __bool__(self) -> bool:
         return bool(self.entries)

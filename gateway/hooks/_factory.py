@@ -1,7 +1,8 @@
 """Building the hook chain from the config: built-in hooks by name, plugins by `module:attr`, each with its options
-checked. `triad check` runs `check_hook` (imports, option models) without starting anything.
+and its contract checked (`gateway.hooks._protocols`). `triad check` runs `check_hook` (imports, option models, the
+hook methods of a class) without starting anything; a factory function's object is checked when the chain is built.
 
-It sits above the chain (`gateway.hooks`) and the built-ins (`gateway.hooks`), which import nothing of it.
+It sits above the chain and the built-ins, which import nothing of it.
 """
 
 from __future__ import annotations
@@ -11,31 +12,40 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gateway.hooks._builtin import BUILTIN_HOOKS
-from gateway.hooks._chain import HOOK_METHODS, HookChain, HookEntry
+from gateway.hooks._chain import BlockObserver, HookChain, HookEntry
+from gateway.hooks._protocols import HookConfigError, Prioritised, Shares, check_methods
 from gateway.state import SharedState
 
 __all__ = ["HookConfigError", "build_chain", "check_hook", "make_hook"]
 
 
-def build_chain(specs: Sequence[Any], shared: SharedState | None = None) -> HookChain:
-    """Instantiate every hook of the config (`HookSpec`s), in order. Raises HookConfigError naming the hook. With
-    `shared` (a cluster's state), hooks that keep state (`share(state)`) keep it there."""
+def build_chain(specs: Sequence[Any], shared: SharedState | None = None, *,
+                on_block: BlockObserver | None = None) -> HookChain:
+    """Instantiate every hook of the config (`HookSpec`s), in order, and build the (immutable) chain. Raises
+    HookConfigError naming the hook. With `shared` (a cluster's state), hooks that keep state (`share(state)`) keep it
+    there; `on_block` is told of every call a before-hook blocks."""
     entries = []
     for order, spec in enumerate(specs):
         name, options = spec.name, spec.options
         hook = make_hook(name, options)
-        if shared is not None and callable(getattr(hook, "share", None)):
+        if shared is not None and isinstance(hook, Shares):
             hook.share(shared)
-        entries.append(HookEntry(name, hook, int(getattr(hook, "priority", 0)), order))
-    return HookChain(entries)
+        entries.append(HookEntry(name, hook, _priority(name, hook), order))
+    return HookChain(entries, on_block=on_block)
 
 
-class HookConfigError(Exception):
-    pass
+def _priority(name: str, hook: object) -> int:
+    if not isinstance(hook, Prioritised):
+        return 0
+    try:
+        return int(hook.priority)
+    except (TypeError, ValueError):
+        raise HookConfigError(f"hook {name!r}: priority must be an integer, not {hook.priority!r}") from None
 
 
 def check_hook(name: str, options: Mapping[str, Any]) -> None:
-    """What `triad check` verifies without running anything: a built-in's options, a plugin's import."""
+    """What `triad check` verifies without running anything: a built-in's options, a plugin's import, and the hook
+    methods of a hook class."""
     factory = _factory(name)
     options_model = getattr(factory, "Options", None)
     if options_model is not None:
@@ -43,6 +53,8 @@ def check_hook(name: str, options: Mapping[str, Any]) -> None:
             options_model(**options)
         except Exception as exc:
             raise HookConfigError(f"invalid options for hook {name!r}: {_first_line(exc)}") from None
+    if isinstance(factory, type):
+        check_methods(name, factory)
 
 
 def _first_line(exc: Exception) -> str:
@@ -50,16 +62,17 @@ def _first_line(exc: Exception) -> str:
     return " ".join(line.strip() for line in text.splitlines()[:3]) if text else type(exc).__name__
 
 
-def make_hook(name: str, options: Mapping[str, Any]) -> Any:
+def make_hook(name: str, options: Mapping[str, Any]) -> object:
+    """The hook `name` with `options`: a class is checked before it is instantiated, what it (or a factory function)
+    makes, after."""
     factory = _factory(name)
+    if isinstance(factory, type):
+        check_methods(name, factory)
     try:
-        hook = factory(**options)
+        hook: object = factory(**options)
     except Exception as exc:
         raise HookConfigError(f"invalid options for hook {name!r}: {_first_line(exc)}") from None
-    if not any(callable(getattr(hook, m, None)) for pair in HOOK_METHODS.values() for m in pair) and not any(
-            callable(getattr(hook, m, None)) for m in ("on_denied", "on_message")):
-        raise HookConfigError(f"hook {name!r} implements none of before_call, after_call, before_read, after_read, "
-                              "before_get, after_get, on_denied, on_message")
+    check_methods(name, hook)
     return hook
 
 

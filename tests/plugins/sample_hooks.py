@@ -1,10 +1,11 @@
-"""Plugin hooks for the tests, loaded by Triad from `tests.plugins.sample_hooks:<name>`."""
+"""Plugin hooks for the tests, loaded by Triad from `tests.plugins.sample_hooks:<name>`. A plugin imports what it
+needs from the face, `gateway.hooks`, and keeps its protocols (`BeforeCall`, `AfterCall`, ...)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from gateway.hooks._chain import Arguments, Block, CallContext, Outcome
+from gateway.hooks import Arguments, Block, CallContext, Outcome
 
 
 class Tagger:

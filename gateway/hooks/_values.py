@@ -1,0 +1,115 @@
+"""What hooks see and return: the downstream session (`Session`), one request (`CallContext`), what a before-hook
+may answer (`Arguments`, `Block`), what an after-hook sees (`Outcome`) and what an `on_message` hook sees
+(`Message`). Plain values; the chain (`gateway.hooks`) and the hook protocols sit above them.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import anyio
+
+from consumers import Downstream
+
+logger = logging.getLogger("triad.hooks")
+
+Kind = Literal["tool", "resource", "prompt"]
+MessageKind = Literal["log", "progress", "error"]
+MESSAGE_FIELDS: Mapping[MessageKind, tuple[str, ...]] = {"log": ("data", "logger"), "progress": ("message",),
+                                                         "error": ("message", "data")}
+"""What an `on_message` hook may replace in each kind of message's params."""
+CLOSE_TIMEOUT = 5.0
+"""How long the clean-up of an ended session (its per-client upstream sessions) may take."""
+
+
+@dataclass(eq=False)
+class Session:
+    """One downstream client session: its hook state and lock (hooks run under it; the upstream call never does),
+    the way back to its client outside any request (`back`, for per-client upstream sessions), and what to clean
+    up when it ends. The exposer that owns the session calls `close()` once, when it ends (`consumers.ClientOrigin`).
+    A request without a session (2026-07-28) gets a fresh one with no `back`."""
+
+    id: str | None = None
+    key: str = field(default_factory=lambda: secrets.token_hex(20))
+    """What names the session in shared tables (`gateway.tasks.TaskBook`): derived from the transport's session id
+    where there is one (`exposers.server.hook_session`, as `gateway.cluster` keys its session records), else
+    random; never the session id itself, which is a bearer secret."""
+    state: dict[str, Any] = field(default_factory=dict)
+    lock: anyio.Lock = field(default_factory=anyio.Lock)
+    back: Downstream | None = None
+    user: str | None = None
+    """Who the session belongs to, as the key of its upstream credentials (`auth: per_user`), once its first
+    request fixed its identity (`gateway.identity.credential_owner`)."""
+    declared: dict[str, Any] | None = None
+    """A 2026-07-28 request's capabilities, from its envelope (its session has no way back to ask)."""
+    _closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+
+    def on_close(self, callback: Callable[[], Awaitable[None]]) -> None:
+        self._closers.append(callback)
+
+    async def close(self) -> None:
+        closers, self._closers = self._closers, []
+        with anyio.move_on_after(CLOSE_TIMEOUT, shield=True):
+            for closer in closers:
+                try:
+                    await closer()
+                except Exception:  # one failed clean-up must not skip the others
+                    logger.exception("cleaning up after a client session failed")
+
+
+@dataclass
+class CallContext:
+    """What hooks see of one request. `arguments` are what the executor will send (after rewrites)."""
+
+    kind: Kind
+    client_id: str
+    session: Session
+    name: str
+    upstream: str
+    raw_name: str
+    arguments: dict[str, Any]
+    annotations: Mapping[str, Any] = field(default_factory=dict)
+    input_schema: Mapping[str, Any] | None = None
+    definition: Mapping[str, Any] | None = None
+    """The tool's definition as the upstream sent it (description, schemas, annotations)."""
+    timeout: float | None = None
+    """A deadline for the upstream call that a hook may set (reset by progress, capped by `max_time`)."""
+    max_time: float | None = None
+
+
+
+@dataclass(frozen=True)
+class Arguments:
+    values: Mapping[str, Any]
+    replace: bool = False
+
+
+@dataclass(frozen=True)
+class Block:
+    reason: str
+    hook: str = ""
+    """The name of the hook that blocked (the chain fills it in)."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What after-hooks see: the raw result (None if the call failed), the error text, and the duration."""
+
+    result: dict[str, Any] | None
+    error: str | None
+    duration: float
+    blocked: bool = False
+
+
+@dataclass(frozen=True)
+class Message:
+    """What an upstream says during a request besides its result, in wire form: a log message
+    (`notifications/message` params: level, logger, data), a progress message (progress, total, message), or its
+    error (code, message, data)."""
+
+    kind: MessageKind
+    params: Mapping[str, Any]
