@@ -6,7 +6,7 @@ cause instead of silently switching a feature off. Nothing else in `exposers/` t
 starts with `_`.
 
 - `connection_of`: a handshake-era request's `Connection` is reached as `ServerSession._connection` (2.3.0 has no
-  public accessor); Triad keeps per-session state (hook session, log level, owner) in `Connection.state`.
+  public accessor); Triad's state of the session is found by it in `exposers.sessions`.
 - `session_transport` / `held`: a request served on Triad's direct HTTP path must count as activity of its
   session, as `StreamableHTTPServerTransport.handle_request` counts its own (`_requests_in_flight`,
   `_idle_timeout`, `idle_scope`); the transport is found in `StreamableHTTPSessionManager._server_instances`.

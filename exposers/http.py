@@ -40,7 +40,8 @@ from exposers.direct import DirectPath
 from exposers.input_rounds import InputRounds
 from exposers.notify import Notifier
 from exposers.oauth_callback import callback_route
-from exposers.server import IDENTITY_SCOPE_KEY, GatewayServer, SessionOrigin, label_session_id
+from exposers.server import IDENTITY_SCOPE_KEY, GatewayServer, SessionOrigin
+from exposers.sessions import label_session_id
 from gateway.calls import Dispatcher
 from gateway.config import TriadConfig, is_loopback
 from gateway.errors import InvalidRequest
@@ -192,11 +193,12 @@ def build_app(server: GatewayServer, dispatcher: Dispatcher, notifier: Notifier,
     owns are forwarded to it, and `/readyz` shows the cluster). `redirects`: per-user authorizations waiting for
     their answer on `/oauth/callback/<upstream>`."""
     security = security_settings(host)
+    listen = dispatcher.config.listen  # listen settings take effect on restart only (`gateway.runtime`)
     hide_session_ids(label_session_id)
     manager = StreamableHTTPSessionManager(
         app=server,
         security_settings=security,
-        session_idle_timeout=dispatcher.config.listen.session_idle_timeout,
+        session_idle_timeout=listen.session_idle_timeout,
         max_sessions=MAX_SESSIONS,
         max_request_body_size=MAX_REQUEST_BODY,
     )
@@ -288,8 +290,9 @@ def build_app(server: GatewayServer, dispatcher: Dispatcher, notifier: Notifier,
                 if router is not None:
                     await router.aclose()
 
-    mcp: ASGIApp = DirectPath(StrictJson(StreamableHTTPASGIApp(manager), MAX_REQUEST_BODY), dispatcher, notifier,
-                            manager, security, MAX_REQUEST_BODY, rounds, server.server_info_stamp)
+    mcp: ASGIApp = DirectPath(StrictJson(StreamableHTTPASGIApp(manager), MAX_REQUEST_BODY), dispatcher,
+                              notifier.sessions, manager, security, MAX_REQUEST_BODY, rounds, server.server_info_stamp,
+                              enabled=listen.direct_path)
     router = None
     if cluster is not None:
         from exposers.cluster_routes import ClusterRouter

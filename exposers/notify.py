@@ -3,9 +3,12 @@
 Ownership: the daemon creates one `Notifier` and runs `run()` as one task in its task group. The dispatcher calls
 the notifier's listener (synchronously) after every registry swap; `run()` then compares, for each tracked
 handshake-era connection, that client's view before and after, and pushes `notifications/*/list_changed` only for
-the lists that changed for it. 2026-07-28 clients get the same events through `subscriptions/listen` (the SDK's
-subscription bus), and there the status of their own tasks Triad translates (`taskIds`, the tasks extension). A
-connection is forgotten through its own exit stack when it closes.
+the lists that changed for it. The sessions are those of the notifier's directory (`exposers.sessions`, which
+it creates and the other exposers share), and what it keeps of each lives on its `DownstreamSession` (what it
+last told it, its resource subscriptions). 2026-07-28 clients get the same events through `subscriptions/listen`
+(the SDK's subscription bus), and there the status of their own tasks Triad translates (`taskIds`, the tasks
+extension). A session's outbox and upstream subscriptions are released through its connection's exit stack when it
+closes.
 
 `run()` never waits on a client: each connection has its own outbox (`_Outbox`), a bounded queue of pending
 notifications, coalesced (a notification already waiting is not queued twice), drained by a task of `run()`'s task
@@ -42,10 +45,10 @@ from mcp_types import (
     SubscriptionFilter,
     SubscriptionsAcknowledgedNotification,
 )
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from consumers import TASK_STATUS
-from exposers.relay import SessionRelay, envelope_capabilities
+from exposers.relay import envelope_capabilities
+from exposers.sessions import MAX_SUBSCRIPTIONS, DownstreamSession, SessionRelay, Sessions
 from gateway.calls import Dispatcher
 from gateway.errors import InvalidRequest
 from gateway.identity import LOCAL, Identity
@@ -66,9 +69,6 @@ RELEASE_TIMEOUT = 5.0
 SEND_TIMEOUT = 10.0
 """How long handing one notification to a connection may take. A client that reads its stream takes
 microseconds; one that takes this long has stopped reading, and gets no more notifications."""
-MAX_SUBSCRIPTIONS = 256
-"""Resource subscriptions one session (or one 2026-07-28 listen stream) may hold at once: each costs an entry here
-and, for a new URI, one at the upstream, so a client cannot grow either without bound."""
 OUTBOX_SIZE = 1024
 """Distinct notifications waiting for one connection (list changes, and one per subscribed resource that
 changed); more, and the connection is stuck."""
@@ -140,20 +140,18 @@ class Notifier:
     def __init__(self, dispatcher: Dispatcher) -> None:
         self.bus = InMemorySubscriptionBus()
         self._dispatcher = dispatcher
-        self._connections: dict[Any, tuple[Identity, tuple[int, int, int]]] = {}
-        self._sessions: dict[str, Any] = {}
-        """Session id -> the connection of a live handshake-era HTTP session."""
+        self.sessions = Sessions()
+        """The directory of live downstream sessions (`exposers.sessions`), shared with the other exposers."""
         self._dirty = anyio.Event()
         self._modern_seen = dispatcher.view(LOCAL).fingerprint
-        self._subscriptions: dict[Any, dict[str, tuple[str, str] | None]] = {}
-        """Per connection: the exposed URIs it subscribed to -> (upstream, raw URI); None while the upstream is
-        being asked (`reserve`)."""
+        self._subscribed: set[DownstreamSession] = set()
+        """The sessions that subscribed to a resource (their release is on their connection's exit stack)."""
         self._updated: set[tuple[str, str]] = set()
         """(upstream, raw URI) of subscribed resources that changed, waiting for `run()` to tell their clients (a
         set: a flood of updates of one resource is one entry)."""
         self._listened: dict[tuple[str, str], list[str]] = {}
         """(upstream, raw URI) -> the exposed URIs 2026-07-28 listen streams subscribed to (one entry per stream)."""
-        self._outboxes: dict[Any, _Outbox] = {}
+        self._outboxes: dict[DownstreamSession, _Outbox] = {}
         self._tg: TaskGroup | None = None
         """`run()`'s task group: the outboxes' drain tasks."""
         self.close_session: Callable[[Any], Coroutine[Any, Any, None]] = _keep
@@ -164,74 +162,33 @@ class Notifier:
 
     @property
     def open_sessions(self) -> int:
-        return len(self._connections)
+        """Handshake-era sessions being told of their lists' changes."""
+        return sum(1 for session in self.sessions.live() if session.told is not None)
 
-    def is_tracked(self, connection: Connection) -> bool:
-        return connection in self._connections
-
-    def track(self, connection: Connection, identity: Identity) -> None:
-        if connection in self._connections or connection.protocol_version in MODERN_PROTOCOL_VERSIONS:
+    def track(self, session: DownstreamSession, identity: Identity) -> None:
+        """Tell a handshake-era session from now on of changes of `identity`'s lists."""
+        if session.told is not None or session.modern:
             return
-        self._connections[connection] = (identity, self._dispatcher.view(identity).fingerprint)
-        connection.exit_stack.callback(self._connections.pop, connection, None)
-        if connection.session_id is not None:
-            self._sessions[connection.session_id] = connection
-            connection.exit_stack.callback(self._sessions.pop, connection.session_id, None)
-            if self.sessions_seen is not None:
-                self.sessions_seen.opened(connection.session_id, identity)
-                connection.exit_stack.callback(self.sessions_seen.closed, connection.session_id)
-
-    def session(self, session_id: str) -> tuple[Any, Identity] | None:
-        """The connection of a live handshake-era HTTP session and the identity it was opened with; None for a
-        session Triad does not have (never opened, closed, or reaped)."""
-        connection = self._sessions.get(session_id)
-        found = self._connections.get(connection) if connection is not None else None
-        return (connection, found[0]) if found is not None else None
+        session.told = (identity, self._dispatcher.view(identity).fingerprint)
+        if session.id is not None and self.sessions_seen is not None:
+            self.sessions_seen.opened(session.id, identity)
+            session.connection.exit_stack.callback(self.sessions_seen.closed, session.id)
 
     def _on_registry(self) -> None:
         self._dirty.set()
 
     # -- resource subscriptions ----------------------------------------------------------------------------------
 
-    def reserve(self, connection: Connection, uri: str) -> bool:
-        """Take a place for a new subscription of `connection` to `uri` before its upstream is asked, so that
-        subscriptions sent at once cannot pass `MAX_SUBSCRIPTIONS` together; False when it holds (or is making)
-        that one already. Its upstream subscriptions are released when the connection closes."""
-        if connection not in self._subscriptions:
-            self._subscriptions[connection] = {}
-            connection.exit_stack.push_async_callback(self._release, connection)
-        mine = self._subscriptions[connection]
-        if uri in mine:
-            return False
-        if len(mine) >= MAX_SUBSCRIPTIONS:
-            raise InvalidRequest(f"this session has {len(mine)} resource subscriptions, the most one session may "
-                                 "hold; unsubscribe from one before subscribing to another")
-        mine[uri] = None
-        return True
+    def reserve(self, session: DownstreamSession, uri: str) -> bool:
+        """`DownstreamSession.reserve`, with the session's upstream subscriptions released when it closes."""
+        if session not in self._subscribed:
+            self._subscribed.add(session)
+            session.connection.exit_stack.push_async_callback(self._release, session)
+        return session.reserve(uri)
 
-    def subscribe(self, connection: Connection, uri: str, upstream: str, raw: str) -> bool:
-        """Fill the place `reserve` took with the upstream's subscription; False when the place is gone meanwhile
-        (unsubscribed, the connection closed): that upstream subscription is then the caller's to release."""
-        mine = self._subscriptions.get(connection)
-        if mine is None or uri not in mine or mine[uri] is not None:
-            return False
-        mine[uri] = (upstream, raw)
-        return True
-
-    def unreserve(self, connection: Connection, uri: str) -> None:
-        """The upstream refused the subscription `reserve` took a place for: the place is free again."""
-        mine = self._subscriptions.get(connection)
-        if mine is not None and uri in mine and mine[uri] is None:
-            del mine[uri]
-
-    def unsubscribe(self, connection: Connection, uri: str) -> tuple[str, str] | None:
-        """(upstream, raw URI) of the subscription to release; None when there is none (or it is still being
-        made: `subscribe` then finds its place gone)."""
-        return self._subscriptions.get(connection, {}).pop(uri, None)
-
-    async def _release(self, connection: Connection) -> None:
-        held = self._subscriptions.pop(connection, {}).values()
-        await self._unsubscribe_all(subscription for subscription in held if subscription is not None)
+    async def _release(self, session: DownstreamSession) -> None:
+        self._subscribed.discard(session)
+        await self._unsubscribe_all(session.take_subscriptions())
 
     async def _unsubscribe_all(self, subscriptions: Iterable[tuple[str, str]]) -> None:
         """Release (upstream, raw URI) subscriptions of a client that is gone."""
@@ -261,11 +218,11 @@ class Notifier:
             self._dispatcher.tasks.status_changed(*found)
             return
         if found is None or not isinstance(back, SessionRelay) or self._tg is None \
-                or back.connection not in self._connections:
+                or back.session not in self.sessions or back.session.told is None:
             return
-        connection, status = back.connection, with_task_id(params, found[0])
-        self._send(connection, ("task", found[0], status.get("status")),
-                   functools.partial(connection.notify, TASK_STATUS, status))
+        status = with_task_id(params, found[0])
+        self._send(back.session, ("task", found[0], status.get("status")),
+                   functools.partial(back.connection.notify, TASK_STATUS, status))
 
     def listen_handler(self, identity_of: Any) -> Any:
         """`subscriptions/listen` for 2026-07-28 clients: the SDK's handler on this notifier's bus, with the
@@ -342,37 +299,37 @@ class Notifier:
 
     # -- sending -------------------------------------------------------------------------------------------------
 
-    def _send(self, connection: Connection, key: Hashable, send: Send) -> None:
-        """Queue a notification for one connection (never waits: see `_Outbox`)."""
+    def _send(self, session: DownstreamSession, key: Hashable, send: Send) -> None:
+        """Queue a notification for one session (never waits: see `_Outbox`)."""
         assert self._tg is not None, "notifications are sent from run()"
-        outbox = self._outboxes.get(connection)
+        outbox = self._outboxes.get(session)
         if outbox is None:
-            outbox = self._outboxes[connection] = _Outbox(functools.partial(self._stuck, connection))
-            connection.exit_stack.callback(self._forget_outbox, connection)
+            outbox = self._outboxes[session] = _Outbox(functools.partial(self._stuck, session))
+            session.connection.exit_stack.callback(self._forget_outbox, session)
         outbox.put(key, send, self._tg)
 
-    def _forget_outbox(self, connection: Connection) -> None:
-        outbox = self._outboxes.pop(connection, None)
+    def _forget_outbox(self, session: DownstreamSession) -> None:
+        outbox = self._outboxes.pop(session, None)
         if outbox is not None:
             outbox.close()
 
-    def _stuck(self, connection: Connection, why: str) -> None:
-        outbox = self._outboxes.get(connection)
+    def _stuck(self, session: DownstreamSession, why: str) -> None:
+        outbox = self._outboxes.get(session)
         if outbox is None or outbox.closed:
             return
         outbox.close()
-        tracked = self._connections.get(connection)
         logger.warning("a session of client %s stopped reading its notifications (%s); it is closed",
-                       tracked[0].client_id if tracked else "?", why)
+                       session.told[0].client_id if session.told else "?", why)
         if self._tg is not None:
-            self._tg.start_soon(self.close_session, connection)
+            self._tg.start_soon(self.close_session, session.connection)
 
     async def _push_updates(self) -> None:
         updated, self._updated = self._updated, set()
-        for connection, subscribed in list(self._subscriptions.items()):
-            for uri, owner in subscribed.items():
+        for session in list(self._subscribed):
+            connection = session.connection
+            for uri, owner in list(session.subscriptions.items()):
                 if owner in updated:
-                    self._send(connection, ("updated", uri), functools.partial(connection.send_resource_updated, uri))
+                    self._send(session, ("updated", uri), functools.partial(connection.send_resource_updated, uri))
         for key in updated:
             for uri in set(self._listened.get(key, ())):
                 await self.bus.publish(ResourceUpdated(uri=uri))
@@ -388,17 +345,21 @@ class Notifier:
                 await self._push()
 
     async def _push(self) -> None:
-        for connection, (identity, before) in list(self._connections.items()):
+        for session in self.sessions.live():
+            if session.told is None:
+                continue
+            identity, before = session.told
             after = self._dispatcher.view(identity).fingerprint
             if after == before:
                 continue
-            self._connections[connection] = (identity, after)
+            session.told = (identity, after)
+            connection = session.connection
             if after[0] != before[0]:
-                self._send(connection, "tools", connection.send_tool_list_changed)
+                self._send(session, "tools", connection.send_tool_list_changed)
             if after[1] != before[1]:
-                self._send(connection, "resources", connection.send_resource_list_changed)
+                self._send(session, "resources", connection.send_resource_list_changed)
             if after[2] != before[2]:
-                self._send(connection, "prompts", connection.send_prompt_list_changed)
+                self._send(session, "prompts", connection.send_prompt_list_changed)
         after = self._dispatcher.view(LOCAL).fingerprint
         before, self._modern_seen = self._modern_seen, after
         kinds: tuple[ToolsListChanged | ResourcesListChanged | PromptsListChanged, ...] = (

@@ -7,7 +7,8 @@ SDK workarounds (mcp 2.3.0), by overriding public methods (private SDK parts are
 - `get_capabilities` advertises only the families the upstreams offer (tools always).
 
 A session belongs to the identity that opened it: its first request (`initialize`, or the GET that opened a
-legacy SSE stream, or the stdio process) fixes the session's identity, kept in the connection's state; every later
+legacy SSE stream, or the stdio process) fixes the session's identity, kept on its `DownstreamSession`
+(`exposers.sessions`, the notifier's directory, which stdio and legacy SSE sessions are in too); every later
 request of the session acts as that identity, narrowed by the request's own run-level lists and never widened.
 The HTTP edge refuses another identity's requests for the session before they get here (`exposers.http`).
 Errors are rendered here, once: a `TriadError` becomes a JSON-RPC error with its code; anything else is logged
@@ -17,7 +18,6 @@ with its traceback and becomes INTERNAL_ERROR without details.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -26,7 +26,6 @@ import anyio
 import mcp_types as types
 from mcp.server import NotificationOptions, Server, ServerRequestContext
 from mcp.server.caching import CACHEABLE_METHODS, CacheHint
-from mcp.server.connection import Connection
 from mcp.server.context import CallNext, HandlerResult
 from mcp.shared.exceptions import MCPError
 from mcp_types import SERVER_INFO_META_KEY
@@ -38,19 +37,13 @@ from exposers._sdk import connection_of, drop_idle_tracing
 from exposers.input_rounds import InputRounds
 from exposers.notify import Notifier
 from exposers.raw_results import RawResults
-from exposers.relay import (
-    LOG_LEVEL_STATE_KEY,
-    RequestRelay,
-    SessionRelay,
-    envelope_capabilities,
-    keep_cancel_reason,
-    takes_tasks,
-)
+from exposers.relay import RequestRelay, envelope_capabilities
 from exposers.request import ClientRequest, acting_identity, caller_session, serve
+from exposers.sessions import DownstreamSession
 from gateway.calls import LEGACY_TASKS, SUBSCRIBE, Dispatcher
 from gateway.errors import TriadError, UpstreamRefused
 from gateway.hooks import Session
-from gateway.identity import Identity, credential_owner, narrowed
+from gateway.identity import Identity, narrowed
 from gateway.observe import tracing_enabled
 from gateway.registry import SessionLists
 from gateway.tasks import (
@@ -70,9 +63,6 @@ CACHE_HINT = CacheHint(ttl_ms=0, scope="private")
 of the moment, so nothing Triad serves is marked fresh or shareable."""
 LEGACY_TASKS_CAPABILITY: dict[str, Any] = {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}
 """What Triad relays of 2025-11-25 tasks: `tools/call` as a task, `tasks/list` (the caller's own) and cancel."""
-SESSION_STATE_KEY = "triad.session"
-SESSION_IDENTITY_KEY = "triad.session_identity"
-"""Where a connection's state keeps the identity of the session (fixed by its first request)."""
 IDENTITY_SCOPE_KEY = "triad.identity"
 """Where the HTTP auth middleware leaves the caller's identity in the ASGI scope."""
 
@@ -116,6 +106,18 @@ class GatewayServer(Server[Any]):
 
 def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: Identity,
                  rounds: InputRounds | None = None) -> GatewayServer:
+    sessions = notifier.sessions
+
+    def downstream(ctx: ServerRequestContext[Any]) -> DownstreamSession | None:
+        """The downstream session a request belongs to; None for one the SDK gives no connection."""
+        connection = connection_of(ctx)
+        return sessions.of(connection) if connection is not None else None
+
+    def session_of(ctx: ServerRequestContext[Any]) -> Session:
+        """The hook state of a request's session (a fresh one when it has none)."""
+        found = downstream(ctx)
+        return found.hook if found is not None else Session()
+
     def identity_of(ctx: ServerRequestContext[Any]) -> Identity:
         """Who sends this request (`exposers.request.acting_identity`); a session's first request fixes the
         session's identity."""
@@ -125,14 +127,10 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
         caller = found if isinstance(found, Identity) else origin or default_identity
         if origin is not None:  # a legacy SSE stream: its GET's identity holds for the messages posted to it
             caller = narrowed(origin, caller)
-        connection = connection_of(ctx)
-        session: Identity | None = None
-        if connection is not None and connection.protocol_version not in MODERN_PROTOCOL_VERSIONS:
-            session = session_identity(connection)
-            if session is None:
-                session = connection.state[SESSION_IDENTITY_KEY] = caller
-        return acting_identity(dispatcher.config, caller, session, client_name(ctx),
-                               takes_tasks(connection) if session is not None else True)
+        found = downstream(ctx)
+        session = found.bind(caller) if found is not None and not found.modern else None
+        return acting_identity(dispatcher.config, caller, session, client_name(ctx, found),
+                               found.takes_tasks if found is not None and session is not None else True)
 
     results = RawResults()
 
@@ -159,7 +157,8 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
         return results.keep(ctx, complete(await run(ctx)))
 
     async def run(ctx: ServerRequestContext[Any]) -> dict[str, Any]:
-        request = ClientRequest(ctx.method, raw(ctx), identity_of(ctx), RequestRelay(ctx), session_of(ctx))
+        request = ClientRequest(ctx.method, raw(ctx), identity_of(ctx), RequestRelay(ctx, downstream(ctx)),
+                                session_of(ctx))
         connection = connection_of(ctx)
         post = ctx.request if isinstance(ctx.request, Request) else None
         if post is not None and connection is not None and connection.session_id is not None:
@@ -189,29 +188,29 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
         return await run(ctx)
 
     async def set_logging_level(ctx: ServerRequestContext[Any], params: types.SetLevelRequestParams) -> dict[str, Any]:
-        connection = connection_of(ctx)
-        if connection is not None:
-            connection.state[LOG_LEVEL_STATE_KEY] = params.level
+        found = downstream(ctx)
+        if found is not None:
+            found.set_log_level(params.level)
         return {}
 
     async def subscribe(ctx: ServerRequestContext[Any], _params: Any) -> dict[str, Any]:
         uri = str((ctx.params or {}).get("uri"))
-        connection = connection_of(ctx)
+        found = downstream(ctx)
         # the place is taken before the upstream is asked: subscriptions sent at once stay within the bound
-        reserved = connection if connection is not None and notifier.reserve(connection, uri) else None
+        reserved = found if found is not None and notifier.reserve(found, uri) else None
         try:
             owner, raw_uri = await dispatcher.subscribe(identity_of(ctx), raw(ctx), session_of(ctx))
         except BaseException:
             if reserved is not None:
-                notifier.unreserve(reserved, uri)
+                reserved.unreserve(uri)
             raise
-        if reserved is None or not notifier.subscribe(reserved, uri, owner, raw_uri):
+        if reserved is None or not reserved.subscribe(uri, owner, raw_uri):
             await dispatcher.unsubscribe(owner, raw_uri)  # already subscribed: one upstream count per connection
         return {}
 
     async def unsubscribe(ctx: ServerRequestContext[Any], _params: Any) -> dict[str, Any]:
-        connection = connection_of(ctx)
-        found = notifier.unsubscribe(connection, str((ctx.params or {}).get("uri"))) if connection else None
+        session = downstream(ctx)
+        found = session.unsubscribe(str((ctx.params or {}).get("uri"))) if session is not None else None
         if found is not None:
             await dispatcher.unsubscribe(*found)
         return {}
@@ -223,9 +222,9 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
 
     async def roots_changed(ctx: ServerRequestContext[Any], _params: Any) -> None:
         """The client's roots changed: its own upstream sessions are told (`sessions: per_client`)."""
-        connection = connection_of(ctx)
-        if connection is not None and connection.protocol_version not in MODERN_PROTOCOL_VERSIONS:
-            await dispatcher.roots_changed(hook_session(connection))
+        found = downstream(ctx)
+        if found is not None and not found.modern:
+            await dispatcher.roots_changed(found.hook)
 
     server = GatewayServer(
         "triad",
@@ -252,14 +251,14 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
     server.add_notification_handler("notifications/roots/list_changed", types.NotificationParams, roots_changed)
 
     async def track_and_render(ctx: ServerRequestContext[Any], call_next: CallNext) -> HandlerResult:
-        connection = connection_of(ctx)
-        if ctx.method == "notifications/cancelled" and connection is not None:
-            keep_cancel_reason(connection, ctx.params)
-        if connection is not None and not notifier.is_tracked(connection):
-            notifier.track(connection, identity_of(ctx))
+        found = downstream(ctx)
+        if ctx.method == "notifications/cancelled" and found is not None:
+            found.keep_cancel_reason(ctx.params)
+        if found is not None and found.told is None:
+            notifier.track(found, identity_of(ctx))
         try:
-            if ctx.method == "tools/call" and "task" in (ctx.params or {}) and connection is not None \
-                    and connection.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            if ctx.method == "tools/call" and "task" in (ctx.params or {}) and found is not None \
+                    and not found.modern:
                 # 2025-11-25: a call as a task is answered with a `CreateTaskResult`, which the SDK's check of
                 # `tools/call` results refuses; the upstream's answer goes to the client as it is
                 return await run(ctx)
@@ -303,50 +302,10 @@ async def unless_gone(receive: Receive, run: Callable[[], Awaitable[dict[str, An
     return outcome[0]
 
 
-def session_of(ctx: ServerRequestContext[Any]) -> Session:
-    connection = connection_of(ctx)
-    return hook_session(connection) if connection is not None else Session()
-
-
-def hook_session(connection: Connection) -> Session:
-    """The gateway's session of a connection, kept in the connection's own state (gone with it, and closed then:
-    its per-client upstream sessions end with it). Its id, which audit records carry, is a short hash: a session
-    id is a bearer secret and never written down. A 2026-07-28 request's connection is its own, and has no way
-    back outside the request."""
-    found = connection.state.get(SESSION_STATE_KEY)
-    if found is None:
-        modern = connection.protocol_version in MODERN_PROTOCOL_VERSIONS
-        found = Session(session_label(connection), back=None if modern else SessionRelay(connection))
-        if connection.session_id:
-            found.key = hashlib.sha256(connection.session_id.encode()).hexdigest()[:40]
-        connection.state[SESSION_STATE_KEY] = found
-        connection.exit_stack.push_async_callback(found.close)
-    if found.user is None and (owner := session_identity(connection)) is not None:
-        found.user = credential_owner(owner)
-    return found
-
-
-def session_label(connection: Connection) -> str:
-    """A short, stable, non-reversible name for a connection's session, fit for logs and audit records."""
-    return label_session_id(connection.session_id or f"conn-{id(connection):x}")
-
-
-def label_session_id(session_id: str) -> str:
-    return "s-" + hashlib.sha256(session_id.encode()).hexdigest()[:12]
-
-
-def session_identity(connection: Connection) -> Identity | None:
-    """The identity a session was opened by (None before its first request was served)."""
-    found = connection.state.get(SESSION_IDENTITY_KEY)
-    return found if isinstance(found, Identity) else None
-
-
-def client_name(ctx: ServerRequestContext[Any]) -> str | None:
+def client_name(ctx: ServerRequestContext[Any], session: DownstreamSession | None) -> str | None:
     """The client's self-declared name: from the handshake, or from a 2026-07-28 request's envelope."""
-    connection = connection_of(ctx)
-    params = connection.client_params if connection is not None else None
-    if params is not None:
-        return params.client_info.name
+    if session is not None and (name := session.client_name) is not None:
+        return name
     meta = (ctx.params or {}).get("_meta")
     info = meta.get("io.modelcontextprotocol/clientInfo") if isinstance(meta, dict) else None
     return info.get("name") if isinstance(info, dict) else None

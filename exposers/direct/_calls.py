@@ -27,7 +27,6 @@ from typing import Any
 
 import anyio
 import mcp_types as types
-from mcp.server.connection import Connection
 from mcp.shared.exceptions import MCPDeprecationWarning
 from mcp.shared.inbound import ERROR_CODE_HTTP_STATUS
 from mcp_types import PROTOCOL_VERSION_META_KEY
@@ -35,16 +34,10 @@ from pydantic import ValidationError
 from starlette.types import Receive, Send
 
 from exposers.input_rounds import InputRounds
-from exposers.relay import (
-    cannot_ask,
-    declared_capabilities,
-    envelope_capabilities,
-    envelope_log_level,
-    session_log_level,
-    wants_log,
-)
+from exposers.relay import cannot_ask, envelope_capabilities, envelope_log_level
 from exposers.request import ClientRequest, serve
 from exposers.server import complete, error_data, stamp_server_info
+from exposers.sessions import DownstreamSession, wants_log
 from gateway.calls import Dispatcher
 
 logger = logging.getLogger("triad.exposer")
@@ -158,22 +151,23 @@ class SessionCallRelay(_CallRelay):
 
     modern = False
 
-    def __init__(self, reply: Reply, params: Mapping[str, Any], connection: Connection, answers: Answers) -> None:
+    def __init__(self, reply: Reply, params: Mapping[str, Any], session: DownstreamSession,
+                 answers: Answers) -> None:
         super().__init__(reply, params)
-        self._connection = connection
+        self._session = session
         self._answers = answers
 
     @property
     def log_level(self) -> str | None:  # type: ignore[override]
-        return session_log_level(self._connection)
+        return self._session.log_level
 
     @property
     def capabilities(self) -> dict[str, Any] | None:  # type: ignore[override]
-        return declared_capabilities(self._connection)
+        return self._session.capabilities
 
     async def ask(self, request: Any, result_type: Any) -> Any:
         message = request.model_dump(by_alias=True, mode="json", exclude_none=True)
-        session_id = self._connection.session_id
+        session_id = self._session.id
         assert session_id is not None, "the direct path serves only requests of a session it looked up by its id"
         reply = await self._answers.ask(session_id, message, self.reply)
         if "error" in reply:

@@ -7,7 +7,8 @@ cost of a call, so the requests that make up nearly all traffic are served here 
 (`fast_lists`), plus a session's answers to requests sent on its calls' streams and its cancellations of those
 calls.
 
-Only the plain case is taken. Handshake era: a POST on a live session the SDK opened (and the notifier tracks),
+Only the plain case is taken. Handshake era: a POST on a live session the SDK opened (found in the directory of
+`exposers.sessions`, bound to its identity),
 whose `MCP-Protocol-Version` header is the session's own version. 2026-07-28: a `tools/call` or list request that
 passes the SDK's own envelope, routing-header, `Mcp-Param-*` and params checks (run here with the SDK's
 functions). Both: the content type and Accept header the SDK requires, one message. Anything else (a batch,
@@ -16,7 +17,8 @@ the SDK untouched, so its checks and errors stay the only ones. The DNS-rebindin
 
 A session answers only the identity that opened it: a request of another client is left to the SDK, which
 answers it as an unknown session (404). A request served here must count as activity of its session, or the SDK
-would reap a session that only lists and calls as idle (`exposers.held`).
+would reap a session that only lists and calls as idle (`exposers.held`). A call served here is kept among its
+session's calls in flight (`DownstreamSession.calls`) while it runs, for the session's cancellations.
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import anyio
-from mcp.server.connection import Connection
 from mcp.server.streamable_http import check_accept_headers
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
@@ -55,10 +56,9 @@ from exposers.direct._calls import (
 )
 from exposers.direct._lists import ListPages
 from exposers.input_rounds import InputRounds
-from exposers.notify import Notifier
-from exposers.relay import takes_tasks
 from exposers.request import ClientRequest, acting_identity
-from exposers.server import IDENTITY_SCOPE_KEY, hook_session, session_identity, tool_input_schema
+from exposers.server import IDENTITY_SCOPE_KEY, tool_input_schema
+from exposers.sessions import DownstreamSession, Sessions
 from gateway.calls import Dispatcher
 from gateway.identity import Identity, same_principal
 from gateway.observe import tracing_enabled
@@ -70,14 +70,17 @@ MODERN_PARAMS = CALL_PARAMS | {"inputResponses", "requestState"}
 
 
 class DirectPath:
-    def __init__(self, app: ASGIApp, dispatcher: Dispatcher, notifier: Notifier,
+    def __init__(self, app: ASGIApp, dispatcher: Dispatcher, sessions: Sessions,
                  manager: StreamableHTTPSessionManager, security: TransportSecuritySettings | None,
-                 max_body: int, rounds: InputRounds | None, server_info: Mapping[str, Any]) -> None:
+                 max_body: int, rounds: InputRounds | None, server_info: Mapping[str, Any], *,
+                 enabled: bool = True) -> None:
+        """`enabled`: `listen.direct_path` (a listen setting: it takes effect on restart, as the others)."""
         self.app = app
+        self._enabled = enabled
         self._rounds = rounds
         self._server_info = server_info
         self._dispatcher = dispatcher
-        self._notifier = notifier
+        self._sessions = sessions
         self._manager = manager
         self._security = TransportSecurityMiddleware(security)
         self._max_body = max_body
@@ -85,11 +88,9 @@ class DirectPath:
         self._answers = Answers()
         self._serve_calls = not tracing_enabled()
         """With tracing on, calls take the SDK's path, whose server span continues the client's trace."""
-        self._calls: dict[tuple[str, str], tuple[anyio.CancelScope, SessionCallRelay]] = {}
-        """(session id, JSON of the request id) -> the cancel scope of a call served here."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        direct = scope["type"] == "http" and scope["method"] == "POST" and self._dispatcher.config.listen.direct_path
+        direct = scope["type"] == "http" and scope["method"] == "POST" and self._enabled
         headers = dict(scope["headers"]) if direct else {}
         if not headers.get(b"content-type", b"").startswith(b"application/json"):
             await self.app(scope, receive, send)
@@ -99,22 +100,20 @@ class DirectPath:
             await self._modern(scope, receive, send)
             return
         session_id = headers.get(b"mcp-session-id", b"").decode(errors="replace")
-        found = self._notifier.session(session_id) if session_id else None
+        found = self._sessions.get(session_id) if session_id else None
         transport = session_transport(self._manager, session_id) if found is not None else None
-        owner = session_identity(found[0]) if found is not None else None
+        owner = found.identity if found is not None else None
         caller = scope.get(IDENTITY_SCOPE_KEY)
-        if (found is None or transport is None or version != found[0].protocol_version or owner is None
+        if (found is None or transport is None or version != found.protocol_version or owner is None
                 or not isinstance(caller, Identity) or not same_principal(caller, owner)):
             await self.app(scope, receive, send)  # the SDK's answer, 404 for another client's session
             return
         if (read := await self._read(scope, receive, send)) is None:
             return
         _request, body, more, message = read
-        connection = found[0]
-        identity = acting_identity(self._dispatcher.config, caller, owner, _client_name(connection),
-                                   takes_tasks(connection))
+        identity = acting_identity(self._dispatcher.config, caller, owner, found.client_name, found.takes_tasks)
         with held(transport):
-            if message is not None and await self._serve(receive, send, message, connection, identity, session_id):
+            if message is not None and await self._serve(receive, send, message, found, identity, session_id):
                 return
         await self.app(scope, replay(body, more, receive), send)
 
@@ -185,7 +184,7 @@ class DirectPath:
         return acting_identity(self._dispatcher.config, identity, None, client.get("name"), tasks=True), \
             verdict.protocol_version
 
-    async def _serve(self, receive: Receive, send: Send, message: dict[str, Any], connection: Connection,
+    async def _serve(self, receive: Receive, send: Send, message: dict[str, Any], session: DownstreamSession,
                      identity: Identity, session_id: str) -> bool:
         """Serve `message` here; False when it is not one for this path."""
         response_headers = [(b"mcp-session-id", session_id.encode())]
@@ -198,7 +197,7 @@ class DirectPath:
         if "id" not in message:
             if method != "notifications/cancelled" or not isinstance(params := message.get("params"), dict):
                 return False
-            found = self._calls.get((session_id, json.dumps(params.get("requestId"))))
+            found = session.calls.get(json.dumps(params.get("requestId")))
             if found is None:
                 return False
             cancel, relay = found
@@ -208,24 +207,24 @@ class DirectPath:
             await _accepted(send, response_headers)
             return True
         if method in self._pages.listers:
-            page = await self._pages.reply(identity, connection.protocol_version, message, hook_session(connection))
+            page = await self._pages.reply(identity, session.protocol_version, message, session.hook)
             if page is None:
                 return False
             await send_json(send, page, response_headers)
             return True
         if method != "tools/call" or not self._serve_calls or not _plain_call(message.get("params"), CALL_PARAMS):
             return False
-        key = (session_id, json.dumps(message["id"]))
-        if key in self._calls:
+        key = json.dumps(message["id"])
+        if key in session.calls:
             return False  # a duplicate id: the SDK's error
-        relay = SessionCallRelay(Reply(send, response_headers), message["params"], connection, self._answers)
-        request = ClientRequest("tools/call", message["params"], identity, relay, hook_session(connection))
+        relay = SessionCallRelay(Reply(send, response_headers), message["params"], session, self._answers)
+        request = ClientRequest("tools/call", message["params"], identity, relay, session.hook)
         cancel = anyio.CancelScope()
-        self._calls[key] = (cancel, relay)
+        session.calls[key] = (cancel, relay)
         try:
             await serve_call(self._dispatcher, request, message["id"], relay.reply, cancel, receive)
         finally:
-            del self._calls[key]
+            del session.calls[key]
         return True
 
 
@@ -250,11 +249,6 @@ def _plain_call(params: Any, allowed: frozenset[str]) -> bool:
         return False
     token = (params.get("_meta") or {}).get("progressToken")
     return token is None or (isinstance(token, str | int) and not isinstance(token, bool))
-
-
-def _client_name(connection: Connection) -> str | None:
-    params = connection.client_params
-    return params.client_info.name if params is not None else None
 
 
 async def _accepted(send: Send, headers: list[tuple[bytes, bytes]]) -> None:
