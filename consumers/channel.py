@@ -20,7 +20,6 @@ Both follow the same HTTP rules (`consumers`).
 
 from __future__ import annotations
 
-import ssl
 from collections.abc import AsyncIterator, Callable, Collection
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Protocol
@@ -44,7 +43,7 @@ from consumers.relay import (
     with_params,
     with_progress_token,
 )
-from consumers.transports import open_transport
+from consumers.transports import TlsContexts, open_transport
 
 if TYPE_CHECKING:
     from consumers._direct_http import DirectHttp, HttpLink
@@ -130,7 +129,7 @@ class SessionChannel:
 async def open_channel(name: str, config: UpstreamConfig, cwd: str | None, relays: InFlight,
                        on_message: MessageHandlerFnT, *, declare: Collection[str],
                        list_roots: ListRootsFnT | None = None, output: ChildOutput | None = None,
-                       tls: Callable[[], ssl.SSLContext] | None = None,
+                       tls: TlsContexts | None = None,
                        on_notification: Callable[[str, dict[str, Any]], None] | None = None,
                        auth: CredentialUse | None = None) -> AsyncIterator[SessionChannel]:
     """An upstream session before its handshake. `declare`: the client capabilities it declares (of "sampling",

@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import ssl
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -49,6 +48,7 @@ from consumers.log_fields import log_fields
 from consumers.oauth import Credentials, CredentialUse, link_asker
 from consumers.own_lists import OWN_LISTS, OwnLists, list_own, own_families
 from consumers.relay import CURRENT_DOWNSTREAM, ClientOrigin, InFlight, ListsChanged
+from consumers.transports import TlsContexts
 
 logger = logging.getLogger("triad.upstream")
 
@@ -101,7 +101,7 @@ class ClientSessions:
     def __init__(self, upstream: str, config: Callable[[], UpstreamConfig], cwd: str | None,
                  on_message: Callable[[Any, ClientOrigin | None], Awaitable[None]],
                  on_notification: Callable[[str, dict[str, Any], ClientOrigin | None], None],
-                 tls: Callable[[], ssl.SSLContext] | None = None,
+                 tls: TlsContexts | None = None,
                  credentials: Credentials | None = None) -> None:
         self._upstream = upstream
         self._tls = tls

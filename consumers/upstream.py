@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import math
 import random
-import ssl
 from collections.abc import Callable
 from typing import Any
 
@@ -42,7 +41,7 @@ from consumers.oauth import Credentials, CredentialUse
 from consumers.per_client import ClientSessions
 from consumers.relay import ClientOrigin, InFlight, ProgressFn, UpstreamRequest
 from consumers.subscriptions import Subscriptions
-from consumers.transports import TlsContext
+from consumers.transports import TlsContext, TlsContexts
 
 logger = logging.getLogger("triad.upstream")
 
@@ -55,7 +54,7 @@ class Upstream(OwnSessions):
     def __init__(self, name: str, config: UpstreamConfig, cwd: str | None,
                  on_change: Callable[[Upstream], None],
                  on_updated: Callable[[str, str], None] = lambda _upstream, _uri: None,
-                 tls: Callable[[], ssl.SSLContext] | None = None) -> None:
+                 tls: TlsContexts | None = None) -> None:
         self.name = name
         self.tls = tls or TlsContext()
         self.credentials = Credentials(name)
