@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import mcp_types as types
 from mcp import ClientSession
-from mcp.client.session import ListRootsFnT, MessageHandlerFnT
+from mcp.client.session import ClientRequestContext, ListRootsFnT, MessageHandlerFnT
 
 from consumers._progress import CallWrites
 from consumers._sdk import send_raw
@@ -147,6 +147,20 @@ async def open_channel(name: str, config: UpstreamConfig, cwd: str | None, relay
                                  elicitation_callback=relays.on_elicitation if "elicitation" in declare else None,
                                  list_roots_callback=list_roots if "roots" in declare else None) as session:
             yield SessionChannel(name, session, relays, watch, link)
+
+
+def shared_declaration(config: UpstreamConfig) -> tuple[tuple[str, ...], ListRootsFnT]:
+    """What a shared session declares, and how it answers `roots/list`. It declares roots only with `roots:`
+    configured; with `per_client` the catalog session declares them too (its roots are the configured ones, or
+    none): it lists what a client that has roots would see, and each client's own session narrows that to what it
+    lists for that client. Its roots are the upstream's own `roots:`, never a client's."""
+    roots = types.ListRootsResult.model_validate({"roots": [{"uri": uri} for uri in config.roots or ()]})
+
+    async def configured_roots(context: ClientRequestContext) -> types.ListRootsResult | types.ErrorData:
+        return roots
+
+    declares_roots = config.roots is not None or config.session_mode == "per_client"
+    return ("sampling", "elicitation") + (("roots",) if declares_roots else ()), configured_roots
 
 
 TASK_STATUS = "notifications/tasks/status"
