@@ -16,6 +16,7 @@ import contextlib
 import itertools
 import json
 import logging
+import ssl
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -75,12 +76,14 @@ class LinkAuth(Protocol):
 
 
 @contextlib.asynccontextmanager
-async def open_link(url: str, headers: dict[str, str], connect_timeout: float,
+async def open_link(url: str, headers: dict[str, str], connect_timeout: float, tls: ssl.SSLContext,
                     oauth: LinkAuth | None = None) -> AsyncIterator[HttpLink]:
     """The direct path's own keep-alive client for one upstream. Its requests are bounded by each call's deadline;
-    only connecting has a timeout of its own."""
+    only connecting has a timeout of its own. `tls`: the context the upstream's SDK session verifies with too
+    (`consumers.transports.ssl_context`)."""
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout)
-    async with aiohttp.ClientSession(headers=headers, timeout=timeout, proxy=env_proxy(url)) as client:
+    async with aiohttp.ClientSession(headers=headers, timeout=timeout, proxy=env_proxy(url),
+                                     connector=aiohttp.TCPConnector(ssl=tls)) as client:
         yield HttpLink(url, client, oauth)
 
 

@@ -20,14 +20,13 @@ Both follow the same HTTP rules (`consumers`).
 
 from __future__ import annotations
 
-import ssl
 from collections.abc import AsyncIterator, Callable, Collection
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Protocol
 
 import mcp_types as types
 from mcp import ClientSession
-from mcp.client.session import ListRootsFnT, MessageHandlerFnT
+from mcp.client.session import ClientRequestContext, ListRootsFnT, MessageHandlerFnT
 
 from consumers._progress import CallWrites
 from consumers._sdk import send_raw
@@ -44,7 +43,7 @@ from consumers.relay import (
     with_params,
     with_progress_token,
 )
-from consumers.transports import open_transport
+from consumers.transports import TlsContexts, open_transport
 
 if TYPE_CHECKING:
     from consumers._direct_http import DirectHttp, HttpLink
@@ -130,7 +129,7 @@ class SessionChannel:
 async def open_channel(name: str, config: UpstreamConfig, cwd: str | None, relays: InFlight,
                        on_message: MessageHandlerFnT, *, declare: Collection[str],
                        list_roots: ListRootsFnT | None = None, output: ChildOutput | None = None,
-                       tls: Callable[[], ssl.SSLContext] | None = None,
+                       tls: TlsContexts | None = None,
                        on_notification: Callable[[str, dict[str, Any]], None] | None = None,
                        auth: CredentialUse | None = None) -> AsyncIterator[SessionChannel]:
     """An upstream session before its handshake. `declare`: the client capabilities it declares (of "sampling",
@@ -148,6 +147,20 @@ async def open_channel(name: str, config: UpstreamConfig, cwd: str | None, relay
                                  elicitation_callback=relays.on_elicitation if "elicitation" in declare else None,
                                  list_roots_callback=list_roots if "roots" in declare else None) as session:
             yield SessionChannel(name, session, relays, watch, link)
+
+
+def shared_declaration(config: UpstreamConfig) -> tuple[tuple[str, ...], ListRootsFnT]:
+    """What a shared session declares, and how it answers `roots/list`. It declares roots only with `roots:`
+    configured; with `per_client` the catalog session declares them too (its roots are the configured ones, or
+    none): it lists what a client that has roots would see, and each client's own session narrows that to what it
+    lists for that client. Its roots are the upstream's own `roots:`, never a client's."""
+    roots = types.ListRootsResult.model_validate({"roots": [{"uri": uri} for uri in config.roots or ()]})
+
+    async def configured_roots(context: ClientRequestContext) -> types.ListRootsResult | types.ErrorData:
+        return roots
+
+    declares_roots = config.roots is not None or config.session_mode == "per_client"
+    return ("sampling", "elicitation") + (("roots",) if declares_roots else ()), configured_roots
 
 
 TASK_STATUS = "notifications/tasks/status"

@@ -177,6 +177,24 @@ class UpstreamAuthConfig(_Model):
         return self
 
 
+class UpstreamTlsConfig(_Model):
+    """`upstreams.<name>.tls`: how Triad verifies an HTTPS upstream and proves itself to it, on every connection to
+    it (the SDK's session and GET stream, and the direct path). Verification is always on: the upstream's
+    certificate must chain to `ca_bundle` (unset: the system's trust store, or `SSL_CERT_FILE`/`SSL_CERT_DIR`)."""
+
+    ca_bundle: str | None = Field(default=None, min_length=1)
+    """A PEM file of the CA certificates to trust instead of the system's."""
+    client_cert: str | None = Field(default=None, min_length=1)
+    """A PEM file with Triad's client certificate (and its key, unless `client_key` is given): mutual TLS."""
+    client_key: str | None = Field(default=None, min_length=1)
+
+    @model_validator(mode="after")
+    def _check_pair(self) -> UpstreamTlsConfig:
+        if self.client_key is not None and self.client_cert is None:
+            raise ValueError("client_key needs client_cert")
+        return self
+
+
 Transport = Literal["stdio", "streamable-http", "sse"]
 
 _TRANSPORT_SPELLINGS: dict[str, Transport] = {
@@ -199,6 +217,9 @@ class UpstreamConfig(_Model):
     headers: dict[str, WireString] = {}
     auth: UpstreamAuthConfig | None = None
     """OAuth towards this upstream (streamable HTTP only)."""
+    tls: UpstreamTlsConfig | None = None
+    """TLS towards an HTTPS upstream (streamable HTTP and SSE); unset: the system's trust store, no client
+    certificate."""
     transport: Transport | None = None
     timeout: Duration = DEFAULT_UPSTREAM_TIMEOUT
     connect_timeout: Duration = DEFAULT_CONNECT_TIMEOUT
@@ -242,6 +263,8 @@ class UpstreamConfig(_Model):
 
     @model_validator(mode="after")
     def _check_target(self) -> UpstreamConfig:
+        if self.tls is not None and self.kind == "stdio":
+            raise ValueError("tls: applies to HTTP upstreams (streamable-http, sse) only")
         if self.auth is not None and self.kind != "streamable-http":
             raise ValueError("auth: OAuth is supported on streamable-http upstreams only")
         if self.auth is not None and self.auth.mode == "per_user" and self.session_mode != "per_client":

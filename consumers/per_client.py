@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import ssl
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -40,6 +39,7 @@ from mcp import ClientSession
 
 from consumers._errors import describe_failure
 from consumers._sdk import declare_as_client
+from consumers._session_loop import Wake, serve_session
 from consumers._stand_ins import IDLE_CLOSE, StandIn, StandIns
 from consumers.channel import SessionChannel, open_channel
 from consumers.config import AUTHORIZATION_WAIT, UpstreamConfig
@@ -49,6 +49,7 @@ from consumers.log_fields import log_fields
 from consumers.oauth import Credentials, CredentialUse, link_asker
 from consumers.own_lists import OWN_LISTS, OwnLists, list_own, own_families
 from consumers.relay import CURRENT_DOWNSTREAM, ClientOrigin, InFlight, ListsChanged
+from consumers.transports import TlsContexts
 
 logger = logging.getLogger("triad.upstream")
 
@@ -81,7 +82,7 @@ class ClientLink:
     fresh: anyio.Event = field(default_factory=anyio.Event)
     """Set while `lists` are what the session lists now: unset from a change until its re-list, so that a list
     asked in between (after the `list_changed` a catalog change sends every client) waits for the new lists."""
-    wake: anyio.Event = field(default_factory=anyio.Event)
+    wake: Wake = field(default_factory=Wake)
     used: float = 0.0
     """When a request last asked for this session (a stand-in's closes after `IDLE_CLOSE` without one)."""
 
@@ -101,7 +102,7 @@ class ClientSessions:
     def __init__(self, upstream: str, config: Callable[[], UpstreamConfig], cwd: str | None,
                  on_message: Callable[[Any, ClientOrigin | None], Awaitable[None]],
                  on_notification: Callable[[str, dict[str, Any], ClientOrigin | None], None],
-                 tls: Callable[[], ssl.SSLContext] | None = None,
+                 tls: TlsContexts | None = None,
                  credentials: Credentials | None = None) -> None:
         self._upstream = upstream
         self._tls = tls
@@ -186,6 +187,19 @@ class ClientSessions:
             return False
         self.forget(min(idle, key=lambda link: link.used).origin)
         return True
+
+    def routed(self, modern: bool) -> bool:
+        """Each downstream session with a way back gets an upstream session of its own: `sessions: per_client`, on
+        an upstream that does not speak 2026-07-28 (`modern`: there every request stands alone)."""
+        return self._config().session_mode == "per_client" and not modern
+
+    def route(self, client: ClientOrigin | None, modern: bool) -> ClientOrigin | None:
+        """The downstream session whose own upstream session `client`'s requests go on: its own, or for a caller
+        with no way back (a 2026-07-28 request) the stand-in bound to who it is and what it declared
+        (`consumers`); None: they go on the shared one."""
+        if client is None or not self.routed(modern):
+            return None
+        return client if client.back is not None else self.stand_in(client)
 
     def stand_in(self, client: ClientOrigin) -> ClientOrigin | None:
         """The stand-in of a caller with no way back (`consumers`); None when it cannot be named."""
@@ -305,7 +319,6 @@ class ClientSessions:
                     link.lists = await list_own(self._upstream, channel.session, offered)
                     link.fresh.set()
                     self._learn(link.origin, link.lists)
-                    channel.watch.on_eof = link.close  # the upstream ended it: the next request opens anew
                     opening.deadline = math.inf
                     link.channel = channel
                     link.opened.set()
@@ -313,19 +326,22 @@ class ClientSessions:
                                 extra=log_fields(self._upstream, "session_opened", session=link.origin,
                                                  seconds=anyio.current_time() - started))
                     idle = IDLE_CLOSE if isinstance(link.origin, StandIn) else math.inf
-                    try:
-                        while not link.closed.is_set():
-                            with anyio.move_on_after(idle):
-                                await link.wake.wait()
-                            if anyio.current_time() - link.used >= idle and not link.relays.calls:
-                                link.close()  # a stand-in nobody used for a while: the next request opens anew
-                                logger.info("upstream %s: a client session closed after %gs without requests",
-                                            self._upstream, idle,
-                                            extra=log_fields(self._upstream, "session_idle", session=link.origin))
-                                break
-                            link.wake = anyio.Event()
-                            if link.stale and not link.closed.is_set():
-                                await self._relist(link, channel.session, offered)
+
+                    async def step(_quiet: bool) -> bool:
+                        if link.closed.is_set():
+                            return False
+                        if anyio.current_time() - link.used >= idle and not link.relays.calls:
+                            link.close()  # a stand-in nobody used for a while: the next request opens anew
+                            logger.info("upstream %s: a client session closed after %gs without requests",
+                                        self._upstream, idle,
+                                        extra=log_fields(self._upstream, "session_idle", session=link.origin))
+                            return False
+                        if link.stale:
+                            await self._relist(link, channel.session, offered)
+                        return True
+
+                    try:  # the upstream ending it closes the link: the next request opens anew
+                        await serve_session(channel, link.wake, idle, step, on_eof=link.close)
                     finally:
                         link.channel = None
             if opening.cancelled_caught:

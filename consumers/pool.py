@@ -38,7 +38,7 @@ def connection_key(config: UpstreamConfig, cwd: str | None) -> tuple[Any, ...]:
         return tuple(sorted((k, v.get_secret_value()) for k, v in values.items()))
 
     return (config.kind, config.command, config.args, secrets(config.env), cwd, config.url, secrets(config.headers),
-            config.protocol, config.session_mode, config.roots, config.auth)
+            config.protocol, config.session_mode, config.roots, config.auth, config.tls)
 
 
 class Fleet(Protocol):

@@ -14,24 +14,31 @@ import logging
 import ssl
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import httpx2
 import mcp_types as types
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import McpHttpClientFactory
 
 from consumers._errors import UNAVAILABLE_DATA_KEY, UNAVAILABLE_STATUSES
 from consumers._http_rules import HTTP_RULES
 from consumers.child_process import ChildOutput, open_child
-from consumers.config import UpstreamConfig
+from consumers.config import UpstreamConfig, UpstreamTlsConfig
+from consumers.errors import UpstreamUnavailable
 from consumers.oauth import CredentialUse, UpstreamOAuth
 
 if TYPE_CHECKING:
     from consumers._direct_http import HttpLink
 
 logger = logging.getLogger("triad.upstream")
+
+TlsContexts = Callable[[str, UpstreamTlsConfig | None], ssl.SSLContext]
+"""Where an upstream's connections get the TLS context of its `tls` settings: (upstream name, settings) -> context
+(`TlsContext`)."""
+_T = TypeVar("_T")
 
 HTTP_CONNECT_TIMEOUT = 10.0
 SSE_READ_TIMEOUT = 300.0
@@ -40,11 +47,12 @@ SSE_READ_TIMEOUT = 300.0
 
 @asynccontextmanager
 async def open_transport(name: str, config: UpstreamConfig, cwd: str | None, output: ChildOutput | None = None,
-                         tls: Callable[[], ssl.SSLContext] | None = None, auth: CredentialUse | None = None
+                         tls: TlsContexts | None = None, auth: CredentialUse | None = None
                          ) -> AsyncIterator[tuple[Any, Any, HttpLink | None]]:
     """`output`: where a stdio child's last stderr lines and exit code are kept (the upstream's state). `tls`:
-    the TLS context to verify HTTPS upstreams with, made once and shared (making one loads the CA bundle: tens of
-    milliseconds of CPU, which a per-client session would otherwise pay at every opening). `auth`: for an upstream
+    where the TLS context of the upstream's `tls` settings is made once and shared (`TlsContext`; making one loads
+    the CA bundle: tens of milliseconds of CPU, which a per-client session would otherwise pay at every opening);
+    the SDK's httpx2 client and the direct path's aiohttp session both use it. `auth`: for an upstream
     with `auth`, which credential to use (default: Triad's own, made for this connection alone)."""
     kind = config.kind
     if kind == "stdio":
@@ -55,23 +63,25 @@ async def open_transport(name: str, config: UpstreamConfig, cwd: str | None, out
         return
     headers = {key: value.get_secret_value() for key, value in config.headers.items()}
     assert config.url is not None
+    context = (tls or TlsContext())(name, config.tls)
     if kind == "sse":
         async with sse_client(config.url, headers=headers, timeout=HTTP_CONNECT_TIMEOUT,
-                              sse_read_timeout=SSE_READ_TIMEOUT) as (read, write):
+                              sse_read_timeout=SSE_READ_TIMEOUT,
+                              httpx_client_factory=_verifying_client(context)) as (read, write):
             yield read, write, None
         return
     # Imported here: aiohttp (about 9 MB) is loaded only when some upstream speaks streamable HTTP.
     from consumers._direct_http import open_link
 
     timeout = httpx2.Timeout(HTTP_CONNECT_TIMEOUT, read=max(config.timeout, SSE_READ_TIMEOUT))
-    transport = _DrainingTransport(httpx2.AsyncHTTPTransport(verify=tls() if tls is not None else True))
+    transport = _DrainingTransport(httpx2.AsyncHTTPTransport(verify=context))
     oauth = None
     if config.auth is not None:
         use = auth or CredentialUse()
         oauth = use.credentials.get(config.url, config.auth, use.user, use.ask) if use.credentials is not None \
             else UpstreamOAuth(name, config.url, config.auth, use.ask, use.user)
     async with (
-        open_link(config.url, headers, HTTP_CONNECT_TIMEOUT, oauth) as link,
+        open_link(config.url, headers, HTTP_CONNECT_TIMEOUT, context, oauth) as link,
         httpx2.AsyncClient(headers=headers, timeout=timeout, follow_redirects=HTTP_RULES.follow_redirects,
                            trust_env=HTTP_RULES.trust_env, transport=transport,
                            auth=oauth.http_auth if oauth is not None else None) as http,
@@ -81,16 +91,60 @@ async def open_transport(name: str, config: UpstreamConfig, cwd: str | None, out
         yield read, write, link
 
 
+def ssl_context(upstream: str, settings: UpstreamTlsConfig | None) -> ssl.SSLContext:
+    """The one TLS context of an upstream's connections, for both of its clients (httpx2 for the SDK's session,
+    aiohttp for the direct path): verification on, against `ca_bundle` (unset: what httpx2 trusts by default, the
+    system's store or `SSL_CERT_FILE`/`SSL_CERT_DIR`), with Triad's client certificate where one is configured.
+    A file that cannot be read or parsed is an `UpstreamUnavailable` naming the setting, never its contents."""
+    if settings is None or settings.ca_bundle is None:
+        context = httpx2.create_ssl_context()
+    else:
+        cafile = settings.ca_bundle
+        context = _loaded(upstream, "ca_bundle", cafile, lambda: ssl.create_default_context(cafile=cafile))
+    if settings is not None and settings.client_cert is not None:
+        cert, key = settings.client_cert, settings.client_key
+        _loaded(upstream, "client_cert", cert, lambda: context.load_cert_chain(cert, key))
+    return context
+
+
+def _loaded(upstream: str, setting: str, path: str, load: Callable[[], _T]) -> _T:
+    try:
+        return load()
+    except OSError as exc:  # ssl.SSLError is one
+        reason = (exc.reason if isinstance(exc, ssl.SSLError) else None) or exc.strerror or type(exc).__name__
+        raise UpstreamUnavailable(upstream, f"upstream {upstream!r}: tls.{setting} {path!r} cannot be used: "
+                                  f"{reason}") from None
+
+
+MAX_TLS_CONTEXTS = 64
+"""Distinct `tls` settings whose contexts a `TlsContext` keeps (a reload may bring new ones); beyond, it starts over."""
+
+
 class TlsContext:
-    """One TLS context, made at its first use and shared after (an upstream's sessions, or all of a pool's)."""
+    """TLS contexts by an upstream's `tls` settings, each made at its first use (loading a CA bundle costs tens of
+    milliseconds of CPU) and shared after: by an upstream's sessions, or by all of a pool's upstreams."""
 
     def __init__(self) -> None:
-        self._context: ssl.SSLContext | None = None
+        self._contexts: dict[UpstreamTlsConfig | None, ssl.SSLContext] = {}
 
-    def __call__(self) -> ssl.SSLContext:
-        if self._context is None:
-            self._context = httpx2.create_ssl_context()
-        return self._context
+    def __call__(self, upstream: str, settings: UpstreamTlsConfig | None = None) -> ssl.SSLContext:
+        context = self._contexts.get(settings)
+        if context is None:
+            if len(self._contexts) >= MAX_TLS_CONTEXTS:
+                self._contexts.clear()
+            context = self._contexts[settings] = ssl_context(upstream, settings)
+        return context
+
+
+def _verifying_client(context: ssl.SSLContext) -> McpHttpClientFactory:
+    """The SDK's SSE client, as `create_mcp_http_client` makes it, verifying with `context`."""
+
+    def create(headers: dict[str, str] | None = None, timeout: httpx2.Timeout | None = None,
+               auth: httpx2.Auth | None = None) -> httpx2.AsyncClient:
+        return httpx2.AsyncClient(headers=headers, auth=auth, verify=context,
+                                  timeout=timeout or httpx2.Timeout(HTTP_CONNECT_TIMEOUT, read=SSE_READ_TIMEOUT))
+
+    return create
 
 
 DRAIN_LIMIT = 0.05

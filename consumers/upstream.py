@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import math
 import random
-import ssl
 from collections.abc import Callable
 from typing import Any
 
@@ -29,8 +28,8 @@ from consumers._breaker import CircuitBreaker
 from consumers._deadline import send_within_deadline
 from consumers._errors import UpstreamConnectionFailed, UpstreamSessionGone, describe_failure
 from consumers._health import probe
-from consumers._own_sessions import OwnSessions
-from consumers.channel import TASK_STATUS, SessionChannel, open_channel
+from consumers._session_loop import Wake, serve_session
+from consumers.channel import TASK_STATUS, SessionChannel, open_channel, shared_declaration
 from consumers.child_process import ChildOutput
 from consumers.config import UpstreamConfig
 from consumers.errors import UpstreamAuthorizationRequired, UpstreamRefused, UpstreamTimeout, UpstreamUnavailable
@@ -39,10 +38,11 @@ from consumers.listing import Catalog, list_catalog
 from consumers.log_fields import log_fields
 from consumers.modern import ModernLink
 from consumers.oauth import Credentials, CredentialUse
+from consumers.own_lists import OwnLists
 from consumers.per_client import ClientSessions
 from consumers.relay import ClientOrigin, InFlight, ProgressFn, UpstreamRequest
 from consumers.subscriptions import Subscriptions
-from consumers.transports import TlsContext
+from consumers.transports import TlsContext, TlsContexts
 
 logger = logging.getLogger("triad.upstream")
 
@@ -51,16 +51,16 @@ BACKOFF_MAX = 30.0
 PING_TIMEOUT = 10.0
 
 
-class Upstream(OwnSessions):
+class Upstream:
     def __init__(self, name: str, config: UpstreamConfig, cwd: str | None,
                  on_change: Callable[[Upstream], None],
                  on_updated: Callable[[str, str], None] = lambda _upstream, _uri: None,
-                 tls: Callable[[], ssl.SSLContext] | None = None) -> None:
+                 tls: TlsContexts | None = None) -> None:
         self.name = name
         self.tls = tls or TlsContext()
+        """The TLS contexts for HTTPS (the pool shares them among its upstreams)."""
         self.credentials = Credentials(name)
         """OAuth token sources (`auth`), shared by every connection to this upstream, client sessions included."""
-        """The TLS context for HTTPS (the pool shares one among its upstreams)."""
         self.config = config
         """Replaced in place by a reload that keeps the connection (timeouts, tool filters)."""
         self.cwd = cwd
@@ -75,7 +75,7 @@ class Upstream(OwnSessions):
         """Set once the first connection attempt has succeeded or failed (what `triad plan` waits for)."""
         self._channel: SessionChannel | None = None
         """The live shared session."""
-        self._wake = anyio.Event()
+        self._wake = Wake()
         self._relist = False
         self._suspect = False
         self._stopping = False
@@ -132,8 +132,7 @@ class Upstream(OwnSessions):
                 self._set_state(UpstreamState.DOWN, self.child.explain("connection closed"))
                 logger.warning("upstream %s closed its connection; reconnecting: %s", self.name, self.reason,
                                extra=log_fields(self.name, "closed"))
-            with anyio.move_on_after(backoff * (1 + random.random() / 2)):
-                await self._wait_wake()
+            await self._wake.wait_for(backoff * (1 + random.random() / 2))
             backoff = min(backoff * 2, BACKOFF_MAX)
 
     def stop(self) -> None:
@@ -164,17 +163,13 @@ class Upstream(OwnSessions):
         self._relist = True
         self._wake.set()
 
-    async def _wait_wake(self) -> None:
-        await self._wake.wait()
-        self._wake = anyio.Event()
-
     async def _connect_and_serve(self) -> None:
         started = anyio.current_time()
         with anyio.CancelScope() as connect_scope:
             connect_scope.deadline = started + self.config.connect_timeout
-            declare = ("sampling", "elicitation") + (("roots",) if self._declares_roots else ())
+            declare, roots = shared_declaration(self.config)
             async with open_channel(self.name, self.config, self.cwd, self._relays, self._on_message,
-                                    declare=declare, list_roots=self._configured_roots, output=self.child,
+                                    declare=declare, list_roots=roots, output=self.child,
                                     tls=self.tls, on_notification=self._on_notification,
                                     auth=CredentialUse(self.credentials)) as channel:
                 session = channel.session
@@ -229,14 +224,12 @@ class Upstream(OwnSessions):
 
     async def _serve(self, channel: SessionChannel) -> None:
         """Wait for work: a re-list, a suspected connection, a stop, the stream's end, or a quiet interval."""
-        session, watch = channel.session, channel.watch
-        watch.on_eof = lambda: self._wake.set()  # the event is replaced after each wake-up
-        while not self._stopping and not watch.closed:
-            with anyio.move_on_after(self.config.ping_interval) as quiet:
-                await self._wait_wake()
-            if self._stopping or watch.closed:
-                break
-            if quiet.cancelled_caught or self._suspect:
+        session = channel.session
+
+        async def step(quiet: bool) -> bool:
+            if self._stopping:
+                return False
+            if quiet or self._suspect:
                 self._suspect = False
                 await self._ping(session)
             if self._relist:
@@ -250,6 +243,10 @@ class Upstream(OwnSessions):
                 logger.info("upstream %s re-listed: %d tools", self.name, len(self.catalog.tools),
                             extra=log_fields(self.name, "relisted"))
                 self._on_change(self)
+            return True
+
+        if not self._stopping:
+            await serve_session(channel, self._wake, self.config.ping_interval, step)
 
     async def _ping(self, session: ClientSession) -> None:
         version = self.catalog.protocol_version if self.modern and self.catalog is not None else None
@@ -281,6 +278,34 @@ class Upstream(OwnSessions):
         if changed:
             self._on_change(self)
 
+    # -- per-client sessions (`consumers.per_client`, composed: `_clients`) --------------------------------------
+
+    @property
+    def per_client(self) -> bool:
+        """Each downstream session with a way back gets an upstream session of its own (`sessions: per_client`)."""
+        return self._clients.routed(self.modern)
+
+    def own_session(self, client: ClientOrigin | None) -> ClientOrigin | None:
+        """The downstream session whose own upstream session `client`'s requests go on (`ClientSessions.route`)."""
+        return self._clients.route(client, self.modern)
+
+    def known_lists(self, client: ClientOrigin) -> OwnLists | None:
+        """What `client`'s own session lists (`sessions: per_client`), if known without opening one."""
+        return self._clients.known_lists(self.own_session(client) or client)
+
+    async def own_lists(self, client: ClientOrigin) -> OwnLists:
+        """What `client`'s own session lists, opening it if need be; an `UpstreamError` if it cannot be opened."""
+        return await self._clients.lists_for(self.own_session(client) or client)
+
+    async def roots_changed(self, client: ClientOrigin) -> None:
+        """A client's roots changed: its own upstream session is told (a shared one never had them)."""
+        await self._clients.roots_changed(client)
+
+    @property
+    def client_sessions(self) -> int:
+        """How many per-client upstream sessions are open."""
+        return len(self._clients)
+
     # -- calls from other tasks ----------------------------------------------------------------------------------
 
     async def request(self, request: UpstreamRequest, *, progress: ProgressFn | None = None, retry_safe: bool = False,
@@ -311,7 +336,7 @@ class Upstream(OwnSessions):
                                                 "session of its own would go out with Triad's credential")
         reached: bool | None = None  # what the outcome says of the connection (None: nothing, as for a timeout)
         try:
-            channel = await self._channel_for(own)
+            channel = self._channel if own is None else await self._clients.channel_for(own)
             try:
                 result = await self._send(channel, request, progress, call_limits)
             except UpstreamSessionGone as exc:
@@ -326,7 +351,7 @@ class Upstream(OwnSessions):
                 logger.info("upstream %s: retrying %s on a new session%s", self.name, request.method,
                             "" if retry_safe else " (the upstream never received it)",
                             extra=log_fields(self.name, "retry", session=own))
-                channel = await self._channel_for(own)
+                channel = self._channel if own is None else await self._clients.channel_for(own)
                 result = await self._send(channel, request, progress, call_limits)
             reached = True
             return result

@@ -13,6 +13,7 @@ import pytest
 from anyio.abc import SocketStream
 
 from consumers._http_rules import HTTP_RULES
+from consumers.transports import ssl_context
 
 pytestmark = pytest.mark.anyio
 
@@ -45,7 +46,7 @@ async def test_neither_hop_follows_a_redirect() -> None:
     async with anyio.create_task_group() as tg:
         tg.start_soon(source.serve, redirect)
         tg.start_soon(target.serve, visited)
-        async with open_link(url, {}, 5) as link:  # the direct path (aiohttp)
+        async with open_link(url, {}, 5, ssl_context("x", None)) as link:  # the direct path (aiohttp)
             assert link.client.trust_env is False  # the environment's proxy is resolved once (`env_proxy`)
             direct = link.direct("2025-11-25", lambda _method, _params: None)
             call = types.CallToolRequest(params=types.CallToolRequestParams(name="echo", arguments={}))

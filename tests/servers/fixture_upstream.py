@@ -2,7 +2,7 @@
 
     python fixture_upstream.py [--transport stdio|http|sse] [--name N] [--page-size K] [--extra-tools M]
                                [--hang-initialize] [--slow-first-ping S] [--prefix P] [--unavailable-calls K]
-                               [--endless-503]
+                               [--endless-503] [--tls CERT KEY]
 
 Over HTTP and SSE it binds 127.0.0.1 on a free port and prints `READY <port>` on stderr. Tools cover every
 content type (text, image, audio, embedded resource, resource link, structured with outputSchema, error), a slow
@@ -344,7 +344,9 @@ def log_auth(app: Any) -> Any:
 
 
 async def serve_http(server: Server[Any], transport: str, port: int, unavailable_calls: int = 0,
-                     auth_log: bool = False, endless_unavailable: bool = False) -> None:
+                     auth_log: bool = False, endless_unavailable: bool = False,
+                     tls: tuple[str, str] | None = None) -> None:
+    """`tls`: (certificate file, key file) to serve HTTPS with."""
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -366,7 +368,8 @@ async def serve_http(server: Server[Any], transport: str, port: int, unavailable
     if auth_log:
         app = log_auth(app)
     # h11 strips whitespace around header values (RFC 9110) as the conformance suite expects; httptools keeps it
-    userver = uvicorn.Server(uvicorn.Config(app, log_level="warning", http="h11"))
+    userver = uvicorn.Server(uvicorn.Config(app, log_level="warning", http="h11",
+                                            ssl_certfile=tls[0] if tls else None, ssl_keyfile=tls[1] if tls else None))
     sock.listen(128)  # listening before READY is said: a client that connects at once waits, never refused
     print(f"READY {port}", file=sys.stderr, flush=True)
     await userver.serve(sockets=[sock])
@@ -400,6 +403,7 @@ def main() -> None:
     parser.add_argument("--lists-by-capabilities", action="store_true",
                         help="a tool, a prompt and a resource template listed only to sessions whose client "
                         "declared sampling")
+    parser.add_argument("--tls", nargs=2, metavar=("CERT", "KEY"), help="serve HTTPS with this certificate and key")
     args = parser.parse_args()
     server = build_server(args)
     while args.start_when and not os.path.exists(args.start_when):
@@ -408,7 +412,7 @@ def main() -> None:
         anyio.run(serve_stdio, server)
     else:
         anyio.run(serve_http, server, args.transport, args.port, args.unavailable_calls, args.log_auth,
-                  args.endless_503)
+                  args.endless_503, tuple(args.tls) if args.tls else None)
 
 
 if __name__ == "__main__":
