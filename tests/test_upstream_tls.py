@@ -9,6 +9,7 @@ and a call of its tool gets an error at once, not a hang.
 from __future__ import annotations
 
 import datetime
+import json
 import ipaddress
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from mcp.shared.exceptions import MCPError
 from consumers.config import UpstreamTlsConfig
 from consumers.errors import UpstreamUnavailable
 from consumers.transports import ssl_context
+from gateway.runtime import load_config
 from tests.conftest import FIXTURE, PYTHON, Proc, marker, start_triad, write_config
 from tests.test_gateway_e2e import call, http_session
 
@@ -134,3 +136,20 @@ def test_a_client_certificate_is_loaded_into_the_context(tmp_path: Path) -> None
     context = ssl_context("secure", UpstreamTlsConfig(client_cert=str(_pem(tmp_path / "client.pem", certificate)),
                                                       client_key=str(tmp_path / "client.key")))
     assert context.verify_mode.name == "CERT_REQUIRED" and context.check_hostname
+
+
+@pytest.mark.parametrize("key", ["ca_bundle", "client_cert", "client_key"])
+@pytest.mark.parametrize("form", ["relative", "nested", "absolute", "home"])
+def test_tls_files_are_found_relative_to_the_config_file(key: str, form: str, tmp_path: Path) -> None:
+    """As `cwd` and `token_store`: a config works from any working directory."""
+    value = {"relative": "ca.pem", "nested": "certs/../certs/ca.pem", "absolute": "/etc/ssl/ca.pem",
+             "home": "~/ca.pem"}[form]
+    tls = {key: value, **({"client_cert": "cert.pem"} if key == "client_key" else {})}
+    config_dir = tmp_path / "conf"
+    config_dir.mkdir()
+    path = config_dir / "triad.yaml"
+    path.write_text(json.dumps({"upstreams": {"secure": {"url": "https://127.0.0.1:1/mcp", "tls": tls}}}))
+    seen = getattr(load_config(path).enabled_upstreams()["secure"].tls, key)
+    expected = {"relative": config_dir / "ca.pem", "nested": config_dir / "certs/../certs/ca.pem",
+                "absolute": Path("/etc/ssl/ca.pem"), "home": Path("~/ca.pem").expanduser()}[form]
+    assert Path(seen) == expected

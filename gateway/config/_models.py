@@ -309,7 +309,8 @@ class TriadConfig(_Model):
         return hide_values(message, {name: value.get_secret_value() for name, value in self._variables.items()})
 
     def enabled_upstreams(self) -> dict[str, UpstreamConfig]:
-        return {name: self._with_token_store(name, up) for name, up in self.upstreams.items() if up.enabled}
+        return {name: self._with_tls_files(self._with_token_store(name, up)) for name, up in self.upstreams.items()
+                if up.enabled}
 
     def state_directory(self) -> Path | None:
         """Where state across restarts is kept: `state_dir` (relative to the config file), else the config
@@ -328,6 +329,15 @@ class TriadConfig(_Model):
         store = directory / f"{self.source.stem}.tokens" / f"{name}.json" if upstream.auth.token_store is None \
             else self.source.parent / Path(upstream.auth.token_store).expanduser()
         return upstream.model_copy(update={"auth": upstream.auth.model_copy(update={"token_store": str(store)})})
+
+    def _with_tls_files(self, upstream: UpstreamConfig) -> UpstreamConfig:
+        """`tls` files given as relative paths are relative to the config file, as `cwd` and `token_store` are."""
+        if upstream.tls is None or self.source is None:
+            return upstream
+        base = self.source.parent
+        files = {key: str(base / Path(value).expanduser()) for key in ("ca_bundle", "client_cert", "client_key")
+                 if (value := getattr(upstream.tls, key)) is not None}
+        return upstream.model_copy(update={"tls": upstream.tls.model_copy(update=files)})
 
     def resolve_cwd(self, upstream: UpstreamConfig) -> str | None:
         """A relative `cwd` is taken relative to the config file, so a config works from any directory."""
