@@ -9,8 +9,8 @@ and a call of its tool gets an error at once, not a hang.
 from __future__ import annotations
 
 import datetime
-import json
 import ipaddress
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
