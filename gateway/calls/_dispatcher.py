@@ -26,7 +26,7 @@ import anyio.lowlevel
 import mcp_types as types
 
 from consumers import OwnLists, ProgressFn, Upstream, UpstreamPool, UpstreamRequest, UpstreamState
-from gateway.calls._core_tools import call_triad_tool, settings_for
+from gateway.calls._core_tools import CALL_THROUGH, inner_call, run_core, settings_for, tool_error
 from gateway.calls._resources import ResourceRequests, subscribable
 from gateway.config import TriadConfig
 from gateway.errors import InvalidRequest, UnknownName, UpstreamError, UpstreamTimeout, UpstreamUnavailable
@@ -34,10 +34,10 @@ from gateway.hooks import CallContext, HookChain, Session, build_chain
 from gateway.identity import Identity, bounded_run_list, run_list
 from gateway.observe import Metrics, log_call, log_denied
 from gateway.registry import (
+    CORE_NAMES,
     EMPTY_REGISTRY,
     RUN_LIST_META_KEY,
     SERVING,
-    TRIAD_TOOLS,
     ClientView,
     Registry,
     SessionLists,
@@ -47,6 +47,7 @@ from gateway.registry import (
     build_registry,
     build_upstream_sources,
     clean_result,
+    core_source,
     expose_links,
     forwardable_meta,
     input_round,
@@ -149,11 +150,11 @@ class Dispatcher(ResourceRequests):
             self._stale = False
             snapshots = {name: UpstreamSnapshot(up.catalog, up.state.value, up.reason)
                          for name, up in self.pool.upstreams.items()}
-            # Triad's own tools' names are never an upstream tool's, whatever mode a client is in: a name stays
-            # the same for every client, and a search-mode client's `search_tools` is always Triad's.
-            built = build_upstream_sources(self.config, snapshots, reserved=TRIAD_TOOLS, names=self.names)
-            registry = build_registry(self._snapshot.registry.version + 1, built.sources, built.context,
-                                      built.uri_owners)
+            # the core tools' names are never an upstream tool's, whatever mode a client is in: a name stays the
+            # same for every client, and a search-mode client's `search_tools` is always Triad's.
+            built = build_upstream_sources(self.config, snapshots, reserved=CORE_NAMES, names=self.names)
+            registry = build_registry(self._snapshot.registry.version + 1, [core_source(self.config), *built.sources],
+                                      built.context, built.uri_owners)
             self._snapshot = Snapshot(registry, self.pipeline)
         return self._snapshot
 
@@ -305,12 +306,7 @@ class Dispatcher(ResourceRequests):
         """`era`: the client's (a 2026-07-28 client's task on a handshake-era upstream is translated)."""
         if not self._settled:  # right after start, a name is unknown only once its upstream has had its chance
             await self.settled()
-        view = self._request_view(identity, params)
-        if view.mode == "search" and params.get("name") in TRIAD_TOOLS:  # tool search: gateway.calls._core_tools
-            # it finds only what this session may call (its own upstream sessions' lists, `sessions: per_client`)
-            view = self._request_view(identity, params, await self.own_lists(session))
-            return await call_triad_tool(self, view, params, progress, session, era)
-        return await self.call_visible_tool(view, params, progress, session, era)
+        return await self.call_visible_tool(self._request_view(identity, params), params, progress, session, era)
 
     def declares_param_headers(self, name: str) -> bool:
         """Whether the tool exposed as `name` maps arguments to `Mcp-Param-*` headers (`Snapshot`)."""
@@ -321,12 +317,22 @@ class Dispatcher(ResourceRequests):
         return tool_wire(descriptor, view.profile, self._current().schemas)
 
     async def call_visible_tool(self, view: ClientView, params: Mapping[str, Any], progress: ProgressFn | None = None,
-                                session: Session | None = None, era: Era = "2025-11-25") -> dict[str, Any]:
+                                session: Session | None = None, era: Era = "2025-11-25", *,
+                                inner: bool = False) -> dict[str, Any]:
         """A call of a tool by its exposed name, in `view`: what `tools/call` does, and `call_tool` after it."""
         identity, name = view.identity, params.get("name")
         entry = view.tools.get(name) if isinstance(name, str) else None
-        if entry is None:
+        if entry is None or (inner and entry.executor.kind == "core"):  # `call_tool` calls no core tool
             raise await self._refuse_tool(view, name, params, session)
+        if entry.executor.kind == "core":
+            # a core tool finds and calls only what this session may call (its own upstream sessions' lists)
+            view = self.view(identity, await self.own_lists(session))
+            if entry.executor.id == CALL_THROUGH:
+                called = inner_call(params)
+                if isinstance(called, str):
+                    return tool_error(called)
+                return await self.call_visible_tool(view, called, progress, session, era, inner=True)
+            return await self._run_core(view, entry.descriptor, params, session)
         upstream = self._upstream(entry.executor.id)
         if session is not None and upstream.own_session(session) is not None \
                 and entry.executor.tool not in (await upstream.own_lists(session)).tools:
@@ -356,6 +362,22 @@ class Dispatcher(ResourceRequests):
                           entry.executor.tool, _arguments(params), notes, entry.descriptor.input_schema,
                           entry.descriptor.wire)
         return await self.hooks.run(ctx, send)
+
+    async def _run_core(self, view: ClientView, descriptor: ToolDescriptor, params: Mapping[str, Any],
+                        session: Session | None) -> dict[str, Any]:
+        """A core tool that runs here (`search_tools`): inside the hook chain like any tool, with no upstream."""
+        snapshot, indexes = self._current(), self.search
+
+        async def run(ctx: CallContext | None) -> dict[str, Any]:
+            arguments = ctx.arguments if ctx is not None else _arguments(params)
+            return await run_core(descriptor.executor.id if descriptor.executor else "", indexes, view, arguments,
+                                  snapshot.schemas)
+
+        if not self.hooks:
+            return await run(None)
+        ctx = CallContext("tool", view.identity.client_id, session or Session(), descriptor.name, "", descriptor.name,
+                          _arguments(params), descriptor.annotations or {}, descriptor.input_schema)
+        return await self.hooks.run(ctx, run)
 
     async def get_prompt(self, identity: Identity, params: Mapping[str, Any],
                          session: Session | None = None) -> dict[str, Any]:
