@@ -583,7 +583,7 @@ async def test_a_heartbeat_in_flight_when_the_replica_leaves_does_not_bring_it_b
     """`leave()` while a beat is between its check and its write: the replica stays gone from the cluster's view
     (it would otherwise be back, and be forwarded to, for three beats)."""
     from gateway.cluster._link import Link
-    from gateway.cluster._replicas import MEMBERS, Replicas, record_key
+    from gateway.cluster._replicas import MEMBERS, Heartbeat, Replicas, record_key
 
     class HeldLink(Link):
         """Holds the next operation until `release` is set."""
@@ -602,13 +602,14 @@ async def test_a_heartbeat_in_flight_when_the_replica_leaves_does_not_bring_it_b
     env = TriadCluster(procs, tmp_path)
     env.start_redis()
     link = HeldLink(f"redis://127.0.0.1:{env.redis_port}/0")
-    replicas = Replicas(link, "r9", 0.3, dict)
-    await replicas.beat()
+    replicas = Replicas(link, "r9", 0.3)
+    heartbeat = Heartbeat(None)
+    await replicas.beat(heartbeat)
     assert "r9" in replicas.alive
     link.holding = True
     with anyio.fail_after(EVENT_WAIT):
         async with anyio.create_task_group() as tg:
-            tg.start_soon(replicas.beat)
+            tg.start_soon(replicas.beat, heartbeat)
             await link.held.wait()  # the beat is about to write its record
             await replicas.leave(stop_beating=True)
             link.release.set()

@@ -134,11 +134,11 @@ def test_distinct_run_lists_neither_grow_nor_flush_the_view_cache() -> None:
     caller = Identity("local", owner=True)
     own = dispatcher.view(caller)
     for i in range(3000):
-        dispatcher._request_view(caller, {"_meta": {"triad/tools": [f"t{i}"]}})
+        dispatcher.live.request_view(caller, {"_meta": {"triad/tools": [f"t{i}"]}})
     assert dispatcher.view(caller) is own  # a flood of lists did not push the client's own view out
-    narrowed = dispatcher._request_view(caller, {"_meta": {"triad/tools": ["t2999"]}})
-    assert dispatcher._request_view(caller, {"_meta": {"triad/tools": ["t2999"]}}) is narrowed
-    assert dispatcher._current().cached_views <= 65
+    narrowed = dispatcher.live.request_view(caller, {"_meta": {"triad/tools": ["t2999"]}})
+    assert dispatcher.live.request_view(caller, {"_meta": {"triad/tools": ["t2999"]}}) is narrowed
+    assert dispatcher.live.current().cached_views <= 65
 
 
 @pytest.mark.anyio

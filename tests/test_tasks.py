@@ -17,6 +17,7 @@ import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import anyio
@@ -618,7 +619,9 @@ async def test_a_task_keeps_its_session_only_weakly_and_its_hooks_still_apply(tm
     async def unused(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("no upstream is asked: only the after-hooks run")
 
-    relay = TaskRelay(book, unused, unused, lambda _name: None, lambda: hooks)  # type: ignore[arg-type]
+    upstreams = SimpleNamespace(forward=unused, upstream=unused)
+    current = SimpleNamespace(hooks=hooks, page_size=100, uri_part=lambda _name: None)
+    relay = TaskRelay(book, upstreams, current)  # type: ignore[arg-type]
     ada = Identity(client_id="ada")
     session = Session(id="session-hash")
     session.state["hook state"] = "x" * 1_000_000

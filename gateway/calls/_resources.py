@@ -1,27 +1,26 @@
 """The dispatcher's requests about resources: reads, completions (of a prompt's or a resource's arguments) and
 subscriptions, and how an exposed URI finds the upstream that owns it.
 
-`ResourceRequests` is mixed into `gateway.calls.Dispatcher`, which supplies the view, the registry and the one
-place a request leaves for an upstream (`_forward`); the names below `TYPE_CHECKING` are what it relies on.
+Ownership: the dispatcher creates one `Resources` with the state of the moment (`Live`: views, registry, hooks),
+the pool and the forwarder (the one place a request leaves for an upstream); it holds no state of its own.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import mcp_types as types
 
 from consumers import Upstream, UpstreamPool
+from gateway.calls._forwarder import Forwarder
+from gateway.calls._live import Live
+from gateway.calls._own_lists import own_lists
 from gateway.errors import InvalidRequest, UnknownName, UpstreamError
-from gateway.hooks import CallContext, HookChain, Kind, Session
+from gateway.hooks import CallContext, Kind, Session
 from gateway.identity import Identity
 from gateway.registry import ClientView, forwardable_meta, input_round, parse_exposed_uri
-
-if TYPE_CHECKING:
-    from consumers import UpstreamRequest
-    from gateway.registry import Registry, SessionLists, Snapshot
 
 
 def subscribable(upstream: Upstream) -> bool:
@@ -29,64 +28,45 @@ def subscribable(upstream: Upstream) -> bool:
     return isinstance(resources, dict) and resources.get("subscribe") is True
 
 
-class ResourceRequests:
+class Resources:
     """`resources/read`, `completion/complete`, `resources/subscribe` and `resources/unsubscribe`."""
 
-    pool: UpstreamPool
-    hooks: HookChain
-    _settled: bool
-
-    if TYPE_CHECKING:  # supplied by `Dispatcher`
-        @property
-        def registry(self) -> Registry: ...
-
-        def _current(self) -> Snapshot: ...
-
-        async def settled(self) -> None: ...
-
-        def _request_view(self, identity: Identity, params: Mapping[str, Any], own: SessionLists = ()
-                          ) -> ClientView: ...
-
-        async def _forward(self, upstream: Upstream, kind: str, request: UpstreamRequest, *,
-                           caller: tuple[str, str] = ("", ""), **options: Any) -> dict[str, Any]: ...
-
-        def _upstream(self, name: str) -> Upstream: ...
-
-        async def own_lists(self, session: Session | None) -> SessionLists: ...
+    def __init__(self, live: Live, pool: UpstreamPool, forwarder: Forwarder) -> None:
+        self._live = live
+        self._pool = pool
+        self._forwarder = forwarder
 
     async def read_resource(self, identity: Identity, params: Mapping[str, Any],
                             session: Session | None = None) -> dict[str, Any]:
-        if not self._settled:
-            await self.settled()
+        await self._live.settled()
         uri = params.get("uri")
         if not isinstance(uri, str):
             raise UnknownName(f"Unknown resource: {uri}")
-        owner, raw = self._route_uri(self._request_view(identity, params), uri)
+        owner, raw = self._route_uri(self._live.request_view(identity, params), uri)
         request = types.ReadResourceRequest(params=types.ReadResourceRequestParams.model_validate(
             {"uri": raw, "_meta": forwardable_meta(params.get("_meta")), **input_round(params)}, by_name=False))
 
         async def send(_ctx: CallContext | None) -> dict[str, Any]:
-            result = await self._forward(self._upstream(owner), "resource", request, retry_safe=True,
-                                         client=session, caller=(identity.client_id, uri))
+            result = await self._forwarder.forward(self._forwarder.upstream(owner), "resource", request,
+                                                   retry_safe=True, client=session, caller=(identity.client_id, uri))
             if raw != uri and isinstance(result.get("contents"), list):
                 # Contents name the URI the client asked for, so it can match them to its request.
                 result["contents"] = [{**c, "uri": uri} if isinstance(c, dict) and c.get("uri") == raw else c
                                       for c in result["contents"]]
             return result
 
-        if not self.hooks:
+        if not self._live.hooks:
             return await send(None)
         ctx = CallContext("resource", identity.client_id, session or Session(), uri, owner, raw, {"uri": uri})
-        return await self.hooks.run(ctx, send)
+        return await self._live.hooks.run(ctx, send)
 
     async def complete(self, identity: Identity, params: Mapping[str, Any],
                        session: Session | None = None) -> dict[str, Any]:
-        if not self._settled:
-            await self.settled()
+        await self._live.settled()
         ref = params.get("ref")
         if not isinstance(ref, Mapping):
             raise UnknownName("Unknown completion reference")
-        view = self._request_view(identity, params, await self.own_lists(session))
+        view = self._live.request_view(identity, params, await own_lists(self._pool, session))
         if ref.get("type") == "ref/prompt":
             entry = view.prompts.get(ref.get("name"))  # type: ignore[arg-type]
             if entry is None:
@@ -104,8 +84,8 @@ class ResourceRequests:
         name = str(ref.get("name") if kind == "prompt" else ref.get("uri"))
         async with self._errors_hooked(CallContext(kind, identity.client_id, session or Session(), name, owner,
                                                    str(raw_ref.get("name") or raw_ref.get("uri")), {})):
-            return await self._forward(self._upstream(owner), "completion", request, retry_safe=True,
-                                       client=session)
+            return await self._forwarder.forward(self._forwarder.upstream(owner), "completion", request,
+                                                 retry_safe=True, client=session)
 
     async def subscribe(self, identity: Identity, params: Mapping[str, Any], session: Session | None = None
                         ) -> tuple[str, str]:
@@ -113,8 +93,8 @@ class ResourceRequests:
         uri = params.get("uri")
         if not isinstance(uri, str):
             raise UnknownName(f"Unknown resource: {uri}")
-        owner, raw = self._route_uri(self._request_view(identity, params), uri)
-        upstream = self._upstream(owner)
+        owner, raw = self._route_uri(self._live.request_view(identity, params), uri)
+        upstream = self._forwarder.upstream(owner)
         if not subscribable(upstream):
             raise InvalidRequest(f"resource {uri} cannot be subscribed to: its upstream does not offer "
                                  "resource subscriptions")
@@ -130,17 +110,17 @@ class ResourceRequests:
         try:
             yield
         except UpstreamError as exc:
-            await self.hooks.rewrite_error(ctx, exc)
+            await self._live.hooks.rewrite_error(ctx, exc)
             raise
 
     async def unsubscribe(self, owner: str, raw: str) -> None:
-        upstream = self.pool.get(owner)
+        upstream = self._pool.get(owner)
         if upstream is not None:
             await upstream.subscriptions.remove(raw)
 
     def _route_uri(self, view: ClientView, uri: str) -> tuple[str, str]:
         """(upstream, raw URI) for an exposed URI or URI template expansion; unknown looks like hidden."""
-        registry = self.registry
+        registry = self._live.registry
         visible = view.visible_upstreams
         if registry.uri_owners:
             parsed = parse_exposed_uri(uri)
@@ -151,10 +131,10 @@ class ResourceRequests:
         entry = registry.resources.get(uri)
         if entry is not None and entry.upstream in visible:
             return entry.upstream, entry.raw
-        for owner, template in self._current().templates():
+        for owner, template in self._live.current().templates():
             if owner in visible and template.match(uri) is not None:
                 return owner, uri
-        candidates = [name for name, up in self.pool.upstreams.items()
+        candidates = [name for name, up in self._pool.upstreams.items()
                       if name in visible and up.catalog is not None and "resources" in up.catalog.capabilities]
         if len(candidates) == 1:  # one upstream has resources: URIs it did not list are its own too
             return candidates[0], uri

@@ -9,12 +9,14 @@ updates), `sessions` (which replica owns a handshake-era session), `replicas` (h
 
 from gateway.cluster._cluster import Cluster
 from gateway.cluster._link import RedisDown
+from gateway.cluster._replicas import Heartbeat
 from gateway.cluster._secret_box import SecretBox, SecretUnreadable
 from gateway.cluster._vault import Vault
 from gateway.cluster._vault_tokens import vault_stores
 
 __all__ = [
     "Cluster",
+    "Heartbeat",
     "RedisDown",
     "SecretBox",
     "SecretUnreadable",

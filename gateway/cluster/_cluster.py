@@ -6,8 +6,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
-from typing import Any
+from collections.abc import AsyncIterator
+from typing import Any, Literal
 
 import anyio
 
@@ -15,7 +15,7 @@ from gateway.cluster._buckets import RedisBuckets
 from gateway.cluster._events import Events
 from gateway.cluster._link import Link, RedisDown
 from gateway.cluster._pins import RedisPins
-from gateway.cluster._replicas import Replicas
+from gateway.cluster._replicas import Heartbeat, Replicas
 from gateway.cluster._secret_box import SecretBox
 from gateway.cluster._sessions import Sessions
 from gateway.cluster._vault import Vault
@@ -29,12 +29,12 @@ logger = logging.getLogger("triad.cluster")
 class Cluster:
     """Implements `gateway.state.SharedState` for the hooks, and holds the replica's view of the others."""
 
-    def __init__(self, config: ClusterConfig, facts: Callable[[], dict[str, Any]] = dict) -> None:
+    def __init__(self, config: ClusterConfig) -> None:
         self.config = config
         self.replica_id = config.replica_id
         self.link = Link(config.redis)
         self.box = SecretBox(config.secret_key.get_secret_value())
-        self.replicas = Replicas(self.link, config.replica_id, config.heartbeat, facts)
+        self.replicas = Replicas(self.link, config.replica_id, config.heartbeat)
         self.events = Events(self.link, config.replica_id)
         self.sessions = Sessions(self.link, config.replica_id)
         self._buckets = RedisBuckets(self.link, self.box)
@@ -99,8 +99,9 @@ class Cluster:
     # -- running -------------------------------------------------------------------------------------------------
 
     @contextlib.asynccontextmanager
-    async def running(self, heartbeat: bool) -> AsyncIterator[None]:
-        """Listen to events and keep session records (and with `heartbeat`, announce this replica) until exit."""
+    async def running(self, heartbeat: Heartbeat | Literal[False]) -> AsyncIterator[None]:
+        """Listen to events and keep session records (and with a `heartbeat`, announce this replica: its address
+        and facts) until exit."""
         try:
             await self.link.run(self.link.client.ping())
         except RedisDown:
@@ -109,7 +110,7 @@ class Cluster:
             tg.start_soon(self.events.run, name="cluster-events")
             tg.start_soon(self.sessions.run, name="cluster-sessions")
             if heartbeat:
-                tg.start_soon(self.replicas.run, name="cluster-heartbeat")
+                tg.start_soon(self.replicas.run, heartbeat, name="cluster-heartbeat")
             try:
                 yield
             finally:

@@ -9,6 +9,7 @@ import contextlib
 import json
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -19,35 +20,41 @@ MEMBERS = f"{KEY_PREFIX}replicas"
 MISSED_BEATS = 3
 
 
+@dataclass(frozen=True)
+class Heartbeat:
+    """What this replica announces in its record, each beat: where its HTTP listener is, and `facts()` (sessions,
+    registry version, readiness)."""
+
+    address: str | None
+    facts: Callable[[], dict[str, Any]] = dict
+
+
 def record_key(replica: str) -> str:
     return f"{KEY_PREFIX}replica:{replica}"
 
 
 class Replicas:
-    def __init__(self, link: Link, replica_id: str, beat: float, facts: Callable[[], dict[str, Any]]) -> None:
+    def __init__(self, link: Link, replica_id: str, beat: float) -> None:
         self._link = link
         self.replica_id = replica_id
         self._beat = beat
-        self.facts = facts
-        """What this replica adds to its record (sessions, registry version, readiness)."""
-        self.address: str | None = None
         self.started = time.time()
         self.alive: dict[str, dict[str, Any]] = {}
         """The last view read from Redis: replica id -> its record (kept as it was while Redis is unreachable)."""
         self.last_read: float | None = None
         self._left = False
 
-    async def run(self) -> None:
+    async def run(self, heartbeat: Heartbeat) -> None:
         while not self._left:
             with contextlib.suppress(RedisDown):
-                await self.beat()
+                await self.beat(heartbeat)
             await anyio.sleep(self._beat)
 
-    async def beat(self) -> None:
+    async def beat(self, heartbeat: Heartbeat) -> None:
         client = self._link.client
         if self._left:
             return
-        record = {"address": self.address, "started": self.started, "beat": time.time(), **self.facts()}
+        record = {"address": heartbeat.address, "started": self.started, "beat": time.time(), **heartbeat.facts()}
         ttl_ms = int(self._beat * MISSED_BEATS * 1000)
         await self._link.run(client.set(record_key(self.replica_id), json.dumps(record), px=ttl_ms))
         await self._link.run(client.sadd(MEMBERS, self.replica_id))

@@ -4,10 +4,10 @@ A record holds names and numbers only: the kind, the upstream, the tool's or pro
 URI, which may carry a user's data), the client, the start time, the duration, the outcome and, for a call a hook
 blocked, that hook's name. Never an argument or a result value: they may hold secrets.
 
-Ownership: `Metrics` holds one `CallLog` per dispatcher. It is fed from two seams: the dispatcher's `_forward`
-(every request that leaves for an upstream: `start`, then `end` with the outcome `_forward` computes for the
+Ownership: `Metrics` holds one `CallLog` per dispatcher. It is fed from two seams: `gateway.calls`' `Forwarder.forward`
+(every request that leaves for an upstream: `start`, then `end` with the outcome `forward` computes for the
 metrics too), and the hook chain's block (`blocked`), since a blocked call never leaves. The exposer's runner tells
-it whose session a request comes from (`attribute`): `_forward` knows the session, not the identity. Everything
+it whose session a request comes from (`attribute`): `forward` knows the session, not the identity. Everything
 here is synchronous; the records are bounded (`MAX_RECENT`), and the calls in flight by the calls Triad serves.
 """
 

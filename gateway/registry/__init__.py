@@ -6,15 +6,7 @@ hop, and the reports of `triad plan` / `triad explain` and the console. No I/O.
 
 from gateway.registry._availability import Diagnostic
 from gateway.registry._catalog import SERVING, UpstreamSnapshot, build_upstream_sources, upstream_of_key
-from gateway.registry._core_tools import (
-    CALL_TOOL,
-    DEFAULT_LIMIT,
-    MAX_LIMIT,
-    MAX_QUERY_CHARS,
-    SEARCH_TOOLS,
-    SEARCH_WIRE,
-    TRIAD_TOOLS,
-)
+from gateway.registry._core_tools import CORE_NAMES, DEFAULT_LIMIT, MAX_LIMIT, MAX_QUERY_CHARS, core_source
 from gateway.registry._descriptors import EMPTY_REGISTRY, Registry, ToolDescriptor, build_registry
 from gateway.registry._naming import parse_exposed_uri, prefix_active, sanitize_server_names
 from gateway.registry._page_meta import with_page_meta
@@ -25,16 +17,13 @@ from gateway.registry._views import ClientView, SessionLists, paginate, schema_p
 from gateway.registry._wire import RUN_LIST_META_KEY, clean_result, expose_links, forwardable_meta, input_round
 
 __all__ = [
-    "CALL_TOOL",
+    "CORE_NAMES",
     "DEFAULT_LIMIT",
     "EMPTY_REGISTRY",
     "MAX_LIMIT",
     "MAX_QUERY_CHARS",
     "RUN_LIST_META_KEY",
-    "SEARCH_TOOLS",
-    "SEARCH_WIRE",
     "SERVING",
-    "TRIAD_TOOLS",
     "ClientView",
     "Diagnostic",
     "Registry",
@@ -45,6 +34,7 @@ __all__ = [
     "build_registry",
     "build_upstream_sources",
     "clean_result",
+    "core_source",
     "explain",
     "expose_links",
     "forwardable_meta",

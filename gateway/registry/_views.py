@@ -20,7 +20,7 @@ from consumers import OwnLists
 from gateway.config import ToolsMode
 from gateway.errors import StaleCursor
 from gateway.registry._catalog import SERVING, TAKES_TASKS_KEY, upstream_of_key
-from gateway.registry._core_tools import listed_tools
+from gateway.registry._core_tools import TOOLS_MODE_KEY
 from gateway.registry._descriptors import PromptEntry, Registry, ToolDescriptor
 from gateway.registry._naming import expose_uri
 from gateway.registry._planner import PlanEntry, ToolPlan, build_plan
@@ -39,7 +39,7 @@ class ClientView:
     """Every tool this caller may call, by exposed name (in search mode too, where most are not listed)."""
     tools_wire: tuple[dict[str, Any], ...]
     """What `tools/list` gives this caller: every tool it may call, or in search mode the always-listed ones and
-    Triad's `search_tools` and `call_tool` (`gateway.calls`)."""
+    the core tools, `search_tools` and `call_tool` (`gateway.registry` CORE_TOOLS)."""
     resources_wire: tuple[dict[str, Any], ...]
     templates_wire: tuple[dict[str, Any], ...]
     prompts: Mapping[str, PromptEntry]
@@ -53,9 +53,14 @@ class ClientView:
     """The provider schema profile of the input schemas this caller sees."""
 
     @functools.cached_property
+    def searchable(self) -> Mapping[str, ToolDescriptor]:
+        """The tools `search_tools` ranks: every tool this caller may call but the core tools themselves."""
+        return {name: entry.descriptor for name, entry in self.tools.items() if entry.executor.kind != "core"}
+
+    @functools.cached_property
     def tool_names(self) -> frozenset[str]:
-        """The names of `tools`, hashed once per view: search indexes are cached by it."""
-        return frozenset(self.tools)
+        """The names of `searchable`, hashed once per view: search indexes are cached by it."""
+        return frozenset(self.searchable)
 
 
 def tool_facts(descriptor: ToolDescriptor) -> ToolFacts:
@@ -70,14 +75,19 @@ def build_view(registry: Registry, identity: Identity, pipeline: Pipeline, profi
                ) -> ClientView:
     """`schemas` caches normalised input schemas by (profile, tool) for this registry version; in `search` mode,
     `always_list` (globs and groups, `tool_groups` expanding) picks the tools still listed."""
-    # whether the caller takes tasks is a fact of the caller, not of the registry (`gateway.registry.TAKES_TASKS`)
+    # whether the caller takes tasks, and its tools mode, are facts of the caller, not of the registry
+    # (`gateway.registry.TAKES_TASKS`, `TOOLS_MODE_KEY`)
     context = dataclasses.replace(registry.context, values={**registry.context.values,
-                                                            TAKES_TASKS_KEY: identity.tasks})
+                                                            TAKES_TASKS_KEY: identity.tasks, TOOLS_MODE_KEY: mode})
     plan = build_plan(registry.tools.values(), context)
     allowed: list[PlanEntry] = []
     denied: list[tuple[ToolDescriptor, Decision]] = []
+    # a run-level list narrows what a run may use through the core tools (what `search_tools` finds and
+    # `call_tool` calls), not the core tools themselves; every other layer decides on them as on any tool
+    unlisted = dataclasses.replace(identity, run_lists=()) if identity.run_lists else identity
     for entry in plan.visible:
-        decision = pipeline.decide(identity, tool_facts(entry.descriptor))
+        decision = pipeline.decide(unlisted if entry.executor.kind == "core" else identity,
+                                   tool_facts(entry.descriptor))
         if decision.allowed:
             allowed.append(entry)
         else:
@@ -85,21 +95,20 @@ def build_view(registry: Registry, identity: Identity, pipeline: Pipeline, profi
     tools = {entry.descriptor.name: entry for entry in allowed}
     # An upstream's resources and prompts are visible when the caller may use at least one of its tools, or when
     # it has no tools at all (then tool policy has nothing to say about it).
-    with_tools = {d.executor.id for d in registry.tools.values() if d.executor is not None}
-    seen = {entry.executor.id for entry in allowed}
+    with_tools = {d.executor.id for d in registry.tools.values() if d.executor is not None and d.executor.kind == "mcp"}
+    seen = {entry.executor.id for entry in allowed if entry.executor.kind == "mcp"}
     serving = {upstream_of_key(key) for key, state in registry.context.values.items() if state in SERVING}
     ready = {name for name in serving if name is not None and (name in seen or name not in with_tools)}
     resources = tuple(dict(r.wire) for r in registry.resources.values() if r.upstream in ready)
     templates = tuple(dict(t.wire) for t in registry.templates if t.upstream in ready)
     prompts = {name: p for name, p in registry.prompts.items() if p.upstream in ready}
-    if mode == "search":
+    listed = allowed
+    if mode == "search":  # the always-listed tools, and the core tools (sorted last)
         matchers = compile_patterns(always_list, tool_groups or {})
-        kept = [entry for entry in allowed if any(m.matches(tool_facts(entry.descriptor)) for m in matchers)]
-        tools_wire = listed_tools(
-            [tool_wire(entry.descriptor, profile, schemas if schemas is not None else {}) for entry in kept], profile)
-    else:
-        tools_wire = tuple(tool_wire(entry.descriptor, profile, schemas if schemas is not None else {})
-                           for entry in allowed)
+        listed = [entry for entry in allowed if entry.executor.kind == "core"
+                  or any(m.matches(tool_facts(entry.descriptor)) for m in matchers)]
+    tools_wire = tuple(tool_wire(entry.descriptor, profile, schemas if schemas is not None else {})
+                       for entry in listed)
     prompts_wire = tuple(dict(p.wire) for p in sorted(prompts.values(), key=lambda p: p.exposed))
     return ClientView(
         version=registry.version,

@@ -14,7 +14,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from consumers import Upstream, UpstreamPool
@@ -36,10 +37,19 @@ def catalog_digest(upstream: Upstream) -> str | None:
     return hashlib.sha256(json.dumps(offered, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
-def join(cluster: Cluster, pool: UpstreamPool, notifier: _Notified,
-         reloader: Reloader | None) -> Callable[[Upstream], None]:
-    """Wire the events, and keep per-user upstream tokens in the vault; returns what the pool's change callback must
-    also call."""
+@dataclass(frozen=True)
+class Joined:
+    """What the pool's callbacks must call with `cluster:` (the daemon sets each once)."""
+
+    changed: Callable[[Upstream], None]
+    """Besides the dispatcher, on each upstream change: announce a new offer."""
+    resource_updated: Callable[[str, str], None]
+    """Instead of the notifier alone, on a resource update: tell this replica's subscribers, and the others."""
+
+
+def join(cluster: Cluster, pool: UpstreamPool, notifier: _Notified, reloader: Reloader | None) -> Joined:
+    """Wire the events, and keep per-user upstream tokens in the vault; returns what the pool's callbacks must
+    call (`Joined`)."""
     pool.for_users.stores = vault_stores(cluster.vault)
     known: dict[str, str] = {}
     """Upstream -> the digest of its offer last seen here or announced by another replica."""
@@ -91,14 +101,17 @@ def join(cluster: Cluster, pool: UpstreamPool, notifier: _Notified,
         for upstream in pool.upstreams.values():
             upstream.request_relist()
 
-    async def announce() -> None:
-        await events.publish("reload")
-
     events.on("relist", relist)
     events.on("updated", updated)
     events.on("reload", reload)
     events.on_reconnect = catch_up
-    pool.on_updated = local_update
-    if reloader is not None:
-        reloader.announce = announce
-    return changed
+    return Joined(changed, local_update)
+
+
+def reload_announcer(cluster: Cluster) -> Callable[[], Awaitable[None]]:
+    """What the reloader calls after a reload asked of this replica succeeded: the others reload too."""
+
+    async def announce() -> None:
+        await cluster.events.publish("reload")
+
+    return announce

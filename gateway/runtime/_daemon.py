@@ -80,19 +80,27 @@ async def running_gateway(config: TriadConfig, host: str | None = None, *, watch
     dispatcher = Dispatcher(config, pool, remote=not is_loopback(host or config.listen.host),
                             names=NameLedger.for_config(config, persist=watch), shared=cluster)
     notifier = Notifier(dispatcher)
-    pool.on_updated = notifier.resource_updated
-    pool.on_task_status = notifier.task_status
     rounds = InputRounds(cluster.replica_id if cluster is not None else None)
-    reloader = Reloader(config.source, config, pool, dispatcher) if config.source is not None else None
-    if cluster is not None:
-        from gateway.runtime._cluster_wiring import join
+    announce = None
+    if cluster is not None:  # only with `cluster:` are redis-py and cryptography imported (`_cluster`)
+        from gateway.cluster import Heartbeat
+        from gateway.runtime._cluster_wiring import join, reload_announcer
 
-        cluster_changed = join(cluster, pool, notifier, reloader)
+        announce = reload_announcer(cluster)
+    reloader = Reloader(config.source, config, pool, dispatcher, announce) if config.source is not None else None
+    heartbeat: Any = False
+    if cluster is not None:
+        joined = join(cluster, pool, notifier, reloader)
+        cluster_changed = joined.changed
         notifier.sessions_seen = cluster
-        cluster.replicas.address = config.cluster.address if config.cluster and config.cluster.address else address
-        cluster.replicas.facts = lambda: {
-            "sessions": notifier.open_sessions, "version": dispatcher.registry.version,
-            "upstreams_ready": sum(up.state is UpstreamState.READY for up in pool.upstreams.values())}
+        if address is not None:
+            heartbeat = Heartbeat(config.cluster.address if config.cluster and config.cluster.address else address,
+                                  lambda: {"sessions": notifier.open_sessions, "version": dispatcher.registry.version,
+                                           "upstreams_ready": sum(up.state is UpstreamState.READY
+                                                                  for up in pool.upstreams.values())})
+    # each callback is set once, here (`consumers` and `exposers` objects still take them by assignment)
+    pool.on_updated = joined.resource_updated if cluster is not None else notifier.resource_updated
+    pool.on_task_status = notifier.task_status
     dispatcher.metrics.watch(lambda: {
         "upstreams": {name: up.state.value for name, up in pool.upstreams.items()},
         "states": [state.value for state in UpstreamState],
@@ -102,7 +110,7 @@ async def running_gateway(config: TriadConfig, host: str | None = None, *, watch
         "reload_failures": reloader.status.failures if reloader else 0,
         "sessions": {("handshake", transport): notifier.open_sessions},
     })
-    membership = cluster.running(heartbeat=address is not None) if cluster is not None else contextlib.nullcontext()
+    membership = cluster.running(heartbeat) if cluster is not None else contextlib.nullcontext()
     async with membership, anyio.create_task_group() as tg:
         tg.start_soon(dispatcher.run, name="registry")
         tg.start_soon(notifier.run, name="notifier")

@@ -58,7 +58,8 @@ def _written_empty(config: TriadConfig, key: str) -> bool:
 
 
 class Reloader:
-    def __init__(self, path: Path, config: TriadConfig, pool: UpstreamPool, dispatcher: Dispatcher) -> None:
+    def __init__(self, path: Path, config: TriadConfig, pool: UpstreamPool, dispatcher: Dispatcher,
+                 announce: Callable[[], Awaitable[None]] | None = None) -> None:
         self.path = path
         self.config = config
         self.status = ReloadStatus()
@@ -68,7 +69,7 @@ class Reloader:
         self._stop_watching = anyio.Event()
         self._last_text: str | None = None
         """The content the last reload read: the watcher does not reload a file whose content did not change."""
-        self.announce: Callable[[], Awaitable[None]] | None = None
+        self._announce = announce
         """With `cluster:`, tells the other replicas to reload too (after a reload asked of this one succeeded)."""
 
     def stop(self) -> None:
@@ -79,8 +80,8 @@ class Reloader:
         """Validate the file (or `text`, content already read from it) and apply it; refuse it whole if invalid.
         With `announce` (a reload an operator asked of this replica), the cluster's other replicas reload too."""
         result = await self._reload(trigger, text)
-        if announce and result.ok and self.announce is not None:
-            await self.announce()
+        if announce and result.ok and self._announce is not None:
+            await self._announce()
         return result
 
     async def _reload(self, trigger: str, text: str | None) -> ReloadResult:

@@ -9,5 +9,5 @@ from gateway.search._ranker import SearchIndexes
 async def find(indexes: SearchIndexes, view: ClientView, query: str, limit: int) -> list[tuple[str, float]]:
     """(exposed name, score) of the best `limit` tools for `query` among those `view` may see."""
     found = await indexes.get(view.version, view.tool_names,
-                              lambda: {name: entry.descriptor for name, entry in view.tools.items()})
+                              lambda: view.searchable)
     return [(found.documents[position].name, score) for position, score in found.index.rank(query, limit)]

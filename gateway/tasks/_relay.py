@@ -2,10 +2,11 @@
 upstream (and upstream session) that holds the task, under the upstream's own id (`gateway.tasks`). A 2026-07-28
 client's task on a handshake-era upstream is translated (`gateway.tasks`).
 
-Ownership: the dispatcher creates one `TaskRelay` with its `TaskBook` and its way to the upstreams; the exposer
-calls `request()` for each `tasks/*` request it accepted (the era's gates, -32601, -32021 and -32020, are the
-exposer's: `exposers.server`). The daemon runs `run()`, the task group of the `tasks/result` streams Triad holds
-open for the questions of translated tasks (`InputBridge`).
+Ownership: the dispatcher creates one `TaskRelay` with its `TaskBook`, its way to the upstreams and a read-only
+view of the state of the moment (`Forwarding`, `Current`); the exposer calls `request()` for each `tasks/*` request
+it accepted (the era's gates, -32601, -32021 and -32020, are the exposer's: `exposers.server`). The daemon runs
+`run()`, the task group of the `tasks/result` streams Triad holds open for the questions of translated tasks
+(`InputBridge`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import dataclasses
 import logging
 import re
 import weakref
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +28,7 @@ from pydantic import ValidationError
 from consumers import CURRENT_DOWNSTREAM, Upstream
 from consumers.errors import UpstreamError, UpstreamRefused
 from gateway.errors import INVALID_PARAMS, InvalidRequest, TriadError, UnknownName
-from gateway.hooks import CallContext, HookChain, Outcome, Session, json_size
+from gateway.hooks import CallContext, Outcome, Session, json_size
 from gateway.identity import Identity
 from gateway.registry import expose_links, forwardable_meta
 from gateway.tasks._eras import (
@@ -50,12 +51,11 @@ from gateway.tasks._records import (
     task_request,
     with_task_id,
 )
+from gateway.tasks._seams import Current, Forwarding
 
-Forward = Callable[..., Awaitable[dict[str, Any]]]
 Watcher = Callable[[dict[str, Any]], None]
 """Told a translated task as its `tasks/get` shows it (a DetailedTask, with Triad's id), each time it changes."""
 Unwatch = Callable[[], None]
-"""`Dispatcher._forward`: (upstream, kind, request, **options) -> the raw result."""
 MAX_LIST_PAGES = 100
 """Pages of an upstream's `tasks/list` Triad walks for one client's `tasks/list`."""
 OUTCOME_WAIT = 5.0
@@ -145,17 +145,15 @@ def era_of(upstream: Upstream) -> Era:
 
 
 class TaskRelay:
-    def __init__(self, book: TaskBook, forward: Forward, upstream: Callable[[str], Upstream],
-                 uri_part: Callable[[str], str | None], hooks: Callable[[], HookChain],
-                 page_size: Callable[[], int] = lambda: 100) -> None:
+    def __init__(self, book: TaskBook, upstreams: Forwarding, current: Current) -> None:
+        """`upstreams`: the way to the upstreams; `current`: the hook chain, page size and URI parts of the moment."""
         self.book = book
-        self._page_size = page_size
+        self._current = current
         self._sessions: weakref.WeakValueDictionary[str, Session] = weakref.WeakValueDictionary()
         """The live downstream sessions that hold tasks, by key: where a task's status pushes go (in-process)."""
-        self._hooks = hooks
-        self._forward = forward
-        self._upstream = upstream
-        self._uri_part = uri_part
+        self._forward = upstreams.forward
+        self._upstream = upstreams.upstream
+        self._uri_part = current.uri_part
         self._bridges: dict[str, InputBridge] = {}
         self._watchers: dict[str, list[Watcher]] = {}
         """Translated tasks' ids -> who is told of each change of theirs (`watch`: 2026-07-28 listen streams)."""
@@ -392,7 +390,7 @@ class TaskRelay:
     async def _after_hooks(self, entry: TaskEntry, result: dict[str, Any]) -> dict[str, Any]:
         """A task's result through the after-hooks, as the call's own result would have gone (a redaction hook
         must not be passed by running a tool as a task)."""
-        hooks, kept = self._hooks(), entry.call
+        hooks, kept = self._current.hooks, entry.call
         if not hooks or not isinstance(kept, KeptCall):
             return result
         call = kept.context()
@@ -407,7 +405,7 @@ class TaskRelay:
         after = _cursor_position(cursor)
         mine = sorted(self.book.owned(identity, key_of(session), "2025-11-25"), key=lambda item: item[1].seq)
         rest = [(task_id, entry) for task_id, entry in mine if entry.seq > after]
-        size = max(1, self._page_size())
+        size = max(1, self._current.page_size)
         page = dict(rest[:size])
         found: dict[str, dict[str, Any]] = {}
         for name in sorted({entry.upstream for entry in page.values()}):

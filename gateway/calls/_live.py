@@ -1,0 +1,123 @@
+"""The call path's state of the moment: the config, the policy pipeline and hook chain built from it, the search
+indexes, and the registry snapshot with its per-client views.
+
+Ownership: the dispatcher creates one `Live` and applies each reload to it (`apply`); the registry is marked stale
+on every change (`invalidate`) and rebuilt whole, once, by the first reader after it (`current`), then swapped in by
+one assignment (`Snapshot`). Every collaborator of the call path reads it: tool calls, resources, and the task
+relay through the read-only `gateway.tasks` `Current`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from consumers import UpstreamPool
+from gateway.calls._core_tools import settings_for
+from gateway.config import TriadConfig
+from gateway.errors import InvalidRequest
+from gateway.hooks import HookChain
+from gateway.identity import Identity, bounded_run_list, run_list
+from gateway.registry import (
+    CORE_NAMES,
+    EMPTY_REGISTRY,
+    RUN_LIST_META_KEY,
+    ClientView,
+    Registry,
+    SessionLists,
+    Snapshot,
+    UpstreamSnapshot,
+    build_registry,
+    build_upstream_sources,
+    core_source,
+    schema_profile,
+)
+from gateway.search import SearchIndexes, load_ranker
+from gateway.state import NameLedger
+from policy import Pipeline
+
+
+def _pipeline(config: TriadConfig, remote: bool) -> Pipeline:
+    return Pipeline(config.policy, {cid: c.tools for cid, c in config.clients.items()}, remote=remote)
+
+
+class Live:
+    def __init__(self, config: TriadConfig, pool: UpstreamPool, hooks: HookChain, *, remote: bool,
+                 names: NameLedger) -> None:
+        self.config = config
+        self.hooks = hooks
+        self.pipeline = _pipeline(config, remote)
+        self.search = SearchIndexes(load_ranker(config.search.ranker))
+        self._pool = pool
+        self._names = names
+        self._remote = remote
+        self._snapshot = Snapshot(EMPTY_REGISTRY, self.pipeline)
+        """The registry of the moment and its caches: replaced whole, by one assignment."""
+        self._stale = True
+        self._settled = False
+
+    def apply(self, config: TriadConfig, hooks: HookChain) -> None:
+        """A reload: policy, naming, clients, hooks and page size apply to the next request."""
+        if config.search.ranker != self.config.search.ranker:
+            self.search = SearchIndexes(load_ranker(config.search.ranker))
+        self.config, self.pipeline, self.hooks = config, _pipeline(config, self._remote), hooks
+        self._stale = True
+
+    def invalidate(self) -> None:
+        self._stale = True
+
+    def current(self) -> Snapshot:
+        if self._stale:
+            self._stale = False
+            snapshots = {name: UpstreamSnapshot(up.catalog, up.state.value, up.reason)
+                         for name, up in self._pool.upstreams.items()}
+            # the core tools' names are never an upstream tool's, whatever mode a client is in: a name stays the
+            # same for every client, and a search-mode client's `search_tools` is always Triad's.
+            built = build_upstream_sources(self.config, snapshots, reserved=CORE_NAMES, names=self._names)
+            registry = build_registry(self._snapshot.registry.version + 1, [core_source(self.config), *built.sources],
+                                      built.context, built.uri_owners)
+            self._snapshot = Snapshot(registry, self.pipeline)
+        return self._snapshot
+
+    @property
+    def registry(self) -> Registry:
+        return self.current().registry
+
+    @property
+    def page_size(self) -> int:
+        return self.config.page_size
+
+    def uri_part(self, upstream: str) -> str | None:
+        return self.current().registry.uri_parts.get(upstream)
+
+    async def settled(self) -> None:
+        """Lists, calls, reads and gets wait, once, for every upstream's first connection attempt (each bounded by
+        its timeout): a client that lists or calls right after Triad starts (a stdio client answered `initialize`
+        at once) sees every tool, not a partial list or an `Unknown tool` for a tool that is still starting."""
+        if not self._settled:
+            await self._pool.wait_settled()
+            self._settled = True
+
+    def view(self, identity: Identity, own: SessionLists = ()) -> ClientView:
+        """What `identity` may see; `own`: narrowed by what its session's own upstream sessions list."""
+        client = self.config.clients.get(identity.client_id)
+        profile = schema_profile(client.schema_profile if client else None, identity.provider)
+        mode, always_list = settings_for(self.config, identity.client_id)
+        snapshot = self.current()
+        return snapshot.narrowed(snapshot.view(identity, profile, mode, always_list, self.config.policy.tool_groups),
+                                 own)
+
+    def request_view(self, identity: Identity, params: Mapping[str, Any] | None, own: SessionLists = ()
+                     ) -> ClientView:
+        """The view for one request: the caller's, narrowed by the request's own run-level list if it has one."""
+        meta = params.get("_meta") if params else None
+        if isinstance(meta, Mapping) and RUN_LIST_META_KEY in meta:
+            patterns, source = meta[RUN_LIST_META_KEY], f"_meta[{RUN_LIST_META_KEY!r}]"
+            if isinstance(patterns, str):
+                patterns = run_list(patterns, source)
+            if not isinstance(patterns, list | tuple) or not all(isinstance(p, str) for p in patterns):
+                raise InvalidRequest(f"{source} must be a list of tool patterns")
+            identity = dataclasses.replace(identity, run_lists=(*identity.run_lists,
+                                                                bounded_run_list(patterns, source)))
+        return self.view(identity, own)
