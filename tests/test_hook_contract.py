@@ -245,17 +245,16 @@ def test_the_chain_is_immutable_once_built() -> None:
         chain.entries[0].hook = _Pass()  # type: ignore[misc]
 
 
-def test_on_block_is_given_at_construction_or_set_once() -> None:
+def test_on_block_is_given_at_construction_and_never_changed() -> None:
     def first(ctx: CallContext, hook: str) -> None: ...
 
     def second(ctx: CallContext, hook: str) -> None: ...
 
-    assert HookChain([HookEntry("pass", _Pass(), 0, 0)], on_block=first).on_block is first
-    wired = HookChain([HookEntry("pass", _Pass(), 0, 0)])
-    wired.on_block = first  # what `gateway.calls` still does
-    wired.on_block = first  # the same observer again: allowed
-    with pytest.raises(AttributeError, match="set once"):
-        wired.on_block = second
+    wired = HookChain([HookEntry("pass", _Pass(), 0, 0)], on_block=first)
+    assert wired.on_block is first
+    for observer in (first, second, None):
+        with pytest.raises(AttributeError, match="immutable"):
+            wired.on_block = observer  # type: ignore[misc]
     assert wired.on_block is first
 
 

@@ -54,9 +54,7 @@ class Dispatcher:
         self.names = names if names is not None else NameLedger()
         self.pool = pool
         self.metrics = Metrics()
-        hooks = build_chain(config.hooks, shared)
-        if hooks:
-            hooks.on_block = self.metrics.blocked
+        hooks = build_chain(config.hooks, shared, on_block=self.metrics.blocked)
         self.live = Live(config, pool, hooks, remote=remote, names=self.names)
         """The config, policy, hooks, search indexes and registry of the moment."""
         self._changed = anyio.Event()
@@ -107,9 +105,8 @@ class Dispatcher:
         self.invalidate()
 
     def apply_config(self, config: TriadConfig, hooks: HookChain) -> None:
-        """A reload: policy, naming, clients, hooks and page size apply to the next request."""
-        if hooks:
-            hooks.on_block = self.metrics.blocked
+        """A reload: policy, naming, clients, hooks (built with `on_block=metrics.blocked`) and page size apply to
+        the next request."""
         self.live.apply(config, hooks)
         self.invalidate()
 

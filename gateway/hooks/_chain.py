@@ -102,8 +102,7 @@ class HookChain:
     """The hooks of one config, in order, each method bound once (a hook without a method is not in its stage).
 
     Immutable once built: no attribute can be set or deleted, and no method adds or removes a hook; a reload builds
-    a new chain. The one exception is `on_block`, which `gateway.calls` still wires by assignment: it may be set
-    once (to the same observer again, too), never changed; pass it to the constructor (`build_chain(on_block=)`)."""
+    a new chain. Who is told of blocked calls (`on_block`) is given at construction too (`build_chain(on_block=)`)."""
 
     __slots__ = ("_after", "_before", "_denied", "_message", "_on_block", "entries")
 
@@ -135,10 +134,8 @@ class HookChain:
         init(self, "_message", tuple((n, h.on_message) for n, h in hooks if isinstance(h, OnMessage)))
         init(self, "_on_block", on_block)
 
-    def __setattr__(self, name: str, value: object) -> None:
-        if name != "on_block":
-            raise AttributeError(f"the hook chain is immutable once built (cannot set {name!r})")
-        object.__setattr__(self, name, value)
+    def __setattr__(self, name: str, value: object) -> NoReturn:
+        raise AttributeError(f"the hook chain is immutable once built (cannot set {name!r})")
 
     def __delattr__(self, name: str) -> NoReturn:
         raise AttributeError(f"the hook chain is immutable once built (cannot delete {name!r})")
@@ -147,12 +144,6 @@ class HookChain:
     def on_block(self) -> BlockObserver | None:
         """Told (the call, the blocking hook's name) when a before-hook blocks a call (the console's call log)."""
         return self._on_block
-
-    @on_block.setter
-    def on_block(self, observer: BlockObserver | None) -> None:
-        if self._on_block is not None and observer != self._on_block:
-            raise AttributeError("the hook chain's on_block is set once; build a new chain to change it")
-        object.__setattr__(self, "_on_block", observer)
 
     def __bool__(self) -> bool:
         return bool(self.entries)

@@ -102,7 +102,7 @@ class Reloader:
                              "\n  ".join(exc.problems))
                 return ReloadResult(False, exc.problems)
             try:
-                hooks = build_chain(new.hooks, self._dispatcher.shared)
+                hooks = build_chain(new.hooks, self._dispatcher.shared, on_block=self._dispatcher.metrics.blocked)
             except HookConfigError as exc:
                 self.status.failures += 1
                 self.status.last_error = [new.hide_values(f"hooks: {exc}")]
