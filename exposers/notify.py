@@ -137,10 +137,10 @@ async def _keep(_connection: Connection) -> None:
 
 
 class Notifier:
-    def __init__(self, dispatcher: Dispatcher) -> None:
+    def __init__(self, dispatcher: Dispatcher, sessions: Sessions, sessions_seen: SessionRecords | None = None) -> None:
         self.bus = InMemorySubscriptionBus()
         self._dispatcher = dispatcher
-        self.sessions = Sessions()
+        self.sessions = sessions
         """The directory of live downstream sessions (`exposers.sessions`), shared with the other exposers."""
         self._dirty = anyio.Event()
         self._modern_seen = dispatcher.view(LOCAL).fingerprint
@@ -156,7 +156,7 @@ class Notifier:
         """`run()`'s task group: the outboxes' drain tasks."""
         self.close_session: Callable[[Any], Coroutine[Any, Any, None]] = _keep
         """Closes a session that stopped reading (the HTTP app sets it: the client then gets 404 and opens anew)."""
-        self.sessions_seen: SessionRecords | None = None
+        self.sessions_seen = sessions_seen
         """With `cluster:`, told of each handshake-era HTTP session opened and closed here (its owner record)."""
         dispatcher.add_listener(self._on_registry)
 

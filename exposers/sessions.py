@@ -9,7 +9,8 @@ state (`gateway.hooks.Session`, which `gateway.calls` below the exposers uses; t
 The SDK owns the transport: its `Connection` stays reachable as `session.connection`, and nothing of Triad's is
 kept on `Connection.state`.
 
-Ownership: the `Notifier` creates the one `Sessions` directory of the process (`notifier.sessions`); the SDK
+Ownership: the daemon creates the one `Sessions` directory of the process and gives it to the `Notifier`
+(`notifier.sessions`, which the other exposers read); the SDK
 server's handlers (`exposers.server`, which also serve stdio and legacy SSE), the relays, the notifier and the
 direct path find sessions in it. A session is created by the directory, in the task serving its connection's
 first request (`Sessions.of`, called by the SDK server's middleware before any handler). It is ended by the SDK:

@@ -27,8 +27,16 @@ from anyio.abc import TaskGroup
 
 from consumers import UpstreamPool, UpstreamState
 from consumers.oauth import Redirects
-from exposers import InputRounds, ListenerConfig, ListenerServer, build_app, build_server, serve_stdio
-from exposers.notify import Notifier
+from exposers import (
+    InputRounds,
+    ListenerConfig,
+    ListenerServer,
+    Notifier,
+    Sessions,
+    build_app,
+    build_server,
+    serve_stdio,
+)
 from gateway.calls import Dispatcher
 from gateway.config import TriadConfig, is_loopback
 from gateway.identity import LOCAL, Identity
@@ -79,7 +87,7 @@ async def running_gateway(config: TriadConfig, host: str | None = None, *, watch
     pool = UpstreamPool(config, on_change)
     dispatcher = Dispatcher(config, pool, remote=not is_loopback(host or config.listen.host),
                             names=NameLedger.for_config(config, persist=watch), shared=cluster)
-    notifier = Notifier(dispatcher)
+    notifier = Notifier(dispatcher, Sessions(), cluster)
     rounds = InputRounds(cluster.replica_id if cluster is not None else None)
     announce = None
     if cluster is not None:  # only with `cluster:` are redis-py and cryptography imported (`_cluster`)
@@ -92,7 +100,6 @@ async def running_gateway(config: TriadConfig, host: str | None = None, *, watch
     if cluster is not None:
         joined = join(cluster, pool, notifier, reloader)
         cluster_changed = joined.changed
-        notifier.sessions_seen = cluster
         if address is not None:
             heartbeat = Heartbeat(config.cluster.address if config.cluster and config.cluster.address else address,
                                   lambda: {"sessions": notifier.open_sessions, "version": dispatcher.registry.version,
