@@ -33,7 +33,8 @@ from gateway.identity import Identity
 from gateway.runtime._loading import parse_config
 from gateway.tasks import _records as tasks
 from gateway.tasks._records import TaskBook
-from gateway.tasks._relay import MAX_KEPT_ARGUMENTS, TaskRelay, kept_call, refused_as_triads
+from gateway.tasks._relay import TaskRelay
+from gateway.tasks._relayed import MAX_KEPT_ARGUMENTS, kept_call, refused_as_triads
 from tests.conftest import NODE_DIR, PYTHON, ROOT, TRIAD, Proc, marker, start_triad, write_config
 from tests.raw_clients import (
     HANDSHAKE,

@@ -20,7 +20,8 @@ from gateway.tasks._records import (
     task_owner,
     with_task_id,
 )
-from gateway.tasks._relay import TaskRelay, key_of
+from gateway.tasks._relay import TaskRelay
+from gateway.tasks._relayed import key_of
 
 __all__ = [
     "EXTENSION",
