@@ -22,6 +22,7 @@ from typing import Any
 import httpx2
 import pytest
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
@@ -42,6 +43,7 @@ CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic
                   "--disable-dev-shm-usage")
 """Chromium as root in a closed network: no sandbox, and nothing that phones home (it misbehaves offline)."""
 WAIT = 30.0
+READ_ATTEMPTS = 20
 """Seconds a page state may take to appear before the test fails."""
 
 
@@ -99,8 +101,15 @@ def screenshot(browser: WebDriver, name: str) -> None:
 
 
 def rows(browser: WebDriver, table: str) -> list[list[str]]:
-    return [[cell.text for cell in row.find_elements(By.TAG_NAME, "td")]
-            for row in browser.find_elements(By.CSS_SELECTOR, f"#{table} tbody tr")]
+    """The table's cells, read again if the page's live refresh (every 2 s) swapped them mid-read: on a loaded
+    machine a read of many cells can take longer than that."""
+    for _ in range(READ_ATTEMPTS):
+        try:
+            return [[cell.text for cell in row.find_elements(By.TAG_NAME, "td")]
+                    for row in browser.find_elements(By.CSS_SELECTOR, f"#{table} tbody tr")]
+        except StaleElementReferenceException:
+            continue
+    raise AssertionError(f"table #{table} changed under every one of {READ_ATTEMPTS} reads")
 
 
 def mcp_call(base: str, token: str, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
