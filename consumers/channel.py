@@ -9,13 +9,13 @@ session (anyio requires the entering task to exit).
 
 A `SessionChannel` sends a request one of two ways:
 - through the SDK's `ClientSession`. Progress comes by a token of Triad's own, routed off the session's read
-  stream (`consumers`), so it keeps every field and number type the upstream sent; a 2026-07-28
+  stream (`consumers._progress`), so it keeps every field and number type the upstream sent; a 2026-07-28
   upstream's `input_required` rounds are answered by asking a handshake-era client (a 2026-07-28 client gets the
   result and retries itself);
-- through `consumers.DirectHttp`, Triad's direct HTTP path on a handshake-era streamable HTTP session the SDK
-  opened (one POST, its reply read as JSON or SSE), once `use_direct` turned it on after the handshake.
+- through `consumers._direct_http.DirectHttp`, Triad's direct HTTP path on a handshake-era streamable HTTP session
+  the SDK opened (one POST, its reply read as JSON or SSE), once `use_direct` turned it on after the handshake.
 
-Both follow the same HTTP rules (`consumers`).
+Both follow the same HTTP rules (`consumers._http_rules`).
 """
 
 from __future__ import annotations

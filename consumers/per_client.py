@@ -13,13 +13,14 @@ names, resources and resource templates, listed when it opens and again when the
 the client is then told, and no one else): an upstream may list tools and prompts by its client's capabilities, and
 keeps session resources per session. A client that has no session yet sees what a session that declared the same
 capabilities listed (`known_lists`); the gateway narrows the registry's view by these lists
-(`gateway.registry.narrow_view`).
+(`gateway.registry.Snapshot.narrowed`).
 
 Ownership: the upstream's owner task starts `ClientSessions.run()` in a task group of its own, for its whole life
 (client sessions outlive reconnects of the shared session); each client session is one task in the group `run()`
-owns, started by the first request that needs it, which enters and exits its transport and `ClientSession` itself.
-A client session that fails after it started is logged and forgotten, never raised into the group; the next
-request of that client opens a new one.
+owns, started by the first request that needs it, which opens it as the shared session is opened
+(`consumers._session_open.open_session`: it enters and exits its transport and `ClientSession` itself) and serves
+it with the same loop (`consumers._session_loop`). A client session that fails after it started is logged and
+forgotten, never raised into the group; the next request of that client opens a new one.
 """
 
 from __future__ import annotations
@@ -196,13 +197,13 @@ class ClientSessions:
     def route(self, client: ClientOrigin | None, modern: bool) -> ClientOrigin | None:
         """The downstream session whose own upstream session `client`'s requests go on: its own, or for a caller
         with no way back (a 2026-07-28 request) the stand-in bound to who it is and what it declared
-        (`consumers`); None: they go on the shared one."""
+        (`consumers._stand_ins`); None: they go on the shared one."""
         if client is None or not self.routed(modern):
             return None
         return client if client.back is not None else self.stand_in(client)
 
     def stand_in(self, client: ClientOrigin) -> ClientOrigin | None:
-        """The stand-in of a caller with no way back (`consumers`); None when it cannot be named."""
+        """The stand-in of a caller with no way back (`consumers._stand_ins`); None when it cannot be named."""
         return self._stand_ins.of(client, _declarable(client.declared), lambda stand_in: stand_in in self._links)
 
     def forget(self, origin: ClientOrigin) -> None:

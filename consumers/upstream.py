@@ -4,8 +4,8 @@ Ownership: the pool creates an `Upstream` and runs `Upstream.run()` as one task 
 task alone opens and closes the shared session (`consumers._session_open.open_session`; anyio requires the entering
 task to exit), reconnects with exponential backoff and jitter after a failure, and re-lists the catalog when the
 upstream says a list changed. Other tasks only call `request()`, which uses the live session (or the client's own,
-`consumers.per_client`, picked by `consumers`) and maps every failure to an `UpstreamError` naming the
-upstream (one request under its deadline: `consumers`). Its states and calls in flight:
+`consumers.per_client`, picked by `ClientSessions.route`) and maps every failure to an `UpstreamError` naming the
+upstream (one request under its deadline: `consumers._deadline`). Its states and calls in flight:
 `consumers.lifecycle`.
 """
 
