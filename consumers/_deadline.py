@@ -1,6 +1,6 @@
 """One request on one upstream session under its deadline: the upstream's `timeout` (or the call's own), pushed back
 by each progress notification up to `max_call_time`; tracked among the upstream's calls in flight (so that retiring
-it can wait for them), and its failure mapped to an `UpstreamError` (`consumers.call_failure`).
+it can wait for them), and its failure mapped to an `UpstreamError` (`consumers._errors.call_failure`).
 
 Which session, and what to do when it fails (retry, the circuit breaker): `consumers.upstream.Upstream.request`.
 """

@@ -138,7 +138,8 @@ class DirectHttp:
         except anyio.get_cancelled_exc_class():
             with anyio.move_on_after(CANCEL_TIMEOUT, shield=True):
                 # The SDK's server cancels a call before it hands on the client's notification, whose reason
-                # Triad keeps (`exposers.relay.keep_cancel_reason`): that runs first, then the reason is read.
+                # Triad keeps (`exposers.sessions.DownstreamSession.keep_cancel_reason`): that runs first, then
+                # the reason is read.
                 await anyio.lowlevel.checkpoint()
                 reason = (downstream.cancel_reason if downstream is not None else None) \
                     or "cancelled by Triad's caller"

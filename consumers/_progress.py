@@ -4,7 +4,7 @@ routed as the upstream sent them, and their cancellations sent with the client's
 The SDK's own routing (a progress callback keyed by the request id) turns `1` into `1.0`, and drops `_meta` and
 every other field of the notification. So a call on an SDK session carries a progress token of Triad's own instead
 (the SDK passes a caller's `progressToken` through when it is given no callback); the session's read stream hands
-each notification naming one of these tokens to `deliver` (`consumers.EOFWatch`), before the SDK sees it,
+each notification naming one of these tokens to `deliver` (`consumers._streams.EOFWatch`), before the SDK sees it,
 and a task of the call relays its params in order (`routed`). A notification naming no call in flight goes on to
 the SDK, which drops it.
 
@@ -135,7 +135,8 @@ class CallWrites:
         message = getattr(item, "message", None)
         if isinstance(message, types.JSONRPCNotification) and message.method == "notifications/cancelled":
             # The SDK cancels a call upstream as soon as the call is cancelled, before Triad's exposer has seen the
-            # client's notification and kept its reason (`exposers.relay.keep_cancel_reason`): that runs first.
+            # client's notification and kept its reason (`exposers.sessions.DownstreamSession.keep_cancel_reason`):
+            # that runs first.
             await anyio.lowlevel.cancel_shielded_checkpoint()
         await self._inner.send(self._routes.outgoing(item))
 

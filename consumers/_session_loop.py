@@ -1,7 +1,7 @@
 """The one loop an upstream session's owner task serves it with, whether it is the upstream's shared session
 (`consumers.upstream`) or a client's own (`consumers.per_client`): wait for work or a quiet interval, act, and stop
-when the upstream ends the session or the owner says so. Opening and closing stay with the owner task, which
-entered the session and alone leaves it.
+when the upstream ends the session or the owner says so. Opening (`consumers._session_open`) and closing stay
+with the owner task, which entered the session and alone leaves it.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The SDK's `ClientSession` gives no signal when its transport closes (a stdio child exiting, an SSE stream ending):
 pending requests fail, but the owner task waiting on its wake event would never learn it. `EOFWatch` passes every
 item through unchanged (except those `intercept` takes: progress
-notifications Triad routes itself, `consumers`) and flips `closed` (and calls `on_eof`) when the stream ends.
+notifications Triad routes itself, `consumers._progress`) and flips `closed` (and calls `on_eof`) when the stream ends.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ class EOFWatch:
 
     @property
     def last_context(self) -> Any:
-        """Passed through: the SDK's dispatcher reads it (`consumers.CONTEXT_ATTRIBUTE`)."""
+        """Passed through: the SDK's dispatcher reads it (`consumers._sdk.CONTEXT_ATTRIBUTE`)."""
         return sender_context(self._inner)
 
     def _eof(self) -> None:

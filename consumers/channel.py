@@ -1,21 +1,21 @@
 """One live upstream session as the rest of Triad sees it: the channel requests and notifications go out on.
 
 `open_channel` is the one place an upstream session is opened, for the shared session and for each client's own
-(`consumers.per_client`): it enters the transport (`consumers.transports`) and the SDK's `ClientSession`, wired so
-that what the upstream sends reaches the right place (`consumers.relay.InFlight`: during a call, the call's
-downstream; outside calls, the session's own client or Triad's log; list changes and resource updates, the
-upstream's owner). The task that enters it owns it and alone leaves it, which closes the session (anyio requires
-the entering task to exit).
+(both through `consumers._session_open.open_session`): it enters the transport (`consumers.transports`) and the
+SDK's `ClientSession`, wired so that what the upstream sends reaches the right place (`consumers.relay.InFlight`:
+during a call, the call's downstream; outside calls, the session's own client or Triad's log; list changes and
+resource updates, the upstream's owner). The task that enters it owns it and alone leaves it, which closes the
+session (anyio requires the entering task to exit).
 
 A `SessionChannel` sends a request one of two ways:
 - through the SDK's `ClientSession`. Progress comes by a token of Triad's own, routed off the session's read
-  stream (`consumers`), so it keeps every field and number type the upstream sent; a 2026-07-28
+  stream (`consumers._progress`), so it keeps every field and number type the upstream sent; a 2026-07-28
   upstream's `input_required` rounds are answered by asking a handshake-era client (a 2026-07-28 client gets the
   result and retries itself);
-- through `consumers.DirectHttp`, Triad's direct HTTP path on a handshake-era streamable HTTP session the SDK
-  opened (one POST, its reply read as JSON or SSE), once `use_direct` turned it on after the handshake.
+- through `consumers._direct_http.DirectHttp`, Triad's direct HTTP path on a handshake-era streamable HTTP session
+  the SDK opened (one POST, its reply read as JSON or SSE), once `use_direct` turned it on after the handshake.
 
-Both follow the same HTTP rules (`consumers`).
+Both follow the same HTTP rules (`consumers._http_rules`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import mcp_types as types
 from mcp import ClientSession
-from mcp.client.session import ClientRequestContext, ListRootsFnT, MessageHandlerFnT
+from mcp.client.session import ListRootsFnT, MessageHandlerFnT
 
 from consumers._progress import CallWrites
 from consumers._sdk import send_raw
@@ -147,20 +147,6 @@ async def open_channel(name: str, config: UpstreamConfig, cwd: str | None, relay
                                  elicitation_callback=relays.on_elicitation if "elicitation" in declare else None,
                                  list_roots_callback=list_roots if "roots" in declare else None) as session:
             yield SessionChannel(name, session, relays, watch, link)
-
-
-def shared_declaration(config: UpstreamConfig) -> tuple[tuple[str, ...], ListRootsFnT]:
-    """What a shared session declares, and how it answers `roots/list`. It declares roots only with `roots:`
-    configured; with `per_client` the catalog session declares them too (its roots are the configured ones, or
-    none): it lists what a client that has roots would see, and each client's own session narrows that to what it
-    lists for that client. Its roots are the upstream's own `roots:`, never a client's."""
-    roots = types.ListRootsResult.model_validate({"roots": [{"uri": uri} for uri in config.roots or ()]})
-
-    async def configured_roots(context: ClientRequestContext) -> types.ListRootsResult | types.ErrorData:
-        return roots
-
-    declares_roots = config.roots is not None or config.session_mode == "per_client"
-    return ("sampling", "elicitation") + (("roots",) if declares_roots else ()), configured_roots
 
 
 TASK_STATUS = "notifications/tasks/status"

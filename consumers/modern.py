@@ -45,7 +45,7 @@ class ModernLink:
         self._changed = anyio.Event()
 
     def stamp_for_callers(self, session: ClientSession) -> None:
-        """The SDK stamps each request's envelope and headers with no public hook (`consumers.wrap_stamp`):
+        """The SDK stamps each request's envelope and headers with no public hook (`consumers._sdk.wrap_stamp`):
         this adds the caller's capabilities and the `Mcp-Param-*` headers (the SDK learns those only through its
         typed `list_tools`, which Triad does not use)."""
 

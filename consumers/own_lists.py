@@ -1,7 +1,7 @@
 """What a client's own upstream session lists (`sessions: per_client`), of what may differ from one session to
 another: an upstream may list tools and prompts by its client's capabilities, and keeps session resources (and
 their templates) per session. `consumers.per_client` lists them when a client's session opens and again when the
-upstream says one changed on it; `gateway.registry.narrow_view` narrows the client's view by them.
+upstream says one changed on it; `gateway.registry.Snapshot.narrowed` narrows the client's view by them.
 """
 
 from __future__ import annotations

@@ -13,13 +13,14 @@ names, resources and resource templates, listed when it opens and again when the
 the client is then told, and no one else): an upstream may list tools and prompts by its client's capabilities, and
 keeps session resources per session. A client that has no session yet sees what a session that declared the same
 capabilities listed (`known_lists`); the gateway narrows the registry's view by these lists
-(`gateway.registry.narrow_view`).
+(`gateway.registry.Snapshot.narrowed`).
 
 Ownership: the upstream's owner task starts `ClientSessions.run()` in a task group of its own, for its whole life
 (client sessions outlive reconnects of the shared session); each client session is one task in the group `run()`
-owns, started by the first request that needs it, which enters and exits its transport and `ClientSession` itself.
-A client session that fails after it started is logged and forgotten, never raised into the group; the next
-request of that client opens a new one.
+owns, started by the first request that needs it, which opens it as the shared session is opened
+(`consumers._session_open.open_session`: it enters and exits its transport and `ClientSession` itself) and serves
+it with the same loop (`consumers._session_loop`). A client session that fails after it started is logged and
+forgotten, never raised into the group; the next request of that client opens a new one.
 """
 
 from __future__ import annotations
@@ -38,10 +39,10 @@ from anyio.abc import TaskGroup, TaskStatus
 from mcp import ClientSession
 
 from consumers._errors import describe_failure
-from consumers._sdk import declare_as_client
 from consumers._session_loop import Wake, serve_session
+from consumers._session_open import Declaration, Handshake, OpenSession, offered, open_session
 from consumers._stand_ins import IDLE_CLOSE, StandIn, StandIns
-from consumers.channel import SessionChannel, open_channel
+from consumers.channel import SessionChannel
 from consumers.config import AUTHORIZATION_WAIT, UpstreamConfig
 from consumers.errors import UpstreamAuthorizationRequired, UpstreamTimeout, UpstreamUnavailable
 from consumers.listing import Catalog
@@ -196,13 +197,13 @@ class ClientSessions:
     def route(self, client: ClientOrigin | None, modern: bool) -> ClientOrigin | None:
         """The downstream session whose own upstream session `client`'s requests go on: its own, or for a caller
         with no way back (a 2026-07-28 request) the stand-in bound to who it is and what it declared
-        (`consumers`); None: they go on the shared one."""
+        (`consumers._stand_ins`); None: they go on the shared one."""
         if client is None or not self.routed(modern):
             return None
         return client if client.back is not None else self.stand_in(client)
 
     def stand_in(self, client: ClientOrigin) -> ClientOrigin | None:
-        """The stand-in of a caller with no way back (`consumers`); None when it cannot be named."""
+        """The stand-in of a caller with no way back (`consumers._stand_ins`); None when it cannot be named."""
         return self._stand_ins.of(client, _declarable(client.declared), lambda stand_in: stand_in in self._links)
 
     def forget(self, origin: ClientOrigin) -> None:
@@ -278,22 +279,18 @@ class ClientSessions:
         return CredentialUse(self._credentials, link.origin.user, patient)
 
     async def _own(self, link: ClientLink) -> None:
-        """Enter the client's transport and session, serve until closed, exit both: all in this one task."""
+        """Open the client's session, serve until closed, close it: all in this one task (`open_session`)."""
         CURRENT_DOWNSTREAM.set(None)  # this task's context was copied from the request that opened it
         config = self._config()
-        capabilities = _declared(link.origin)
         started = anyio.current_time()
 
         # A list change on this session re-lists it for this client; it goes on where the shared session's
         # messages go as well, since a server may tell only the session that made a change that concerns all.
         # It carries the client's origin: a task status belongs to a task of this client's own session.
-        def tagged(method: str, params: dict[str, Any]) -> None:
-            self._on_notification(method, params, link.origin)
-
         def on_notification(method: str, params: dict[str, Any]) -> None:
             if method in OWN_LISTS:
                 link.changed(OWN_LISTS[method])
-            tagged(method, params)
+            self._on_notification(method, params, link.origin)
 
         async def on_message(message: Any) -> None:
             found = getattr(message, "root", message)
@@ -301,51 +298,23 @@ class ClientSessions:
                 link.changed(OWN_LISTS[found.method])
             await self._on_message(message, link.origin)
         try:
-            with anyio.CancelScope() as opening:
-                opening.deadline = anyio.current_time() + config.connect_timeout
-                link.opening = opening
-                async with open_channel(self._upstream, config, self._cwd, link.relays, on_message,
-                                        declare=capabilities.keys(), tls=self._tls,
-                                        on_notification=tagged,
-                                        auth=self._credential(config, link)) as channel:
-                    declare_as_client(channel.session, capabilities)
-                    init = await channel.session.initialize()
-                    channel.use_direct(channel.session.protocol_version or "", on_notification)
-                    # A server may tell only the session that made a change (a list_changed after a call): the
-                    # client's first request waits until that session's own stream is answered.
-                    with anyio.move_on_after(LISTEN_WAIT):
-                        await channel.listening()
-                    offered = init.capabilities.model_dump(exclude_none=True)
-                    link.lists = await list_own(self._upstream, channel.session, offered)
-                    link.fresh.set()
-                    self._learn(link.origin, link.lists)
-                    opening.deadline = math.inf
-                    link.channel = channel
-                    link.opened.set()
-                    logger.info("upstream %s: a client session opened (%d open)", self._upstream, len(self._links),
-                                extra=log_fields(self._upstream, "session_opened", session=link.origin,
-                                                 seconds=anyio.current_time() - started))
-                    idle = IDLE_CLOSE if isinstance(link.origin, StandIn) else math.inf
-
-                    async def step(_quiet: bool) -> bool:
-                        if link.closed.is_set():
-                            return False
-                        if anyio.current_time() - link.used >= idle and not link.relays.calls:
-                            link.close()  # a stand-in nobody used for a while: the next request opens anew
-                            logger.info("upstream %s: a client session closed after %gs without requests",
-                                        self._upstream, idle,
-                                        extra=log_fields(self._upstream, "session_idle", session=link.origin))
-                            return False
-                        if link.stale:
-                            await self._relist(link, channel.session, offered)
-                        return True
-
-                    try:  # the upstream ending it closes the link: the next request opens anew
-                        await serve_session(channel, link.wake, idle, step, on_eof=link.close)
-                    finally:
-                        link.channel = None
-            if opening.cancelled_caught:
-                link.failure = TimeoutError(f"no answer to initialize within {config.connect_timeout:g}s")
+            link.opening = anyio.CancelScope()
+            async with open_session(self._upstream, config, self._cwd, Declaration.of_client(_declared(link.origin)),
+                                    self._list_first, relays=link.relays, on_message=on_message,
+                                    on_notification=on_notification, auth=self._credential(config, link),
+                                    tls=self._tls, opening=link.opening) as opened:
+                link.lists = opened.lists
+                link.fresh.set()
+                self._learn(link.origin, link.lists)
+                link.channel = opened.channel
+                link.opened.set()
+                logger.info("upstream %s: a client session opened (%d open)", self._upstream, len(self._links),
+                            extra=log_fields(self._upstream, "session_opened", session=link.origin,
+                                             seconds=anyio.current_time() - started))
+                try:  # the upstream ending it closes the link: the next request opens anew
+                    await self._serve(link, opened)
+                finally:
+                    link.channel = None
         except Exception as exc:  # this client's session only; the upstream and other clients go on
             link.failure = exc
             if link.opened.is_set():
@@ -356,6 +325,31 @@ class ClientSessions:
             link.opened.set()  # a request waiting for a session that failed to open learns it now
             if self._links.get(link.origin) is link:
                 del self._links[link.origin]
+
+    async def _list_first(self, channel: SessionChannel, handshake: Handshake) -> OwnLists:
+        # A server may tell only the session that made a change (a list_changed after a call): the client's first
+        # request waits until that session's own stream is answered.
+        with anyio.move_on_after(LISTEN_WAIT):
+            await channel.listening()
+        return await list_own(self._upstream, channel.session, offered(handshake))
+
+    async def _serve(self, link: ClientLink, opened: OpenSession[OwnLists]) -> None:
+        """Serve the client's open session until it is closed, idles out (a stand-in's) or the upstream ends it."""
+        idle = IDLE_CLOSE if isinstance(link.origin, StandIn) else math.inf
+
+        async def step(_quiet: bool) -> bool:
+            if link.closed.is_set():
+                return False
+            if anyio.current_time() - link.used >= idle and not link.relays.calls:
+                link.close()  # a stand-in nobody used for a while: the next request opens anew
+                logger.info("upstream %s: a client session closed after %gs without requests", self._upstream, idle,
+                            extra=log_fields(self._upstream, "session_idle", session=link.origin))
+                return False
+            if link.stale:
+                await self._relist(link, opened.channel.session, offered(opened.handshake))
+            return True
+
+        await serve_session(opened.channel, link.wake, idle, step, on_eof=link.close)
 
     async def _relist(self, link: ClientLink, session: ClientSession, offered: Mapping[str, Any]) -> None:
         """Re-list after the upstream said a list changed on this client's session, and tell that client (only)

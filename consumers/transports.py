@@ -1,7 +1,7 @@
 """Opening one upstream transport from its config: stdio child, streamable HTTP, or legacy SSE.
 
 `open_transport` is an async context manager yielding the SDK's `(read, write)` streams, and for streamable HTTP
-the `HttpLink` the direct path uses (`consumers`); the upstream's owner task enters and exits
+the `HttpLink` the direct path uses (`consumers._direct_http`); the upstream's owner task enters and exits
 it. A stdio child runs in a process group of its own, ended whole on close (`consumers.child_process`); its
 stderr is read line by line into Triad's log, tagged with the upstream's name, and its last lines and exit code
 into the upstream's `ChildOutput`.
@@ -185,7 +185,7 @@ not one (the rest is never read: the connection is dropped)."""
 
 async def _unavailable(request: httpx2.Request, response: httpx2.Response) -> httpx2.Response:
     """A 502, 503 or 504 without a JSON-RPC error of the upstream's own becomes one that names the status (in its
-    `data`), for `consumers.call_failure` to count as a connection failure: the SDK would otherwise say
+    `data`), for `consumers._errors.call_failure` to count as a connection failure: the SDK would otherwise say
     only "Server returned an error response", as for any other status. Whatever answers on the upstream's URL
     (a proxy, a captive portal) may send an endless body: at most `MAX_UNAVAILABLE_BODY` bytes are read."""
     body = await _body_start(response)

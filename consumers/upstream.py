@@ -1,18 +1,17 @@
 """One upstream MCP server: its owner task, its state, its catalog, and the requests sent to it.
 
 Ownership: the pool creates an `Upstream` and runs `Upstream.run()` as one task in the daemon's task group. That
-task alone opens and closes the shared session (`consumers.channel.open_channel`; anyio requires the entering
+task alone opens and closes the shared session (`consumers._session_open.open_session`; anyio requires the entering
 task to exit), reconnects with exponential backoff and jitter after a failure, and re-lists the catalog when the
 upstream says a list changed. Other tasks only call `request()`, which uses the live session (or the client's own,
-`consumers.per_client`, picked by `consumers`) and maps every failure to an `UpstreamError` naming the
-upstream (one request under its deadline: `consumers`). Its states and calls in flight:
+`consumers.per_client`, picked by `ClientSessions.route`) and maps every failure to an `UpstreamError` naming the
+upstream (one request under its deadline: `consumers._deadline`). Its states and calls in flight:
 `consumers.lifecycle`.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import random
 from collections.abc import Callable
 from typing import Any
@@ -21,7 +20,6 @@ import anyio
 import mcp_types as types
 from anyio.abc import TaskGroup, TaskStatus
 from mcp import ClientSession
-from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from consumers._breaker import CircuitBreaker
@@ -29,10 +27,11 @@ from consumers._deadline import send_within_deadline
 from consumers._errors import UpstreamConnectionFailed, UpstreamSessionGone, describe_failure
 from consumers._health import probe
 from consumers._session_loop import Wake, serve_session
-from consumers.channel import TASK_STATUS, SessionChannel, open_channel, shared_declaration
+from consumers._session_open import Declaration, Handshake, open_session
+from consumers.channel import TASK_STATUS, SessionChannel
 from consumers.child_process import ChildOutput
 from consumers.config import UpstreamConfig
-from consumers.errors import UpstreamAuthorizationRequired, UpstreamRefused, UpstreamTimeout, UpstreamUnavailable
+from consumers.errors import UpstreamAuthorizationRequired, UpstreamRefused, UpstreamUnavailable
 from consumers.lifecycle import CallsInFlight, UpstreamState, check_transition
 from consumers.listing import Catalog, list_catalog
 from consumers.log_fields import log_fields
@@ -164,56 +163,35 @@ class Upstream:
         self._wake.set()
 
     async def _connect_and_serve(self) -> None:
-        started = anyio.current_time()
-        with anyio.CancelScope() as connect_scope:
-            connect_scope.deadline = started + self.config.connect_timeout
-            declare, roots = shared_declaration(self.config)
-            async with open_channel(self.name, self.config, self.cwd, self._relays, self._on_message,
-                                    declare=declare, list_roots=roots, output=self.child,
-                                    tls=self.tls, on_notification=self._on_notification,
-                                    auth=CredentialUse(self.credentials)) as channel:
-                session = channel.session
-                init = await self._negotiate(session)
-                catalog = await list_catalog(self.name, session, init, None, self._modern.checked_tools)
-                connect_scope.deadline = math.inf  # connected: from here on only calls have deadlines
-                self._clients.catalog_changed(self.catalog, catalog)
-                self.catalog = catalog
-                if not self.modern:
-                    channel.use_direct(catalog.protocol_version, self._on_notification)
-                self._set_channel(channel)
-                self._set_state(UpstreamState.READY, "")
-                self.settled.set()
-                logger.info("upstream %s ready: %d tools, %d resources, %d prompts (%s)", self.name,
-                            len(catalog.tools), len(catalog.resources), len(catalog.prompts),
-                            catalog.protocol_version,
-                            extra=log_fields(self.name, "ready", seconds=anyio.current_time() - started))
-                async with anyio.create_task_group() as tg:
-                    if self.modern:
-                        tg.start_soon(self._modern.listen, session, catalog.capabilities)
-                    elif self.subscriptions.uris():
-                        tg.start_soon(self.subscriptions.renew, session)
-                    await self._serve(channel)
-                    tg.cancel_scope.cancel()
-        if connect_scope.cancelled_caught:
-            raise UpstreamTimeout(self.name, f"did not finish initialize and listing within "
-                                            f"{self.config.connect_timeout:g}s")
+        discover = self._modern.stamp_for_callers if self.config.protocol == "auto" else None
+        async with open_session(self.name, self.config, self.cwd, Declaration.shared(self.config), self._list_first,
+                                relays=self._relays, on_message=self._on_message,
+                                on_notification=self._on_notification, auth=CredentialUse(self.credentials),
+                                tls=self.tls, output=self.child, discover=discover) as opened:
+            channel, catalog = opened.channel, opened.lists
+            self._clients.catalog_changed(self.catalog, catalog)
+            self.catalog = catalog
+            self._set_channel(channel)
+            self._set_state(UpstreamState.READY, "")
+            self.settled.set()
+            logger.info("upstream %s ready: %d tools, %d resources, %d prompts (%s)", self.name,
+                        len(catalog.tools), len(catalog.resources), len(catalog.prompts), catalog.protocol_version,
+                        extra=log_fields(self.name, "ready", seconds=anyio.current_time() - opened.started))
+            async with anyio.create_task_group() as tg:
+                if self.modern:
+                    tg.start_soon(self._modern.listen, channel.session, catalog.capabilities)
+                elif self.subscriptions.uris():
+                    tg.start_soon(self.subscriptions.renew, channel.session)
+                await self._serve(channel)
+                tg.cancel_scope.cancel()
+
+    async def _list_first(self, channel: SessionChannel, handshake: Handshake) -> Catalog:
+        return await list_catalog(self.name, channel.session, handshake, None, self._modern.checked_tools)
 
     @property
     def modern(self) -> bool:
         """The live connection speaks 2026-07-28 (no handshake, no server->client requests, `input_required`)."""
         return self.catalog is not None and self.catalog.protocol_version in MODERN_PROTOCOL_VERSIONS
-
-    async def _negotiate(self, session: ClientSession) -> types.InitializeResult | types.DiscoverResult:
-        """`initialize`; or with `protocol: auto`, `server/discover` first, and `initialize` where it is refused."""
-        if self.config.protocol == "auto":
-            try:
-                found = await session.discover()
-            except MCPError as exc:
-                logger.debug("upstream %s: server/discover refused (%s); using initialize", self.name, exc)
-            else:
-                self._modern.stamp_for_callers(session)
-                return found
-        return await session.initialize()
 
     # -- resource subscriptions (of downstream clients, one upstream subscription per URI) ----------------------
 

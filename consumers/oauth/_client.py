@@ -7,7 +7,7 @@ PKCE S256 and the RFC 9207 `iss` check, refresh, and scope step-up on 403 `insuf
 client-credentials provider does the machine-to-machine grant. This module adds what a gateway needs around it:
 
 - one token source for both of Triad's HTTP clients: the SDK's httpx2 client gets it as its `auth`
-  (`UpstreamOAuth.http_auth`), the direct HTTP path (`consumers`) asks it for the `Authorization` value
+  (`UpstreamOAuth.http_auth`), the direct HTTP path (`consumers._direct_http`) asks it for the `Authorization` value
   and tells it of a 401 or 403 (`authorization`, `challenged`);
 - a refresh before the token expires (`REFRESH_MARGIN`), and once on a 401 before asking a person again (the SDK
   alone goes straight to a new authorization; for the SDK's client: `consumers.oauth`);
