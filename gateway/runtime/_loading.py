@@ -106,7 +106,7 @@ def _semantic_problems(config: TriadConfig, lines: LineMap) -> list[str]:
         raw_seen.setdefault(key, name)
     problems += _prefix_problems(config, lines)
     if config.search.ranker != "bm25":
-        from gateway.search import load_ranker
+        from gateway.search import load_ranker  # bm25s and numpy: loaded by `check` only when a plugin is named
 
         try:
             load_ranker(config.search.ranker)
