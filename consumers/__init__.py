@@ -1,6 +1,7 @@
 """Upstream connections: one owner task per upstream, transports, the pool keyed by name, and the relay seam."""
 
 from consumers._errors import describe_failure
+from consumers._json import JSON, JSONObject
 from consumers.channel import TASK_STATUS
 from consumers.lifecycle import UpstreamState
 from consumers.listing import Catalog
@@ -13,10 +14,12 @@ from consumers.upstream import Upstream
 
 __all__ = [
     "CURRENT_DOWNSTREAM",
+    "JSON",
     "TASK_STATUS",
     "Catalog",
     "ClientOrigin",
     "Downstream",
+    "JSONObject",
     "LoginError",
     "OwnLists",
     "ProgressFn",

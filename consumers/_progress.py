@@ -30,9 +30,11 @@ import anyio.lowlevel
 import mcp_types as types
 from anyio.streams.memory import MemoryObjectSendStream
 
+from consumers._json import JSONObject
+
 logger = logging.getLogger("triad.upstream")
 T = TypeVar("T")
-ProgressFn = Callable[[dict[str, Any]], Awaitable[None]]
+ProgressFn = Callable[[JSONObject], Awaitable[None]]
 """`consumers.relay.ProgressFn`: told a progress notification's params, without its token."""
 
 MAX_QUEUED = 64
@@ -42,7 +44,7 @@ advisory, and a client that does not read must not grow Triad's memory)."""
 
 class ProgressRoutes:
     def __init__(self) -> None:
-        self._routes: dict[str, MemoryObjectSendStream[dict[str, Any]]] = {}
+        self._routes: dict[str, MemoryObjectSendStream[JSONObject]] = {}
         self._reasons: dict[str, Callable[[], str | None]] = {}
         """Each call's way to the reason its client gave for cancelling it."""
         self._requests: dict[Any, str] = {}

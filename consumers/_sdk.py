@@ -27,31 +27,33 @@ from mcp import ClientSession
 from mcp.shared.dispatcher import CallOptions, ProgressFnT
 from pydantic import TypeAdapter
 
+from consumers._json import JSONObject
+
 if TYPE_CHECKING:
     from consumers.relay import UpstreamRequest
 
-RAW: TypeAdapter[dict[str, Any]] = TypeAdapter(dict[str, Any])
+RAW: TypeAdapter[JSONObject] = TypeAdapter(dict[str, Any])
 """A result as the upstream sent it: the wire dict."""
 
 CONTEXT_ATTRIBUTE = "last_context"
 
-Stamp = Callable[[dict[str, Any], Any], None]
+Stamp = Callable[[JSONObject, Any], None]
 """`(request data, send options) -> None`: what `ClientSession._stamp` is."""
 
 
 async def send_raw(session: ClientSession, request: UpstreamRequest,
                    progress: Callable[[float, float | None, str | None], Awaitable[None]] | None = None
-                   ) -> dict[str, Any]:
+                   ) -> JSONObject:
     """Send `request` on `session`; its result as a raw dict."""
     if request.method == "tools/call" and getattr(request.params, "task", None) is not None:
         data = request.model_dump(by_alias=True, mode="json", exclude_none=True)
         options: CallOptions = {}
         session._stamp(data, options)
-        answer: dict[str, Any] = await session._dispatcher.send_raw_request(data["method"], data.get("params"),
+        answer: JSONObject = await session._dispatcher.send_raw_request(data["method"], data.get("params"),
                                                                            options)
         return answer
     on_progress = cast(ProgressFnT | None, progress)  # a plain callable of the Protocol's shape
-    result: dict[str, Any] = await session.send_request(request, RAW,  # type: ignore[type-var]
+    result: JSONObject = await session.send_request(request, RAW,  # type: ignore[type-var]
                                                         progress_callback=on_progress)
     return result
 
@@ -61,7 +63,7 @@ def wrap_stamp(session: ClientSession, wrap: Callable[[Stamp], Stamp]) -> None:
     session._stamp = wrap(session._stamp)
 
 
-def declare_as_client(session: ClientSession, declared: dict[str, Any]) -> None:
+def declare_as_client(session: ClientSession, declared: JSONObject) -> None:
     """The session declares each capability it has a callback for as `declared` (a client's own declaration of
     sampling, elicitation or roots) spells it: an upstream then sees exactly what that client declared."""
     build = session._build_capabilities

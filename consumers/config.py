@@ -13,6 +13,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SecretStr, field_validator, model_validator
 
+from consumers._json import JSONObject
+
 DEFAULT_UPSTREAM_TIMEOUT = 60.0
 DEFAULT_CONNECT_TIMEOUT = 30.0
 """Connecting, `initialize` and listing the catalog of an upstream, apart from the deadline of its calls."""
@@ -85,7 +87,7 @@ class ToolOverride(_Model):
     description: str | None = None
     annotations: ToolAnnotationsOverride | None = None
     hide_arguments: tuple[str, ...] = ()
-    fixed_arguments: dict[str, Any] = {}
+    fixed_arguments: JSONObject = {}
 
 
 class ToolFilter(_Model):

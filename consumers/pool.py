@@ -18,6 +18,7 @@ import anyio
 from anyio.abc import TaskGroup
 from pydantic import SecretStr
 
+from consumers._json import JSONObject
 from consumers.config import UpstreamConfig
 from consumers.lifecycle import UpstreamState
 from consumers.log_fields import log_fields
@@ -62,7 +63,7 @@ class UpstreamPool:
         """One TLS context for every upstream's HTTPS connections, made when the first needs it."""
         self.on_updated: Callable[[str, str], None] = lambda _upstream, _uri: None
         """Told (upstream, raw URI) when a resource some client subscribed to changed (the exposer sets it)."""
-        self.on_task_status: Callable[[str, dict[str, Any], ClientOrigin | None], None] = \
+        self.on_task_status: Callable[[str, JSONObject, ClientOrigin | None], None] = \
             lambda _upstream, _params, _origin: None
         """Told (upstream, params) of each task status an upstream pushes (the exposer sets it)."""
         self.for_users = UserAuthorization()

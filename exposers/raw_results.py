@@ -21,8 +21,10 @@ from mcp.server import ServerRequestContext
 from mcp.server.context import HandlerResult
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from consumers import JSONObject
 
-def unsieved(raw: dict[str, Any], shaped: dict[str, Any], version: str) -> dict[str, Any]:
+
+def unsieved(raw: JSONObject, shaped: JSONObject, version: str) -> JSONObject:
     """`raw` with what the SDK's shaping (`shaped`) added to it for `version`."""
     out = {**{key: value for key, value in shaped.items() if key not in raw}, **raw}
     raw_meta, shaped_meta = raw.get("_meta"), shaped.get("_meta")
@@ -35,9 +37,9 @@ def unsieved(raw: dict[str, Any], shaped: dict[str, Any], version: str) -> dict[
 
 class RawResults:
     def __init__(self) -> None:
-        self._held: dict[int, dict[str, Any]] = {}
+        self._held: dict[int, JSONObject] = {}
 
-    def keep(self, ctx: ServerRequestContext[Any], result: dict[str, Any]) -> dict[str, Any]:
+    def keep(self, ctx: ServerRequestContext[Any], result: JSONObject) -> JSONObject:
         """Hold a handler's result for its request; returned for the SDK to check and shape."""
         self._held[id(ctx.session)] = result
         return result

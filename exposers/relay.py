@@ -18,7 +18,7 @@ from mcp.shared.message import ServerMessageMetadata
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, LOG_LEVEL_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from consumers import Downstream
+from consumers import Downstream, JSONObject
 from exposers._sdk import request_channel
 from exposers.sessions import LEVELS, DownstreamSession, wants_log
 
@@ -27,7 +27,7 @@ class Relay(Downstream, Protocol):
     """The way back to the client of one request: what an upstream sends about the request (logs, progress, its
     own questions) goes there. One per request, whatever transport carried it."""
 
-    async def progress(self, params: dict[str, Any]) -> None:
+    async def progress(self, params: JSONObject) -> None:
         """An upstream's progress notification params (`consumers.ProgressFn`), sent with the client's own token."""
         ...
 
@@ -52,7 +52,7 @@ class RequestRelay:
         return self.ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
 
     @property
-    def capabilities(self) -> dict[str, Any] | None:
+    def capabilities(self) -> JSONObject | None:
         if self.era_2026:
             return envelope_capabilities(self.ctx.params)
         return self.session.capabilities if self.session is not None else None
@@ -72,7 +72,7 @@ class RequestRelay:
             await self.ctx.session.send_log_message(params.level, params.data, logger=params.logger,
                                                     related_request_id=self.ctx.request_id)
 
-    async def progress(self, params: dict[str, Any]) -> None:
+    async def progress(self, params: JSONObject) -> None:
         token = progress_token(self.ctx.params)
         if token is not None:  # as the upstream sent them: the SDK's `report_progress` knows no `_meta`
             await request_channel(self.ctx).notify("notifications/progress", {**params, "progressToken": token})
@@ -101,7 +101,7 @@ def progress_token(params: Any) -> str | int | None:
     return token if isinstance(token, str | int) and not isinstance(token, bool) else None
 
 
-def envelope_capabilities(params: Any) -> dict[str, Any]:
+def envelope_capabilities(params: Any) -> JSONObject:
     """What a 2026-07-28 request says its client can do (`_meta`); nothing when it says nothing."""
     meta = (params or {}).get("_meta")
     declared = meta.get(CLIENT_CAPABILITIES_META_KEY) if isinstance(meta, dict) else None

@@ -37,6 +37,7 @@ from mcp.server.connection import Connection
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from consumers import JSONObject
 from gateway.errors import InvalidRequest
 from gateway.hooks import Session
 from gateway.identity import Identity, credential_owner
@@ -87,7 +88,7 @@ class DownstreamSession:
         return self.connection.protocol_version
 
     @property
-    def capabilities(self) -> dict[str, Any] | None:
+    def capabilities(self) -> JSONObject | None:
         """What a handshake-era client declared in `initialize`; None when unknown."""
         client = self.connection.client_params
         return client.capabilities.model_dump(by_alias=True, mode="json", exclude_none=True) if client else None
@@ -251,7 +252,7 @@ class SessionRelay:
         return self.session.connection
 
     @property
-    def capabilities(self) -> dict[str, Any] | None:
+    def capabilities(self) -> JSONObject | None:
         return self.session.capabilities
 
     @property
@@ -265,7 +266,7 @@ class SessionRelay:
             warnings.simplefilter("ignore", MCPDeprecationWarning)
             await self.connection.log(params.level, params.data, params.logger)
 
-    async def progress(self, params: dict[str, Any]) -> None:
+    async def progress(self, params: JSONObject) -> None:
         """Progress belongs to a request; a session has none of its own."""
 
     async def lists_changed(self, family: str) -> None:

@@ -26,6 +26,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from consumers import JSONObject
 from exposers.console import pages
 from exposers.console.auth import (
     COOKIE,
@@ -209,7 +210,7 @@ def build_console(dispatcher: Dispatcher, reloader: Reloads | None) -> ASGIApp:
     return _SecurityHeaders(app)
 
 
-async def _form(request: Request) -> dict[str, Any] | None:
+async def _form(request: Request) -> JSONObject | None:
     """The urlencoded form of a POST, or None when it is larger than `MAX_FORM_BYTES`."""
     length = request.headers.get("content-length")
     if length is not None and (not length.isdigit() or int(length) > MAX_FORM_BYTES):

@@ -16,6 +16,7 @@ from typing import Any
 
 import anyio
 
+from consumers import JSONObject
 from gateway.cluster._link import KEY_PREFIX, OP_TIMEOUT, Link, RedisDown
 
 logger = logging.getLogger("triad.cluster")
@@ -25,7 +26,7 @@ RECONNECT_DELAY = 0.5
 QUEUE = 1024
 """Events waiting to be published (`send_soon`); more are dropped, as they would be while Redis is down."""
 
-Handler = Callable[[dict[str, Any]], Awaitable[None]]
+Handler = Callable[[JSONObject], Awaitable[None]]
 
 
 class Events:

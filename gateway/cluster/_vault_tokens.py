@@ -17,6 +17,7 @@ from typing import Any
 
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 
+from consumers import JSONObject
 from gateway.cluster._link import RedisDown
 from gateway.cluster._secret_box import SecretUnreadable
 from gateway.cluster._vault import Vault
@@ -54,10 +55,10 @@ class VaultTokens:
         self.expires_at = None
         await self._run(self._vault.delete(self._user, self._name + "tokens"))
 
-    async def get_discovery(self) -> dict[str, Any]:
+    async def get_discovery(self) -> JSONObject:
         return await self._get("discovery")
 
-    async def set_discovery(self, discovery: dict[str, Any]) -> None:
+    async def set_discovery(self, discovery: JSONObject) -> None:
         await self._put("discovery", discovery)
 
     async def get_client_info(self) -> OAuthClientInformationFull | None:
@@ -67,7 +68,7 @@ class VaultTokens:
     async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
         await self._put("client", client_info.model_dump(mode="json", exclude_none=True))
 
-    async def _get(self, part: str) -> dict[str, Any]:
+    async def _get(self, part: str) -> JSONObject:
         try:
             raw = await self._run(self._vault.get(self._user, self._name + part))
         except SecretUnreadable:  # written under another cluster key: as if never stored (the user authorizes anew)
@@ -75,7 +76,7 @@ class VaultTokens:
         found = json.loads(raw) if raw is not None else {}
         return found if isinstance(found, dict) else {}
 
-    async def _put(self, part: str, document: dict[str, Any]) -> None:
+    async def _put(self, part: str, document: JSONObject) -> None:
         await self._run(self._vault.put(self._user, self._name + part, json.dumps(document).encode()))
 
     @staticmethod

@@ -20,6 +20,7 @@ from pydantic import (
     model_validator,
 )
 
+from consumers import JSONObject
 from consumers.config import Duration, UpstreamConfig, parse_duration
 from gateway.config._problems import hide_values
 from policy.config import PolicyConfig, ToolRule
@@ -107,7 +108,7 @@ class HookSpec(_Model):
     """One `hooks:` entry: a built-in name or a plugin `module:attr`, alone or as `{name: {options}}`."""
 
     name: str
-    options: dict[str, Any] = {}
+    options: JSONObject = {}
 
     @model_validator(mode="before")
     @classmethod

@@ -19,6 +19,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from consumers import JSON, JSONObject
 from gateway.config import Duration
 from gateway.hooks._values import MESSAGE_FIELDS, Block, CallContext, Message, Outcome
 from gateway.state import Buckets, FilePins, LocalBuckets, Pins, PinStore, SharedState
@@ -48,7 +49,7 @@ class Audit:
         self.priority = self.options.priority
         self._path = None if self.options.path == "-" else Path(self.options.path)
 
-    def _write(self, ctx: CallContext, record: dict[str, Any]) -> None:
+    def _write(self, ctx: CallContext, record: JSONObject) -> None:
         line = {"time": datetime.now(UTC).isoformat(timespec="milliseconds"), "client": ctx.client_id,
                 "session": ctx.session.id, "kind": ctx.kind, "name": ctx.name, "raw": ctx.raw_name,
                 "upstream": ctx.upstream, **record}
@@ -64,7 +65,7 @@ class Audit:
         result = outcome.result
         status = ("blocked" if outcome.blocked else "error" if outcome.error is not None
                   else "tool-error" if result and result.get("isError") else "ok")
-        record: dict[str, Any] = {"decision": "blocked" if outcome.blocked else "allowed", "outcome": status,
+        record: JSONObject = {"decision": "blocked" if outcome.blocked else "allowed", "outcome": status,
                                   "duration_ms": round(outcome.duration * 1000, 3),
                                   "arguments_bytes": json_size(ctx.arguments), "result_bytes": json_size(result)}
         if outcome.error is not None:
@@ -196,7 +197,7 @@ class MaxResultSize:
         self.options = self.Options(**options)
         self.priority = self.options.priority
 
-    async def after_call(self, ctx: CallContext, outcome: Outcome) -> dict[str, Any] | None:
+    async def after_call(self, ctx: CallContext, outcome: Outcome) -> JSONObject | None:
         result = outcome.result
         size, limit = json_size(result), self.options.bytes
         if result is None or size <= limit:
@@ -236,7 +237,7 @@ REDACTED_FIELDS = ("content", "structuredContent", "contents", "messages", "desc
 """Everything of a result that carries text: tool results, resource contents, prompt messages and description."""
 
 
-def binary_payload(node: dict[str, Any], key: str) -> bool:
+def binary_payload(node: JSONObject, key: str) -> bool:
     """Base64 by shape, never by key name alone: the `data` of an image or audio content block, the `blob` of
     resource contents. A `data` or `blob` anywhere else (structured content, a log message) is text like any."""
     value = node.get(key)
@@ -282,7 +283,7 @@ class Redact:
         if isinstance(value, list):
             return [self._mask(v) for v in value]
         if isinstance(value, dict):
-            masked: dict[str, Any] = {}
+            masked: JSONObject = {}
             for key, item in value.items():
                 name = self._text(key) if isinstance(key, str) else key
                 while name in masked:  # two keys masked alike: both kept
@@ -291,14 +292,14 @@ class Redact:
             return masked
         return value
 
-    async def _after(self, ctx: CallContext, outcome: Outcome) -> dict[str, Any] | None:
+    async def _after(self, ctx: CallContext, outcome: Outcome) -> JSONObject | None:
         if outcome.result is None:
             return None
         return {k: self._mask(outcome.result[k]) for k in REDACTED_FIELDS if k in outcome.result}
 
     after_call = after_read = after_get = _after
 
-    async def on_message(self, ctx: CallContext, message: Message) -> dict[str, Any]:
+    async def on_message(self, ctx: CallContext, message: Message) -> JSONObject:
         return {k: self._mask(message.params[k]) for k in MESSAGE_FIELDS[message.kind] if k in message.params}
 
 
@@ -332,7 +333,7 @@ class PinDefinitions:
                      f"`triad approve -c <config> {ctx.name}`.")
 
 
-BUILTIN_HOOKS: Mapping[str, Any] = {
+BUILTIN_HOOKS: Mapping[str, JSON] = {
     "audit": Audit,
     "validate_arguments": ValidateArguments,
     "rate_limit": RateLimit,

@@ -11,6 +11,7 @@ import importlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from consumers import JSON
 from gateway.hooks._builtin import BUILTIN_HOOKS
 from gateway.hooks._chain import BlockObserver, HookChain, HookEntry
 from gateway.hooks._protocols import HookConfigError, Prioritised, Shares, check_methods
@@ -43,7 +44,7 @@ def _priority(name: str, hook: object) -> int:
         raise HookConfigError(f"hook {name!r}: priority must be an integer, not {hook.priority!r}") from None
 
 
-def check_hook(name: str, options: Mapping[str, Any]) -> None:
+def check_hook(name: str, options: Mapping[str, JSON]) -> None:
     """What `triad check` verifies without running anything: a built-in's options, a plugin's import, and the hook
     methods of a hook class."""
     factory = _factory(name)
@@ -62,7 +63,7 @@ def _first_line(exc: Exception) -> str:
     return " ".join(line.strip() for line in text.splitlines()[:3]) if text else type(exc).__name__
 
 
-def make_hook(name: str, options: Mapping[str, Any]) -> object:
+def make_hook(name: str, options: Mapping[str, JSON]) -> object:
     """The hook `name` with `options`: a class is checked before it is instantiated, what it (or a factory function)
     makes, after."""
     factory = _factory(name)

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from consumers import JSON, JSONObject
 from consumers.log_fields import FIELDS
 from policy import LAYER_NAMES, Step
 
@@ -32,7 +33,7 @@ class JsonFormatter(logging.Formatter):
     """One JSON object per line (see the module docstring)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        line: dict[str, Any] = {
+        line: JSONObject = {
             "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname.lower(), "logger": record.name, "message": record.getMessage()}
         fields = record.__dict__
@@ -53,7 +54,7 @@ def log_call(kind: str, upstream: str, request: UpstreamRequest, outcome: str, s
     if not calls_logger.isEnabledFor(level):
         return
     (client, tool), raw = caller, request_name(request)
-    fields: Mapping[str, Any] = {"kind": kind, "upstream": upstream, "client": client, "tool": tool or raw,
+    fields: Mapping[str, JSON] = {"kind": kind, "upstream": upstream, "client": client, "tool": tool or raw,
                                  "raw": raw, "session": getattr(session, "id", None), "outcome": outcome,
                                  "duration_ms": round(seconds * 1000, 3)}
     calls_logger.log(level, "%s %s on %s by %s: %s in %.1f ms", kind, tool or raw, upstream, client or "-",

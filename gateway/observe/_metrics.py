@@ -27,6 +27,7 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from consumers import JSONObject
 from gateway.observe._call_log import CallLog
 from policy import LAYER_NAMES
 
@@ -71,7 +72,7 @@ class Metrics:
         self.calls.labels(upstream, kind, outcome).inc()
         self.duration.labels(upstream, kind).observe(seconds)
 
-    def watch(self, read: Callable[[], dict[str, Any]]) -> None:
+    def watch(self, read: Callable[[], JSONObject]) -> None:
         """Gauges computed at scrape time from `read()` (see `_StateCollector`)."""
         self.registry.register(_StateCollector(read))
 
@@ -83,7 +84,7 @@ class _StateCollector(Collector):
     """`read()` returns {"upstreams": {name: state}, "states": [...], "tools": n, "version": n,
     "reloads": n, "reload_failures": n, "sessions": {(era, transport): n}}."""
 
-    def __init__(self, read: Callable[[], dict[str, Any]]) -> None:
+    def __init__(self, read: Callable[[], JSONObject]) -> None:
         self._read = read
 
     def collect(self) -> Iterator[Metric]:

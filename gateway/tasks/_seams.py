@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from consumers import Upstream, UpstreamRequest
+from consumers import JSONObject, Upstream, UpstreamRequest
 from gateway.hooks import HookChain
 
 
@@ -15,7 +15,7 @@ class Forwarding(Protocol):
         ...
 
     async def forward(self, upstream: Upstream, kind: str, request: UpstreamRequest, *,
-                      caller: tuple[str, str] = ("", ""), **options: Any) -> dict[str, Any]:
+                      caller: tuple[str, str] = ("", ""), **options: Any) -> JSONObject:
         """The one place a request leaves for an upstream: the raw result."""
         ...
 
