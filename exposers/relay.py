@@ -18,7 +18,7 @@ from mcp.shared.message import ServerMessageMetadata
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, LOG_LEVEL_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from consumers import Downstream, JSONObject
+from consumers import JSON, Downstream, JSONObject
 from exposers._sdk import request_channel
 from exposers.sessions import LEVELS, DownstreamSession, wants_log
 
@@ -94,21 +94,21 @@ def cannot_ask(method: str, version: str) -> types.ErrorData:
         f"forwarded in input_required rounds; Triad cannot relay {method}"))
 
 
-def progress_token(params: Any) -> str | int | None:
+def progress_token(params: JSON) -> str | int | None:
     """The progress token a request carries (`_meta.progressToken`); None when it wants no progress."""
     meta = (params or {}).get("_meta")
     token = meta.get("progressToken") if isinstance(meta, dict) else None
     return token if isinstance(token, str | int) and not isinstance(token, bool) else None
 
 
-def envelope_capabilities(params: Any) -> JSONObject:
+def envelope_capabilities(params: JSON) -> JSONObject:
     """What a 2026-07-28 request says its client can do (`_meta`); nothing when it says nothing."""
     meta = (params or {}).get("_meta")
     declared = meta.get(CLIENT_CAPABILITIES_META_KEY) if isinstance(meta, dict) else None
     return declared if isinstance(declared, dict) else {}
 
 
-def envelope_log_level(params: Any) -> str | None:
+def envelope_log_level(params: JSON) -> str | None:
     """The log level a 2026-07-28 request opted in to (`_meta`); None: it wants no logs."""
     meta = (params or {}).get("_meta")
     level = meta.get(LOG_LEVEL_META_KEY) if isinstance(meta, dict) else None

@@ -37,7 +37,7 @@ from mcp.server.connection import Connection
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from consumers import JSONObject
+from consumers import JSON, JSONObject
 from gateway.errors import InvalidRequest
 from gateway.hooks import Session
 from gateway.identity import Identity, credential_owner
@@ -136,7 +136,7 @@ class DownstreamSession:
 
     # -- cancellations ---------------------------------------------------------------------------------------------
 
-    def keep_cancel_reason(self, params: Any) -> None:
+    def keep_cancel_reason(self, params: JSON) -> None:
         """A client's `notifications/cancelled`: the SDK's server cancels the request itself and keeps no reason, so
         the reason is kept here (bounded) for the upstream's cancellation, which the SDK's client sends after this
         runs (the SDK hands the notification on before the cancelled call unwinds)."""
@@ -149,7 +149,7 @@ class DownstreamSession:
         while len(self._cancel_reasons) > MAX_CANCEL_REASONS:
             del self._cancel_reasons[next(iter(self._cancel_reasons))]
 
-    def cancel_reason(self, request_id: Any) -> str | None:
+    def cancel_reason(self, request_id: JSON) -> str | None:
         """The reason the client gave when it cancelled request `request_id`."""
         return self._cancel_reasons.get(request_id) if isinstance(request_id, str | int) else None
 

@@ -14,7 +14,6 @@ the metrics; it holds no state of its own.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import mcp_types as types
 
@@ -144,7 +143,7 @@ class ToolCalls:
                           entry.raw, _arguments(params))
         return await self._live.hooks.run(ctx, send)
 
-    async def _refuse_tool(self, view: ClientView, name: Any, params: Mapping[str, JSON],
+    async def _refuse_tool(self, view: ClientView, name: JSON, params: Mapping[str, JSON],
                            session: Session | None) -> UnknownName:
         """Hidden and unknown names get the same answer; a policy denial is counted, logged and audited."""
         for descriptor, decision in view.denied:

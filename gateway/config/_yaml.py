@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from consumers import JSONObject
+from consumers import JSON, JSONObject
 
 Path = tuple[str | int, ...]
 LineMap = dict[Path, int]
@@ -67,7 +67,7 @@ class _Converter:
         self.lines, self.problems, self.variables, self.env = loaded.lines, loaded.problems, loaded.variables, env
         self._scalars = yaml.SafeLoader("")
 
-    def convert(self, node: yaml.Node, path: Path) -> Any:
+    def convert(self, node: yaml.Node, path: Path) -> JSON:
         lines, problems = self.lines, self.problems
         lines[path] = node.start_mark.line + 1
         if isinstance(node, yaml.MappingNode):

@@ -52,7 +52,7 @@ MALFORMED = Diagnostic("unsupported-signal", "Unsupported availability expressio
 ALWAYS: Mapping[str, JSON] = {"kind": "always"}
 
 
-def evaluate(expression: Any, context: AvailabilityContext | None = None) -> list[Diagnostic]:
+def evaluate(expression: JSON, context: AvailabilityContext | None = None) -> list[Diagnostic]:
     """Diagnostics for `expression` (None means always available); empty means available."""
     if expression is None:
         expression = ALWAYS
@@ -61,12 +61,12 @@ def evaluate(expression: Any, context: AvailabilityContext | None = None) -> lis
     return _evaluate(expression, context or AvailabilityContext())
 
 
-def has_valid_shape(expression: Any) -> bool:
+def has_valid_shape(expression: JSON) -> bool:
     """Validate the whole tree before evaluating anything; a cyclic tree is malformed."""
     return _shape_ok(expression, set())
 
 
-def _shape_ok(node: Any, ancestors: set[int]) -> bool:
+def _shape_ok(node: JSON, ancestors: set[int]) -> bool:
     if not isinstance(node, Mapping):
         return False
     if id(node) in ancestors:
@@ -145,7 +145,7 @@ def _context_signal(key: str, signal: Mapping[str, JSON], ctx: AvailabilityConte
     return Diagnostic("context-mismatch", f"Context value did not match: {key}", signal)
 
 
-def strictly_equal(a: Any, b: Any) -> bool:
+def strictly_equal(a: JSON, b: JSON) -> bool:
     """JavaScript `===` on JSON primitives: `1` is not `True`, and `1` is not `1.0` (Python says both are)."""
     return type(a) is type(b) and a == b
 
@@ -162,7 +162,7 @@ def _config_signal(signal: Mapping[str, JSON], ctx: AvailabilityContext) -> Diag
     return Diagnostic("config-missing", f"Missing config path: {'.'.join(path)}", signal)
 
 
-def _has_configured_value(value: Any, path: Sequence[str], signal: Mapping[str, JSON],
+def _has_configured_value(value: JSON, path: Sequence[str], signal: Mapping[str, JSON],
                           ctx: AvailabilityContext) -> bool:
     if value is None:
         return False

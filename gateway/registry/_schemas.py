@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Literal
 
 from consumers import JSON, JSONObject
 
@@ -63,7 +63,7 @@ def normalize_root(schema: JSONObject) -> JSONObject:
     return schema
 
 
-def _flatten_union(root: JSONObject, variants: list[Any]) -> JSONObject:
+def _flatten_union(root: JSONObject, variants: list[JSON]) -> JSONObject:
     objects = [v for v in variants if isinstance(v, dict) and isinstance(v.get("properties"), dict)]
     properties: JSONObject = {}
     for variant in objects:
@@ -84,7 +84,7 @@ def _flatten_union(root: JSONObject, variants: list[Any]) -> JSONObject:
     return out
 
 
-def _merge_property(first: Any, second: Any) -> Any:
+def _merge_property(first: JSON, second: JSON) -> JSON:
     values = _literals(first) + _literals(second)
     if not values or not isinstance(first, dict):
         return first
@@ -99,7 +99,7 @@ def _merge_property(first: Any, second: Any) -> Any:
     return merged
 
 
-def _literals(node: Any) -> list[Any]:
+def _literals(node: JSON) -> list[JSON]:
     if not isinstance(node, dict):
         return []
     if "const" in node:
@@ -107,7 +107,7 @@ def _literals(node: Any) -> list[Any]:
     return list(node["enum"]) if isinstance(node.get("enum"), list) else []
 
 
-def _json_type(value: Any) -> str:
+def _json_type(value: JSON) -> str:
     if isinstance(value, bool):
         return "boolean"
     if isinstance(value, int | float):
@@ -117,7 +117,7 @@ def _json_type(value: Any) -> str:
     return "null" if value is None else "object" if isinstance(value, dict) else "array"
 
 
-def _openai(node: Any, is_root: bool = False) -> Any:
+def _openai(node: JSON, is_root: bool = False) -> JSON:
     if not isinstance(node, dict):
         return node
     if is_root and not node:
@@ -141,7 +141,7 @@ def _openai(node: Any, is_root: bool = False) -> Any:
     return node
 
 
-def _strip(node: Any, removed: frozenset[str]) -> Any:
+def _strip(node: JSON, removed: frozenset[str]) -> JSON:
     if isinstance(node, list):
         return [_strip(item, removed) for item in node]
     if not isinstance(node, dict):
@@ -161,7 +161,7 @@ def clean_for_gemini(schema: JSONObject) -> JSONObject:
     return cleaned
 
 
-def _gemini(node: Any, defs: Mapping[str, JSON], resolving: tuple[str, ...]) -> Any:
+def _gemini(node: JSON, defs: Mapping[str, JSON], resolving: tuple[str, ...]) -> JSON:
     if isinstance(node, list):
         return [_gemini(item, defs, resolving) for item in node]
     if not isinstance(node, dict):
@@ -201,7 +201,7 @@ def _gemini(node: Any, defs: Mapping[str, JSON], resolving: tuple[str, ...]) -> 
     return out
 
 
-def _collapse_union(node: JSONObject, variants: list[Any], metadata: JSONObject) -> JSONObject:
+def _collapse_union(node: JSONObject, variants: list[JSON], metadata: JSONObject) -> JSONObject:
     kept = [v for v in variants if not (isinstance(v, dict) and (v.get("type") == "null" or v.get("enum") == [None]))]
     literals = [v for v in kept if isinstance(v, dict) and isinstance(v.get("enum"), list) and len(v["enum"]) == 1]
     types = {v.get("type") for v in kept if isinstance(v, dict)}

@@ -6,7 +6,6 @@ Pure functions of wire dicts; the dispatcher applies them on the call path.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from consumers import JSON, JSONObject
 from consumers.listing import ERA_META_PREFIX
@@ -16,7 +15,7 @@ RUN_LIST_META_KEY = "triad/tools"
 """A request's own run-level allow list (layer 7); Triad's business, never forwarded."""
 
 
-def forwardable_meta(meta: Any) -> JSONObject | None:
+def forwardable_meta(meta: JSON) -> JSONObject | None:
     """The client's `_meta` minus the era envelope, its progress token (the upstream hop has its own) and
     Triad's run-level list."""
     if not isinstance(meta, Mapping):
@@ -46,7 +45,7 @@ def expose_links(result: JSONObject, server_part: str | None, key: str = "conten
     if server_part is None:
         return result
 
-    def exposed(item: Any) -> Any:
+    def exposed(item: JSON) -> JSON:
         if not isinstance(item, dict):
             return item
         if item.get("type") == "resource_link" and isinstance(item.get("uri"), str):

@@ -30,7 +30,6 @@ the bridge's `tasks/result` runs in the relay's task group (`TaskRelay.run()`) u
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
 
 import anyio
 import mcp_types as types
@@ -131,7 +130,7 @@ class InputBridge:
             self._waiting.pop(key, None)
         return got[0]
 
-    def answer(self, responses: Any) -> None:
+    def answer(self, responses: JSON) -> None:
         """`tasks/update`'s `inputResponses`: unknown keys are ignored (SEP-2663), and so is a partial answer's rest."""
         if not isinstance(responses, Mapping):
             return
@@ -148,7 +147,7 @@ class InputBridge:
         self._changed()
 
 
-def failed_error(error: Any) -> JSONObject:
+def failed_error(error: object) -> JSONObject:
     """A JSON-RPC error (`types.ErrorData` or a Triad error) as 2026 inlines a failed task's `error`."""
     if isinstance(error, TriadError):
         out: JSONObject = {"code": error.code, "message": error.message}

@@ -101,7 +101,7 @@ class TaskBook:
         return task_id in self._tasks
 
     def adopt(self, upstream: str, upstream_id: str, identity: Identity, session: str | None, era: Era,
-              ttl_ms: Any, call: Any = None, holder: str | None = None) -> str:
+              ttl_ms: JSON, call: Any = None, holder: str | None = None) -> str:
         """Record a task an upstream just created for `identity` on the upstream session of `holder`
         (`TaskEntry.holder`); the id the client gets."""
         self._purge()
@@ -124,7 +124,7 @@ class TaskBook:
         self._by_upstream[(upstream, holder, upstream_id)] = task_id
         return task_id
 
-    def find(self, task_id: Any, identity: Identity, session: str | None, era: Era) -> TaskEntry:
+    def find(self, task_id: JSON, identity: Identity, session: str | None, era: Era) -> TaskEntry:
         """The caller's own task; anything else (unknown, expired, another's, another era's) is unknown."""
         entry = self._tasks.get(task_id) if isinstance(task_id, str) else None
         if entry is not None and entry.expires <= self._clock():
@@ -140,7 +140,7 @@ class TaskBook:
         return ((task_id, entry) for task_id, entry in list(self._tasks.items())
                 if self._mine(entry, identity, session, era))
 
-    def gateway_id(self, upstream: str, upstream_id: Any, holder: str | None) -> tuple[str, TaskEntry] | None:
+    def gateway_id(self, upstream: str, upstream_id: JSON, holder: str | None) -> tuple[str, TaskEntry] | None:
         """The id Triad gave the task `upstream_id` of the upstream session of `holder`, and its entry (for routing
         the upstream's notifications)."""
         task_id = self._by_upstream.get((upstream, holder, upstream_id)) if isinstance(upstream_id, str) else None
@@ -165,7 +165,7 @@ class TaskBook:
             self.forget(task_id)
 
 
-def task_owner(task_id: Any) -> str | None:
+def task_owner(task_id: JSON) -> str | None:
     """The replica a task id names (`TASK_PREFIX`); None: no replica's (no `cluster:`, or not Triad's id)."""
     if not isinstance(task_id, str) or not task_id.startswith(TASK_PREFIX):
         return None
@@ -175,7 +175,7 @@ def task_owner(task_id: Any) -> str | None:
 
 # -- the wire ----------------------------------------------------------------------------------------------------
 
-def created_task(result: Mapping[str, JSON]) -> tuple[str, Any] | None:
+def created_task(result: Mapping[str, JSON]) -> tuple[str, JSON] | None:
     """(upstream task id, TTL in ms) of a `CreateTaskResult` of either era; None for any other result."""
     if result.get("resultType") == "task" and isinstance(result.get("taskId"), str):
         return result["taskId"], result.get("ttlMs")
