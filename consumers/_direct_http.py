@@ -19,7 +19,7 @@ import logging
 import ssl
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 import aiohttp
 import anyio
@@ -31,7 +31,7 @@ from pydantic import ValidationError
 
 from consumers._errors import UNAVAILABLE_STATUSES, HopBroken, HopUnavailable, SessionGone
 from consumers._http_rules import HTTP_RULES, env_proxy
-from consumers._json import JSONObject
+from consumers._json import JSON, JSONObject
 from consumers.relay import Downstream, ProgressFn, UpstreamRequest, ask_wire
 
 logger = logging.getLogger("triad.upstream")
@@ -363,7 +363,7 @@ def _too_large() -> MCPError:
     return MCPError(code=types.INTERNAL_ERROR, message=f"the upstream sent a message over {MAX_MESSAGE // 2**20} MiB")
 
 
-def _result_of(reply: Any) -> JSONObject:
+def _result_of(reply: JSON) -> JSONObject:
     if not isinstance(reply, dict):
         raise ValueError("not a JSON-RPC response")
     error = reply.get("error")

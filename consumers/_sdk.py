@@ -13,18 +13,23 @@ naming the SDK version when one no longer holds.
 - `send_raw` of a `tools/call` as a task (2025-11-25): `ClientSession.send_request` checks every result against the
   spec's result type of its method, and refuses the `CreateTaskResult` such a call is answered with; the request
   is stamped as `send_request` stamps it (`_stamp`) and sent with the session's dispatcher (`_dispatcher`).
+- `ReadEnd` / `WriteEnd`: the SDK types a transport's streams with protocols of a private module
+  (`mcp.shared._stream_protocols`); they are named here once.
 - `CONTEXT_ATTRIBUTE`: the SDK's dispatcher reads the sender's contextvars from its read stream's `last_context`
   (how the current downstream crosses into callbacks over streamable HTTP); a wrapper must pass it through.
 """
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, cast
 
 import mcp_types as types
 from mcp import ClientSession
+from mcp.shared._stream_protocols import ReadStream, WriteStream
 from mcp.shared.dispatcher import CallOptions, ProgressFnT
+from mcp.shared.message import SessionMessage
 from pydantic import TypeAdapter
 
 from consumers._json import JSONObject
@@ -37,7 +42,14 @@ RAW: TypeAdapter[JSONObject] = TypeAdapter(dict[str, Any])
 
 CONTEXT_ATTRIBUTE = "last_context"
 
-Stamp = Callable[[JSONObject, Any], None]
+Incoming = SessionMessage | Exception
+"""What a transport's read end yields: a message, or an error the transport hit."""
+ReadEnd = ReadStream[Incoming]
+"""A transport's read end, as the SDK's `ClientSession` takes it."""
+WriteEnd = WriteStream[SessionMessage]
+"""A transport's write end, as the SDK's `ClientSession` takes it."""
+
+Stamp = Callable[[JSONObject, CallOptions], None]
 """`(request data, send options) -> None`: what `ClientSession._stamp` is."""
 
 
@@ -76,6 +88,6 @@ def declare_as_client(session: ClientSession, declared: JSONObject) -> None:
     session._build_capabilities = exact  # type: ignore[method-assign]
 
 
-def sender_context(stream: Any) -> Any:
+def sender_context(stream: object) -> contextvars.Context | None:
     """The sender's context a read stream last carried (None when it carries none)."""
     return getattr(stream, CONTEXT_ATTRIBUTE, None)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import mcp_types as types
 from mcp import ClientSession
@@ -21,6 +20,9 @@ MAX_LIST_PAGES = 1000
 """A bound on pages per list, in case an upstream invents a new cursor forever."""
 
 Tools = tuple[JSONObject, ...]
+ListRequest = types.ListToolsRequest | types.ListResourcesRequest | types.ListResourceTemplatesRequest \
+    | types.ListPromptsRequest
+"""The paginated list requests `list_all` follows."""
 
 
 @dataclass(frozen=True)
@@ -76,7 +78,7 @@ async def list_templates(name: str, session: ClientSession, meta: dict[str, JSON
         return ()
 
 
-async def list_all(name: str, session: ClientSession, request_type: Any, key: str,
+async def list_all(name: str, session: ClientSession, request_type: type[ListRequest], key: str,
                    meta: dict[str, JSONObject] | None = None) -> tuple[JSONObject, ...]:
     """Follow `nextCursor` to the end; a cursor seen before is an error, never an endless loop. The pages'
     result-level `_meta` goes to `meta[key]` (`Catalog.page_meta`)."""

@@ -20,6 +20,7 @@ from typing import Any
 import anyio
 from mcp import ClientSession
 from mcp.client.subscriptions import ResourcesListChanged, ResourceUpdated, listen
+from mcp.shared.dispatcher import CallOptions
 from mcp.shared.inbound import find_invalid_x_mcp_header, mcp_param_headers, x_mcp_header_map
 from mcp_types import CLIENT_CAPABILITIES_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
@@ -51,7 +52,7 @@ class ModernLink:
         typed `list_tools`, which Triad does not use)."""
 
         def for_caller(stamp: Stamp) -> Stamp:
-            def stamp_for_caller(data: JSONObject, options: Any) -> None:
+            def stamp_for_caller(data: JSONObject, options: CallOptions) -> None:
                 stamp(data, options)
                 params = data.get("params") or {}
                 downstream = CURRENT_DOWNSTREAM.get()

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import mcp_types as types
 from mcp import ClientSession
@@ -52,7 +51,7 @@ class OwnLists:
         return OwnLists(self.tools, None, None, self.prompts, self.templates)
 
 
-def own_families(catalog: Catalog) -> tuple[Any, ...]:
+def own_families(catalog: Catalog) -> tuple[tuple[JSONObject, ...], ...]:
     """What of a catalog a client's own session may list otherwise: a change in it re-lists every client's."""
     return catalog.tools, catalog.resources, catalog.templates, catalog.prompts
 

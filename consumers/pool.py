@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Protocol
 
 import anyio
 from anyio.abc import TaskGroup
@@ -33,7 +33,7 @@ RETIRE_GRACE = 30.0
 """How long a removed or replaced upstream may finish its in-flight calls before it is closed."""
 
 
-def connection_key(config: UpstreamConfig, cwd: str | None) -> tuple[Any, ...]:
+def connection_key(config: UpstreamConfig, cwd: str | None) -> tuple[object, ...]:
     """What a live connection depends on; other settings (timeouts, tool filters) apply without reconnecting."""
     def secrets(values: Mapping[str, SecretStr]) -> tuple[tuple[str, str], ...]:
         return tuple(sorted((k, v.get_secret_value()) for k, v in values.items()))

@@ -20,9 +20,9 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import mcp_types as types
 from mcp.client.session import ClientRequestContext
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
-from consumers._json import JSONObject
+from consumers._json import JSON, JSONObject
 from consumers._progress import ProgressRoutes
 from consumers.errors import UpstreamError
 
@@ -45,6 +45,10 @@ ASKS: dict[str, tuple[Any, Any]] = {
     "roots/list": (types.ListRootsRequest, types.ListRootsResult),
 }
 """The server->client requests a gateway relays: method -> (request model, result model)."""
+
+
+Answer = TypeVar("Answer", bound=BaseModel)
+"""The result model a server->client request is answered with (`Downstream.ask`)."""
 
 
 class Downstream(Protocol):
@@ -71,7 +75,7 @@ class Downstream(Protocol):
 
     async def log(self, params: types.LoggingMessageNotificationParams) -> None: ...
 
-    async def ask(self, request: Any, result_type: Any) -> Any:
+    async def ask(self, request: types.ServerRequest, result_type: type[Answer]) -> Answer | types.ErrorData:
         """Send a server->client request to the downstream client; its result, or an `ErrorData`."""
         ...
 
@@ -114,7 +118,7 @@ class ListsChanged(Protocol):
 CURRENT_DOWNSTREAM: ContextVar[Downstream | None] = ContextVar("triad_current_downstream", default=None)
 
 
-async def ask_wire(downstream: Downstream, request: Any) -> JSONObject:
+async def ask_wire(downstream: Downstream, request: JSON) -> JSONObject:
     """Put an upstream's request, in wire form, to the downstream client: `{"result": ...}` or `{"error": ...}`."""
     method = request.get("method") if isinstance(request, dict) else None
     if method not in ASKS:
@@ -130,7 +134,7 @@ async def ask_wire(downstream: Downstream, request: Any) -> JSONObject:
 
 
 async def answer_input_requests(upstream: str, downstream: Downstream,
-                                requests: Any) -> dict[str, JSONObject]:
+                                requests: JSON) -> dict[str, JSONObject]:
     """Ask the downstream client each of an `input_required` result's requests; the answers by key."""
     if not isinstance(requests, dict) or not requests:
         raise UpstreamError(upstream, f"upstream {upstream!r} answered input_required without input requests")
@@ -197,7 +201,7 @@ class InFlight:
         logger.log(LOG_LEVELS.get(params.level, logging.INFO), "upstream %s logged (%s): %s", self._upstream,
                    params.logger or "-", str(params.data)[:MAX_LOGGED])
 
-    async def _ask(self, request: Any, result_type: Any) -> Any:
+    async def _ask(self, request: types.ServerRequest, result_type: type[Answer]) -> Answer | types.ErrorData:
         downstream = self._downstream()
         if downstream is None:
             why = ("several calls are in flight on it, and its transport does not say which one this is for"
