@@ -9,13 +9,14 @@ from consumers.login import LoginError, login
 from consumers.oauth import UserAuthorization
 from consumers.own_lists import OwnLists
 from consumers.pool import UpstreamPool
-from consumers.relay import CURRENT_DOWNSTREAM, ClientOrigin, Downstream, ProgressFn, UpstreamRequest
+from consumers.relay import CURRENT_DOWNSTREAM, Answer, ClientOrigin, Downstream, ProgressFn, UpstreamRequest
 from consumers.upstream import Upstream
 
 __all__ = [
     "CURRENT_DOWNSTREAM",
     "JSON",
     "TASK_STATUS",
+    "Answer",
     "Catalog",
     "ClientOrigin",
     "Downstream",

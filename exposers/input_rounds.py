@@ -26,7 +26,7 @@ import mcp_types as types
 from anyio.abc import TaskGroup
 from mcp.shared.exceptions import MCPError
 
-from consumers import CURRENT_DOWNSTREAM, JSON, JSONObject
+from consumers import CURRENT_DOWNSTREAM, JSON, Answer, JSONObject
 from exposers.relay import Relay
 from gateway.identity import Identity, same_principal
 
@@ -60,7 +60,7 @@ class _RoundRelay:
 
     modern = False  # the upstream's requests are asked here, never passed through as input_required
 
-    def __init__(self, current: Relay, flight: _Flight, park: Callable[[_Flight, _Question], Any]) -> None:
+    def __init__(self, current: Relay, flight: _Flight, park: Callable[[_Flight, _Question], JSONObject]) -> None:
         self.current = current
         self._flight = flight
         self._park = park
@@ -83,7 +83,7 @@ class _RoundRelay:
     async def progress(self, params: JSONObject) -> None:
         await self.current.progress(params)
 
-    async def ask(self, request: Any, result_type: Any) -> Any:
+    async def ask(self, request: types.ServerRequest, result_type: type[Answer]) -> Answer | types.ErrorData:
         needed = CAPABILITY_OF.get(request.method)
         if needed is not None and needed not in (self.capabilities or {}):
             return types.ErrorData(code=types.MISSING_REQUIRED_CLIENT_CAPABILITY, message=(
@@ -99,7 +99,8 @@ class _RoundRelay:
         else:
             await self._flight.events.send(question)
         await question.answered.wait()
-        return question.answer
+        got: Answer | types.ErrorData = question.answer  # validated as `result_type` where it is answered
+        return got
 
 
 @dataclass
@@ -118,7 +119,7 @@ class _Flight:
     request with the round."""
 
 
-def round_owner(state: Any) -> str | None:
+def round_owner(state: JSON) -> str | None:
     """The replica a round's `requestState` names (with `cluster:`, flights are parked on the replica that asked;
     `exposers.cluster_routes` forwards the retry there). None for a state without one."""
     if not isinstance(state, str) or not state.startswith(STATE_PREFIX):

@@ -15,8 +15,6 @@ return until the middleware around that handler takes it back, keyed by the requ
 
 from __future__ import annotations
 
-from typing import Any
-
 from mcp.server import ServerRequestContext
 from mcp.server.context import HandlerResult
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
@@ -39,18 +37,18 @@ class RawResults:
     def __init__(self) -> None:
         self._held: dict[int, JSONObject] = {}
 
-    def keep(self, ctx: ServerRequestContext[Any], result: JSONObject) -> JSONObject:
+    def keep(self, ctx: ServerRequestContext, result: JSONObject) -> JSONObject:
         """Hold a handler's result for its request; returned for the SDK to check and shape."""
         self._held[id(ctx.session)] = result
         return result
 
-    def restore(self, ctx: ServerRequestContext[Any], shaped: HandlerResult) -> HandlerResult:
+    def restore(self, ctx: ServerRequestContext, shaped: HandlerResult) -> HandlerResult:
         """The held result of the request, in place of the SDK's shaped one (which it replaces key for key)."""
         raw = self._held.pop(id(ctx.session), None)
         if raw is None or not isinstance(shaped, dict):
             return shaped
         return unsieved(raw, shaped, ctx.protocol_version)
 
-    def drop(self, ctx: ServerRequestContext[Any]) -> None:
+    def drop(self, ctx: ServerRequestContext) -> None:
         """The request failed: nothing of it stays held."""
         self._held.pop(id(ctx.session), None)

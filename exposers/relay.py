@@ -9,7 +9,7 @@ rounds (`exposers.input_rounds`); without those, the upstream gets an error that
 from __future__ import annotations
 
 import warnings
-from typing import Any, Protocol
+from typing import Protocol
 
 import mcp_types as types
 from mcp.server import ServerRequestContext
@@ -18,7 +18,7 @@ from mcp.shared.message import ServerMessageMetadata
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, LOG_LEVEL_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from consumers import JSON, Downstream, JSONObject
+from consumers import JSON, Answer, Downstream, JSONObject
 from exposers._sdk import request_channel
 from exposers.sessions import LEVELS, DownstreamSession, wants_log
 
@@ -36,7 +36,7 @@ class RequestRelay:
     """One request served by the SDK's handlers; `session`: the downstream session it belongs to (None for a
     request the SDK gives no connection)."""
 
-    def __init__(self, ctx: ServerRequestContext[Any], session: DownstreamSession | None) -> None:
+    def __init__(self, ctx: ServerRequestContext, session: DownstreamSession | None) -> None:
         self.ctx = ctx
         self.session = session
         self.modern = self.era_2026
@@ -77,7 +77,7 @@ class RequestRelay:
         if token is not None:  # as the upstream sent them: the SDK's `report_progress` knows no `_meta`
             await request_channel(self.ctx).notify("notifications/progress", {**params, "progressToken": token})
 
-    async def ask(self, request: Any, result_type: Any) -> Any:
+    async def ask(self, request: types.ServerRequest, result_type: type[Answer]) -> Answer | types.ErrorData:
         if self.era_2026:
             return cannot_ask(request.method, self.ctx.protocol_version)
         try:

@@ -37,7 +37,7 @@ from mcp.server.connection import Connection
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from consumers import JSON, JSONObject
+from consumers import JSON, Answer, JSONObject
 from gateway.errors import InvalidRequest
 from gateway.hooks import Session
 from gateway.identity import Identity, credential_owner
@@ -273,7 +273,7 @@ class SessionRelay:
         """One of the session's own lists changed (`consumers.relay.ListsChanged`)."""
         await self.connection.notify(f"notifications/{family}/list_changed", None)
 
-    async def ask(self, request: Any, result_type: Any) -> Any:
+    async def ask(self, request: types.ServerRequest, result_type: type[Answer]) -> Answer | types.ErrorData:
         try:
             with anyio.fail_after(ASK_TIMEOUT):
                 answer = await self.connection.send_raw_request(

@@ -26,7 +26,6 @@ import dataclasses
 import logging
 import time
 from collections.abc import Mapping
-from typing import Any
 
 import jwt
 
@@ -171,7 +170,7 @@ def identity_from_claims(config: TriadConfig, oauth: OAuthConfig, claims: Mappin
     return dataclasses.replace(identity, **changes)
 
 
-def _groups(value: Any) -> tuple[str, ...]:
+def _groups(value: JSON) -> tuple[str, ...]:
     items = value.split() if isinstance(value, str) else value if isinstance(value, list) else []
     found = [item for item in items if isinstance(item, str) and 0 < len(item) <= MAX_CLAIM_VALUE]
     return tuple(dict.fromkeys(found))[:MAX_GROUPS]

@@ -14,7 +14,6 @@ from __future__ import annotations
 import datetime
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
 from urllib.parse import parse_qs
 
 import jinja2
@@ -89,7 +88,7 @@ def build_console(dispatcher: Dispatcher, reloader: Reloads | None) -> ASGIApp:
     clock = pages.StateClock(dispatcher)
 
     def render(request: Request, name: str, session: ConsoleSession | None, *, status_code: int = 200,
-               **context: Any) -> Response:
+               **context: object) -> Response:
         return templates.TemplateResponse(request, name, {"session": session, "csrf_field": CSRF_FIELD,
                                                           "page": name.removesuffix(".html"), **context},
                                           status_code=status_code)

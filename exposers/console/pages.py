@@ -13,13 +13,12 @@ import difflib
 import json
 import time
 from dataclasses import dataclass
-from typing import Any
 
-from consumers import JSONObject
+from consumers import JSON, JSONObject
 from gateway.calls import Dispatcher
 from gateway.hooks import PinDefinitions
 from gateway.identity import LOCAL_CLIENT, identity_for
-from gateway.observe import Reloads
+from gateway.observe import CallRecord, Reloads
 from gateway.registry import explain, plan_report, upstream_states
 from gateway.state import PinStatus
 
@@ -123,7 +122,7 @@ def _hidden_values(dispatcher: Dispatcher, report: JSONObject) -> JSONObject:
     """The report with every interpolated value replaced by its `${NAME}` (reasons may quote a URL or a line)."""
     hide = dispatcher.config.hide_values
 
-    def walk(value: Any) -> Any:
+    def walk(value: JSON) -> JSON:
         if isinstance(value, str):
             return hide(value)
         if isinstance(value, list):
@@ -140,8 +139,9 @@ def calls(dispatcher: Dispatcher) -> dict[str, list[JSONObject]]:
                if d.executor is not None and d.executor.kind == "mcp"}
     now = time.time()
 
-    def row(record: Any) -> JSONObject:
-        name = record.exposed or (exposed.get((record.upstream, record.raw)) if record.kind == "tool" else None)
+    def row(record: CallRecord) -> JSONObject:
+        name = record.exposed or (exposed.get((record.upstream, record.raw))
+                                  if record.kind == "tool" and record.raw is not None else None)
         return {"number": record.number, "kind": record.kind, "tool": name or record.raw or "",
                 "client": record.client or "", "upstream": record.upstream, "started": record.started,
                 "ms": 1000 * (record.duration if record.duration is not None else now - record.started),

@@ -23,7 +23,6 @@ import json
 import logging
 import warnings
 from collections.abc import Mapping
-from typing import Any
 
 import anyio
 import mcp_types as types
@@ -33,7 +32,7 @@ from mcp_types import PROTOCOL_VERSION_META_KEY
 from pydantic import ValidationError
 from starlette.types import Receive, Send
 
-from consumers import JSON, JSONObject
+from consumers import JSON, Answer, JSONObject
 from exposers.input_rounds import InputRounds
 from exposers.relay import cannot_ask, envelope_capabilities, envelope_log_level
 from exposers.request import ClientRequest, serve
@@ -166,7 +165,7 @@ class SessionCallRelay(_CallRelay):
     def capabilities(self) -> JSONObject | None:  # type: ignore[override]
         return self._session.capabilities
 
-    async def ask(self, request: Any, result_type: Any) -> Any:
+    async def ask(self, request: types.ServerRequest, result_type: type[Answer]) -> Answer | types.ErrorData:
         message = request.model_dump(by_alias=True, mode="json", exclude_none=True)
         session_id = self._session.id
         assert session_id is not None, "the direct path serves only requests of a session it looked up by its id"
@@ -196,12 +195,12 @@ class ModernCallRelay(_CallRelay):
     def capabilities(self) -> JSONObject | None:  # type: ignore[override]
         return envelope_capabilities(self.params)
 
-    async def ask(self, request: Any, result_type: Any) -> Any:
+    async def ask(self, request: types.ServerRequest, result_type: type[Answer]) -> Answer | types.ErrorData:
         meta = self.params.get("_meta") or {}
         return cannot_ask(request.method, str(meta.get(PROTOCOL_VERSION_META_KEY)))
 
 
-async def serve_call(dispatcher: Dispatcher, request: ClientRequest, request_id: Any, reply: Reply,
+async def serve_call(dispatcher: Dispatcher, request: ClientRequest, request_id: types.RequestId, reply: Reply,
                      cancel: anyio.CancelScope, receive: Receive) -> None:
     """A handshake-era call: served by the runner, answered on `reply` (unless cancelled). The client cancels
     with `notifications/cancelled` (`cancel`), or by closing the connection: Triad keeps no event store, so a reply
@@ -220,7 +219,8 @@ async def serve_call(dispatcher: Dispatcher, request: ClientRequest, request_id:
 
 
 async def serve_modern_call(dispatcher: Dispatcher, rounds: InputRounds | None, request: ClientRequest,
-                            request_id: Any, reply: Reply, receive: Receive, server_info: Mapping[str, JSON]) -> None:
+                            request_id: types.RequestId, reply: Reply, receive: Receive,
+                            server_info: Mapping[str, JSON]) -> None:
     """A 2026-07-28 call: served by the runner (in input rounds when a handshake-era upstream could ask
     something), answered with the status its outcome maps to; a client that closes the connection cancels it."""
 
@@ -280,7 +280,7 @@ def _dump(error: types.ErrorData) -> JSONObject:
     return error.model_dump(by_alias=True, mode="json", exclude_none=True)
 
 
-def _response(request_id: Any, outcome: JSONObject) -> bytes:
+def _response(request_id: types.RequestId, outcome: JSONObject) -> bytes:
     return json.dumps({"jsonrpc": "2.0", "id": request_id, **outcome}, separators=(",", ":")).encode()
 
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
 
 import anyio
 from mcp.server.streamable_http import check_accept_headers
@@ -243,7 +242,7 @@ def _message(body: bytes) -> JSONObject | None:
     return message
 
 
-def _plain_call(params: Any, allowed: frozenset[str]) -> bool:
+def _plain_call(params: JSON, allowed: frozenset[str]) -> bool:
     if not isinstance(params, dict) or not isinstance(params.get("name"), str) or set(params) - allowed:
         return False
     if not all(params.get(key) is None or isinstance(params[key], dict) for key in ("arguments", "_meta")):
