@@ -9,7 +9,15 @@ from consumers.login import LoginError, login
 from consumers.oauth import UserAuthorization
 from consumers.own_lists import OwnLists
 from consumers.pool import UpstreamPool
-from consumers.relay import CURRENT_DOWNSTREAM, Answer, ClientOrigin, Downstream, ProgressFn, UpstreamRequest
+from consumers.relay import (
+    CURRENT_DOWNSTREAM,
+    Answer,
+    ClientOrigin,
+    Downstream,
+    ProgressFn,
+    RequestOptions,
+    UpstreamRequest,
+)
 from consumers.upstream import Upstream
 
 __all__ = [
@@ -24,6 +32,7 @@ __all__ = [
     "LoginError",
     "OwnLists",
     "ProgressFn",
+    "RequestOptions",
     "Upstream",
     "UpstreamPool",
     "UpstreamRequest",

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypedDict, TypeVar, runtime_checkable
 
 import mcp_types as types
 from mcp.client.session import ClientRequestContext
@@ -103,6 +103,15 @@ class ClientOrigin(Protocol):
     def declared(self) -> JSONObject | None:
         """What a session without a way back (a 2026-07-28 request) declared it can do, from its envelope."""
         ...
+
+
+class RequestOptions(TypedDict, total=False):
+    """The keyword options of `Upstream.request`, as the call path passes them on."""
+
+    progress: ProgressFn | None
+    retry_safe: bool
+    call_limits: tuple[float | None, float | None]
+    client: ClientOrigin | None
 
 
 @runtime_checkable

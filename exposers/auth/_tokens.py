@@ -26,6 +26,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Mapping
+from typing import Any
 
 import jwt
 
@@ -159,7 +160,8 @@ def identity_from_claims(config: TriadConfig, oauth: OAuthConfig, claims: Mappin
     named = claims.get(oauth.client_claim)
     client_id = (oauth.clients.get(named) if isinstance(named, str) else None) or oauth.default_client
     identity = identity_for(config, client_id) if client_id in config.clients else Identity(client_id)
-    changes: JSONObject = {"principal": (str(claims["iss"]), str(claims["sub"]))}
+    # Any: keyword arguments of dataclasses.replace, each of its own field's type (not JSON)
+    changes: dict[str, Any] = {"principal": (str(claims["iss"]), str(claims["sub"]))}
     if oauth.groups_claim is not None:
         extra = _groups(claims.get(oauth.groups_claim))
         changes["groups"] = (*identity.groups, *(group for group in extra if group not in identity.groups))

@@ -20,7 +20,6 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import PurePath
-from typing import Any
 
 import yaml
 
@@ -98,7 +97,7 @@ def convert(text: str, path: str | None = None, source_format: str | None = None
     return Conversion("\n".join(header) + "\n" + body, FORMATS[fmt], len(upstreams), needed, run.lost, run.notes)
 
 
-def find_servers(data: Any, path: str | None = None,
+def find_servers(data: JSON, path: str | None = None,
                  source_format: str | None = None) -> tuple[str, Mapping[str, JSON]]:
     """The format (a `FORMATS` key) and the server map."""
     if not isinstance(data, Mapping):
@@ -146,7 +145,7 @@ class _Run:
     lost: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
-    def server(self, name: str, server: Any) -> JSONObject | None:
+    def server(self, name: str, server: JSON) -> JSONObject | None:
         if not name.strip():
             self.lost.append(f"{name!r}: a server with an empty name (Triad names every tool after its upstream)")
             return None
@@ -267,7 +266,7 @@ class _Run:
                 self.secrets.variables.setdefault(key, f"{name}.envFile ({file})")
 
 
-def _scalar(value: Any) -> str:
+def _scalar(value: JSON) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return value if isinstance(value, str) else json.dumps(value)

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 
@@ -23,6 +23,8 @@ from gateway.cluster._secret_box import SecretUnreadable
 from gateway.cluster._vault import Vault
 
 __all__ = ["VaultTokens", "vault_stores"]
+
+_T = TypeVar("_T")
 
 
 def vault_stores(vault: Vault) -> Callable[[str, str], VaultTokens]:
@@ -80,7 +82,7 @@ class VaultTokens:
         await self._run(self._vault.put(self._user, self._name + part, json.dumps(document).encode()))
 
     @staticmethod
-    async def _run(operation: Any) -> Any:
+    async def _run(operation: Awaitable[_T]) -> _T:
         try:
             return await operation
         except RedisDown:  # an OSError, as for an unreadable token file: the flow reports it as such

@@ -10,10 +10,9 @@ import json
 import logging
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
@@ -32,7 +31,7 @@ class _Options(BaseModel):
     priority: int = 0
 
 
-def json_size(value: Any) -> int:
+def json_size(value: JSON) -> int:
     return len(json.dumps(value, separators=(",", ":"), default=str)) if value is not None else 0
 
 
@@ -44,7 +43,7 @@ class Audit:
         bodies: bool = False
         priority: int = -1000  # last among after-hooks: it records what the client actually gets
 
-    def __init__(self, **options: Any) -> None:
+    def __init__(self, **options: JSON) -> None:
         self.options = self.Options(**options)
         self.priority = self.options.priority
         self._path = None if self.options.path == "-" else Path(self.options.path)
@@ -87,7 +86,7 @@ class ValidateArguments:
     class Options(_Options):
         priority: int = 100
 
-    def __init__(self, **options: Any) -> None:
+    def __init__(self, **options: JSON) -> None:
         self.priority = self.Options(**options).priority
         self._validators: dict[str, Draft202012Validator | None] = {}
 
@@ -142,7 +141,7 @@ class RateLimit:
                 parse_rate(value)
             return value
 
-    def __init__(self, **options: Any) -> None:
+    def __init__(self, **options: JSON) -> None:
         self.options = self.Options(**options)
         self.priority = self.options.priority
         self._buckets: Buckets = LocalBuckets()
@@ -173,7 +172,7 @@ class Timeout:
         upstreams: dict[str, Duration] = {}
         max: Duration | None = None
 
-    def __init__(self, **options: Any) -> None:
+    def __init__(self, **options: JSON) -> None:
         self.options = self.Options(**options)
         self.priority = self.options.priority
 
@@ -193,7 +192,7 @@ class MaxResultSize:
         bytes: int = Field(default=1_000_000, ge=64)
         truncate: bool = False
 
-    def __init__(self, **options: Any) -> None:
+    def __init__(self, **options: JSON) -> None:
         self.options = self.Options(**options)
         self.priority = self.options.priority
 
@@ -266,7 +265,7 @@ class Redact:
                 re.compile(pattern)
             return patterns
 
-    def __init__(self, **options: Any) -> None:
+    def __init__(self, **options: JSON) -> None:
         self.options = self.Options(**options)
         self.priority = self.options.priority
         patterns = [*(DEFAULT_SECRET_PATTERNS if self.options.defaults else ()), *self.options.patterns]
@@ -277,7 +276,7 @@ class Redact:
             value = regex.sub(self.options.replacement, value)
         return value
 
-    def _mask(self, value: Any) -> Any:
+    def _mask(self, value: JSON) -> JSON:
         if isinstance(value, str):
             return self._text(value)
         if isinstance(value, list):
@@ -312,7 +311,7 @@ class PinDefinitions:
         trust_new: bool = True
         priority: int = 200
 
-    def __init__(self, **options: Any) -> None:
+    def __init__(self, **options: JSON) -> None:
         self.options = self.Options(**options)
         self.priority = self.options.priority
         self.store = PinStore(Path(self.options.state))
@@ -333,7 +332,7 @@ class PinDefinitions:
                      f"`triad approve -c <config> {ctx.name}`.")
 
 
-BUILTIN_HOOKS: Mapping[str, JSON] = {
+BUILTIN_HOOKS: Mapping[str, Callable[..., object]] = {
     "audit": Audit,
     "validate_arguments": ValidateArguments,
     "rate_limit": RateLimit,

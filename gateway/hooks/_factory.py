@@ -8,10 +8,10 @@ It sits above the chain and the built-ins, which import nothing of it.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
 
 from consumers import JSON
+from gateway.config import HookSpec
 from gateway.hooks._builtin import BUILTIN_HOOKS
 from gateway.hooks._chain import BlockObserver, HookChain, HookEntry
 from gateway.hooks._protocols import HookConfigError, Prioritised, Shares, check_methods
@@ -20,7 +20,7 @@ from gateway.state import SharedState
 __all__ = ["HookConfigError", "build_chain", "check_hook", "make_hook"]
 
 
-def build_chain(specs: Sequence[Any], shared: SharedState | None = None, *,
+def build_chain(specs: Sequence[HookSpec], shared: SharedState | None = None, *,
                 on_block: BlockObserver | None = None) -> HookChain:
     """Instantiate every hook of the config (`HookSpec`s), in order, and build the (immutable) chain. Raises
     HookConfigError naming the hook. With `shared` (a cluster's state), hooks that keep state (`share(state)`) keep it
@@ -77,7 +77,8 @@ def make_hook(name: str, options: Mapping[str, JSON]) -> object:
     return hook
 
 
-def _factory(name: str) -> Any:
+def _factory(name: str) -> Callable[..., object]:
+    factory: Callable[..., object] | None
     if ":" not in name:
         factory = BUILTIN_HOOKS.get(name)
         if factory is None:

@@ -38,7 +38,8 @@ class Session:
     """What names the session in shared tables (`gateway.tasks.TaskBook`): derived from the transport's session id
     where there is one (`exposers.server.hook_session`, as `gateway.cluster` keys its session records), else
     random; never the session id itself, which is a bearer secret."""
-    state: JSONObject = field(default_factory=dict)
+    state: dict[str, object] = field(default_factory=dict)
+    """What hooks keep for the session (a plugin's own objects as well as JSON)."""
     lock: anyio.Lock = field(default_factory=anyio.Lock)
     back: Downstream | None = None
     user: str | None = None

@@ -13,7 +13,7 @@ import json
 import logging
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from consumers import JSON, JSONObject
 from consumers.log_fields import FIELDS
@@ -47,7 +47,7 @@ class JsonFormatter(logging.Formatter):
 
 
 def log_call(kind: str, upstream: str, request: UpstreamRequest, outcome: str, seconds: float, caller: tuple[str, str],
-             session: Any) -> None:
+             session: object) -> None:
     """The call path's line for one request to an upstream (a tool call, a read, a get), once it ended. `caller`:
     the client and the name it asked for; `session`: a `gateway.hooks.Session` (its id is already a hash) or None."""
     level = logging.INFO if outcome in FAILED_OUTCOMES else logging.DEBUG
@@ -61,7 +61,7 @@ def log_call(kind: str, upstream: str, request: UpstreamRequest, outcome: str, s
                      outcome, seconds * 1000, extra=fields)
 
 
-def log_denied(client: str, tool: str, session: Any, step: Step) -> None:
+def log_denied(client: str, tool: str, session: object, step: Step) -> None:
     """A call refused by policy (the caller gets `Unknown tool`): the layer by name and the pattern."""
     denials_logger.info("denied call: client %s tool %s by %s", client, tool, step.describe(),
                         extra={"kind": "tool", "client": client, "tool": tool, "session": getattr(session, "id", None),

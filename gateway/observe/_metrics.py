@@ -13,7 +13,6 @@ from __future__ import annotations
 import platform
 from collections.abc import Callable, Iterator
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -28,7 +27,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from consumers import JSONObject
-from gateway.observe._call_log import CallLog
+from gateway.observe._call_log import BlockedCall, CallLog
 from policy import LAYER_NAMES
 
 OUTCOMES = ("ok", "tool_error", "timeout", "error", "blocked")
@@ -62,7 +61,7 @@ class Metrics:
     def deny(self, layer: int) -> None:
         self.denied.labels(LAYER_NAMES.get(layer, str(layer)).replace(" ", "_")).inc()
 
-    def blocked(self, ctx: Any, hook: str) -> None:
+    def blocked(self, ctx: BlockedCall, hook: str) -> None:
         """A before-hook named `hook` (a name from the config) blocked `ctx` (a `gateway.hooks.CallContext`)."""
         self.blocks.labels(ctx.upstream, hook or "unknown").inc()
         self.calls.labels(ctx.upstream, str(ctx.kind), "blocked").inc()

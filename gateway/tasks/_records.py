@@ -101,7 +101,7 @@ class TaskBook:
         return task_id in self._tasks
 
     def adopt(self, upstream: str, upstream_id: str, identity: Identity, session: str | None, era: Era,
-              ttl_ms: JSON, call: Any = None, holder: str | None = None) -> str:
+              ttl_ms: JSON, call: object = None, holder: str | None = None) -> str:
         """Record a task an upstream just created for `identity` on the upstream session of `holder`
         (`TaskEntry.holder`); the id the client gets."""
         self._purge()
