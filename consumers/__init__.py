@@ -1,6 +1,7 @@
 """Upstream connections: one owner task per upstream, transports, the pool keyed by name, and the relay seam."""
 
 from consumers._errors import describe_failure
+from consumers._json import JSON, JSONObject
 from consumers.channel import TASK_STATUS
 from consumers.lifecycle import UpstreamState
 from consumers.listing import Catalog
@@ -8,18 +9,30 @@ from consumers.login import LoginError, login
 from consumers.oauth import UserAuthorization
 from consumers.own_lists import OwnLists
 from consumers.pool import UpstreamPool
-from consumers.relay import CURRENT_DOWNSTREAM, ClientOrigin, Downstream, ProgressFn, UpstreamRequest
+from consumers.relay import (
+    CURRENT_DOWNSTREAM,
+    Answer,
+    ClientOrigin,
+    Downstream,
+    ProgressFn,
+    RequestOptions,
+    UpstreamRequest,
+)
 from consumers.upstream import Upstream
 
 __all__ = [
     "CURRENT_DOWNSTREAM",
+    "JSON",
     "TASK_STATUS",
+    "Answer",
     "Catalog",
     "ClientOrigin",
     "Downstream",
+    "JSONObject",
     "LoginError",
     "OwnLists",
     "ProgressFn",
+    "RequestOptions",
     "Upstream",
     "UpstreamPool",
     "UpstreamRequest",

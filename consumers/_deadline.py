@@ -7,12 +7,11 @@ Which session, and what to do when it fails (retry, the circuit breaker): `consu
 
 from __future__ import annotations
 
-from typing import Any
-
 import anyio
 from mcp_types import LOG_LEVEL_META_KEY
 
 from consumers._errors import call_failure
+from consumers._json import JSONObject
 from consumers.channel import SessionChannel
 from consumers.errors import UpstreamTimeout, UpstreamUnavailable
 from consumers.lifecycle import CallsInFlight
@@ -21,14 +20,14 @@ from consumers.relay import CURRENT_DOWNSTREAM, ProgressFn, UpstreamRequest, wit
 
 async def send_within_deadline(name: str, channel: SessionChannel, request: UpstreamRequest,
                                progress: ProgressFn | None, calls: CallsInFlight, limits: tuple[float, float], *,
-                               modern: bool, http: bool) -> dict[str, Any]:
+                               modern: bool, http: bool) -> JSONObject:
     """`request` on `channel` of upstream `name`; `limits`: (timeout, max call time); `modern`: the upstream speaks
     2026-07-28; `http`: over streamable HTTP."""
     method = request.method
     timeout, cap = limits
     start = anyio.current_time()
 
-    async def on_progress(params: dict[str, Any]) -> None:
+    async def on_progress(params: JSONObject) -> None:
         scope.deadline = min(anyio.current_time() + timeout, start + max(cap, timeout))
         if progress is not None:
             await progress(params)

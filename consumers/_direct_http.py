@@ -19,7 +19,7 @@ import logging
 import ssl
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 import aiohttp
 import anyio
@@ -31,6 +31,7 @@ from pydantic import ValidationError
 
 from consumers._errors import UNAVAILABLE_STATUSES, HopBroken, HopUnavailable, SessionGone
 from consumers._http_rules import HTTP_RULES, env_proxy
+from consumers._json import JSON, JSONObject
 from consumers.relay import Downstream, ProgressFn, UpstreamRequest, ask_wire
 
 logger = logging.getLogger("triad.upstream")
@@ -63,7 +64,7 @@ class HttpLink:
     """Set once the SDK's GET stream for the upstream's own messages was answered (open, or refused: the upstream
     has none): from then on, what the upstream says outside requests reaches Triad."""
 
-    def direct(self, protocol_version: str, on_notification: Callable[[str, dict[str, Any]], None]) -> DirectHttp:
+    def direct(self, protocol_version: str, on_notification: Callable[[str, JSONObject], None]) -> DirectHttp:
         return DirectHttp(self, protocol_version, on_notification)
 
 
@@ -89,7 +90,7 @@ async def open_link(url: str, headers: dict[str, str], connect_timeout: float, t
 
 class DirectHttp:
     def __init__(self, link: HttpLink, protocol_version: str,
-                 on_notification: Callable[[str, dict[str, Any]], None]) -> None:
+                 on_notification: Callable[[str, JSONObject], None]) -> None:
         self._link = link
         self._version = protocol_version
         self._on_notification = on_notification
@@ -105,7 +106,7 @@ class DirectHttp:
         return headers
 
     async def request(self, request: UpstreamRequest, on_progress: ProgressFn,
-                      downstream: Downstream | None) -> dict[str, Any]:
+                      downstream: Downstream | None) -> JSONObject:
         """Send one request and return its raw result; a JSON-RPC error raises `MCPError`, as the SDK's does."""
         request_id = f"triad-{next(self._ids)}"
         message = request.model_dump(by_alias=True, mode="json", exclude_none=True)
@@ -118,7 +119,7 @@ class DirectHttp:
             raise HopBroken(connect=isinstance(exc, aiohttp.ClientConnectorError)) from exc
 
     async def _request(self, body: bytes, request_id: str, on_progress: ProgressFn,
-                       downstream: Downstream | None) -> dict[str, Any]:
+                       downstream: Downstream | None) -> JSONObject:
         try:
             async with self._post(body) as response:
                 if response.status == 404:
@@ -181,7 +182,7 @@ class DirectHttp:
             return
 
     async def _resume(self, stream: _Stream, request_id: str, on_progress: ProgressFn,
-                      downstream: Downstream | None) -> dict[str, Any]:
+                      downstream: Downstream | None) -> JSONObject:
         """The upstream ended the reply stream before the result (SEP-1699): wait the `retry` it asked for, then
         GET the stream again from the last event seen, as often as it keeps ending early."""
         for _ in range(MAX_RESUMES):
@@ -199,8 +200,8 @@ class DirectHttp:
         raise MCPError(code=types.CONNECTION_CLOSED, message="the upstream ended its reply without a result")
 
     async def _read_stream(self, response: aiohttp.ClientResponse, stream: _Stream, request_id: str,
-                           on_progress: ProgressFn, downstream: Downstream | None) -> dict[str, Any] | None:
-        reply: dict[str, Any] | None = None
+                           on_progress: ProgressFn, downstream: Downstream | None) -> JSONObject | None:
+        reply: JSONObject | None = None
         events = _Events(stream)
         # The upstream's own requests are answered side by side (it may ask several questions at once, each
         # waiting for its client), and the stream read on meanwhile; once the result is in, they are moot. Their
@@ -236,14 +237,14 @@ class DirectHttp:
                     pass
         return reply
 
-    async def _pass_on(self, message: dict[str, Any], request_id: str, on_progress: ProgressFn,
+    async def _pass_on(self, message: JSONObject, request_id: str, on_progress: ProgressFn,
                        downstream: Downstream | None) -> None:
         """A notification on a call's reply stream: its progress and logs to the call's client, the rest (list
         changes, updates) to the upstream's own handling."""
         method, found = message.get("method"), message.get("params")
         if not isinstance(method, str):
             return
-        params: dict[str, Any] = found if isinstance(found, dict) else {}
+        params: JSONObject = found if isinstance(found, dict) else {}
         if method == "notifications/progress" and params.get("progressToken") == request_id:
             await on_progress({key: value for key, value in params.items() if key != "progressToken"})
         elif method == "notifications/message" and downstream is not None:
@@ -256,18 +257,18 @@ class DirectHttp:
         else:
             self._on_notification(method, params)
 
-    async def _answer(self, message: dict[str, Any], downstream: Downstream | None) -> None:
+    async def _answer(self, message: JSONObject, downstream: Downstream | None) -> None:
         """The upstream's own request, mid-call: asked of the client whose call this is, answered by a POST."""
         method, found = message["method"], message.get("params")
-        params: dict[str, Any] = found if isinstance(found, dict) else {}
+        params: JSONObject = found if isinstance(found, dict) else {}
         if downstream is None:
-            answer: dict[str, Any] = {"error": {"code": types.METHOD_NOT_FOUND,
+            answer: JSONObject = {"error": {"code": types.METHOD_NOT_FOUND,
                                                 "message": f"{method}: no client call is waiting for it"}}
         else:
             answer = await ask_wire(downstream, {"method": method, "params": params})
         await self._send({"jsonrpc": "2.0", "id": message["id"], **answer})
 
-    async def _send(self, message: dict[str, Any]) -> None:
+    async def _send(self, message: JSONObject) -> None:
         """A response or notification to the upstream (it answers 202, no body)."""
         try:
             async with self._link.client.post(self._link.url, data=json.dumps(message).encode(),
@@ -306,7 +307,7 @@ class _Events:
         """The start of a line whose end has not come yet."""
         self._partial_size = 0
 
-    def feed(self, chunk: bytes) -> list[dict[str, Any]]:
+    def feed(self, chunk: bytes) -> list[JSONObject]:
         if b"\n" not in chunk:
             self._partial.append(chunk)
             self._partial_size += len(chunk)
@@ -318,7 +319,7 @@ class _Events:
         lines = chunk.split(b"\n")
         if last := lines.pop():
             self._partial, self._partial_size = [last], len(last)
-        messages: list[dict[str, Any]] = []
+        messages: list[JSONObject] = []
         for raw in lines:
             line = raw.rstrip(b"\r")
             if line:
@@ -363,7 +364,7 @@ def _too_large() -> MCPError:
     return MCPError(code=types.INTERNAL_ERROR, message=f"the upstream sent a message over {MAX_MESSAGE // 2**20} MiB")
 
 
-def _result_of(reply: Any) -> dict[str, Any]:
+def _result_of(reply: JSON) -> JSONObject:
     if not isinstance(reply, dict):
         raise ValueError("not a JSON-RPC response")
     error = reply.get("error")

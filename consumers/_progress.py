@@ -29,10 +29,14 @@ import anyio
 import anyio.lowlevel
 import mcp_types as types
 from anyio.streams.memory import MemoryObjectSendStream
+from mcp.shared.message import SessionMessage
+
+from consumers._json import JSONObject
+from consumers._sdk import Incoming, WriteEnd
 
 logger = logging.getLogger("triad.upstream")
 T = TypeVar("T")
-ProgressFn = Callable[[dict[str, Any]], Awaitable[None]]
+ProgressFn = Callable[[JSONObject], Awaitable[None]]
 """`consumers.relay.ProgressFn`: told a progress notification's params, without its token."""
 
 MAX_QUEUED = 64
@@ -42,7 +46,7 @@ advisory, and a client that does not read must not grow Triad's memory)."""
 
 class ProgressRoutes:
     def __init__(self) -> None:
-        self._routes: dict[str, MemoryObjectSendStream[dict[str, Any]]] = {}
+        self._routes: dict[str, MemoryObjectSendStream[JSONObject]] = {}
         self._reasons: dict[str, Callable[[], str | None]] = {}
         """Each call's way to the reason its client gave for cancelling it."""
         self._requests: dict[Any, str] = {}
@@ -50,7 +54,7 @@ class ProgressRoutes:
         self._prefix = f"triad-{secrets.token_hex(6)}-"
         self._count = itertools.count(1)
 
-    def deliver(self, item: Any) -> bool:
+    def deliver(self, item: Incoming) -> bool:
         """Take a message off the read stream if it is a progress notification for a call in flight here."""
         message = getattr(item, "message", None)
         if not isinstance(message, types.JSONRPCNotification) or message.method != "notifications/progress":
@@ -67,7 +71,7 @@ class ProgressRoutes:
             pass  # the call just ended
         return True
 
-    def outgoing(self, item: Any) -> Any:
+    def outgoing(self, item: SessionMessage) -> SessionMessage:
         """A message on its way to the upstream (`CallWrites`): a call's request is noted by its id; a cancellation
         of one gets the reason its client gave."""
         message = getattr(item, "message", None)
@@ -127,11 +131,11 @@ class ProgressRoutes:
 class CallWrites:
     """An upstream session's write stream, through `ProgressRoutes.outgoing` (the SDK's `WriteStream` shape)."""
 
-    def __init__(self, inner: Any, routes: ProgressRoutes) -> None:
+    def __init__(self, inner: WriteEnd, routes: ProgressRoutes) -> None:
         self._inner = inner
         self._routes = routes
 
-    async def send(self, item: Any, /) -> None:
+    async def send(self, item: SessionMessage, /) -> None:
         message = getattr(item, "message", None)
         if isinstance(message, types.JSONRPCNotification) and message.method == "notifications/cancelled":
             # The SDK cancels a call upstream as soon as the call is cancelled, before Triad's exposer has seen the

@@ -13,45 +13,59 @@ naming the SDK version when one no longer holds.
 - `send_raw` of a `tools/call` as a task (2025-11-25): `ClientSession.send_request` checks every result against the
   spec's result type of its method, and refuses the `CreateTaskResult` such a call is answered with; the request
   is stamped as `send_request` stamps it (`_stamp`) and sent with the session's dispatcher (`_dispatcher`).
+- `ReadEnd` / `WriteEnd`: the SDK types a transport's streams with protocols of a private module
+  (`mcp.shared._stream_protocols`); they are named here once.
 - `CONTEXT_ATTRIBUTE`: the SDK's dispatcher reads the sender's contextvars from its read stream's `last_context`
   (how the current downstream crosses into callbacks over streamable HTTP); a wrapper must pass it through.
 """
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, cast
 
 import mcp_types as types
 from mcp import ClientSession
+from mcp.shared._stream_protocols import ReadStream, WriteStream
 from mcp.shared.dispatcher import CallOptions, ProgressFnT
+from mcp.shared.message import SessionMessage
 from pydantic import TypeAdapter
+
+from consumers._json import JSONObject
 
 if TYPE_CHECKING:
     from consumers.relay import UpstreamRequest
 
-RAW: TypeAdapter[dict[str, Any]] = TypeAdapter(dict[str, Any])
+RAW: TypeAdapter[JSONObject] = TypeAdapter(dict[str, Any])
 """A result as the upstream sent it: the wire dict."""
 
 CONTEXT_ATTRIBUTE = "last_context"
 
-Stamp = Callable[[dict[str, Any], Any], None]
+Incoming = SessionMessage | Exception
+"""What a transport's read end yields: a message, or an error the transport hit."""
+ReadEnd = ReadStream[Incoming]
+"""A transport's read end, as the SDK's `ClientSession` takes it."""
+WriteEnd = WriteStream[SessionMessage]
+"""A transport's write end, as the SDK's `ClientSession` takes it."""
+
+Stamp = Callable[[JSONObject, CallOptions], None]
 """`(request data, send options) -> None`: what `ClientSession._stamp` is."""
 
 
 async def send_raw(session: ClientSession, request: UpstreamRequest,
                    progress: Callable[[float, float | None, str | None], Awaitable[None]] | None = None
-                   ) -> dict[str, Any]:
+                   ) -> JSONObject:
     """Send `request` on `session`; its result as a raw dict."""
     if request.method == "tools/call" and getattr(request.params, "task", None) is not None:
         data = request.model_dump(by_alias=True, mode="json", exclude_none=True)
         options: CallOptions = {}
         session._stamp(data, options)
-        answer: dict[str, Any] = await session._dispatcher.send_raw_request(data["method"], data.get("params"),
+        answer: JSONObject = await session._dispatcher.send_raw_request(data["method"], data.get("params"),
                                                                            options)
         return answer
     on_progress = cast(ProgressFnT | None, progress)  # a plain callable of the Protocol's shape
-    result: dict[str, Any] = await session.send_request(request, RAW,  # type: ignore[type-var]
+    result: JSONObject = await session.send_request(request, RAW,  # type: ignore[type-var]
                                                         progress_callback=on_progress)
     return result
 
@@ -61,7 +75,7 @@ def wrap_stamp(session: ClientSession, wrap: Callable[[Stamp], Stamp]) -> None:
     session._stamp = wrap(session._stamp)
 
 
-def declare_as_client(session: ClientSession, declared: dict[str, Any]) -> None:
+def declare_as_client(session: ClientSession, declared: JSONObject) -> None:
     """The session declares each capability it has a callback for as `declared` (a client's own declaration of
     sampling, elicitation or roots) spells it: an upstream then sees exactly what that client declared."""
     build = session._build_capabilities
@@ -74,6 +88,6 @@ def declare_as_client(session: ClientSession, declared: dict[str, Any]) -> None:
     session._build_capabilities = exact  # type: ignore[method-assign]
 
 
-def sender_context(stream: Any) -> Any:
+def sender_context(stream: object) -> contextvars.Context | None:
     """The sender's context a read stream last carried (None when it carries none)."""
     return getattr(stream, CONTEXT_ATTRIBUTE, None)

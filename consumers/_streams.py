@@ -8,16 +8,16 @@ notifications Triad routes itself, `consumers._progress`) and flips `closed` (an
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Callable
-from typing import Any
 
 import anyio
 
-from consumers._sdk import sender_context
+from consumers._sdk import Incoming, ReadEnd, sender_context
 
 
 class EOFWatch:
-    def __init__(self, inner: Any, intercept: Callable[[Any], bool] | None = None) -> None:
+    def __init__(self, inner: ReadEnd, intercept: Callable[[Incoming], bool] | None = None) -> None:
         self._inner = inner
         self._intercept = intercept
         """Sees each item first; an item it returns True for is its own, and the SDK never sees it."""
@@ -25,7 +25,7 @@ class EOFWatch:
         self.on_eof: Callable[[], None] | None = None
 
     @property
-    def last_context(self) -> Any:
+    def last_context(self) -> contextvars.Context | None:
         """Passed through: the SDK's dispatcher reads it (`consumers._sdk.CONTEXT_ATTRIBUTE`)."""
         return sender_context(self._inner)
 
@@ -34,7 +34,7 @@ class EOFWatch:
         if self.on_eof is not None:
             self.on_eof()
 
-    async def receive(self) -> Any:
+    async def receive(self) -> Incoming:
         try:
             while True:
                 item = await self._inner.receive()
@@ -47,7 +47,7 @@ class EOFWatch:
     def __aiter__(self) -> EOFWatch:
         return self
 
-    async def __anext__(self) -> Any:
+    async def __anext__(self) -> Incoming:
         try:
             return await self.receive()
         except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
@@ -56,10 +56,6 @@ class EOFWatch:
     async def aclose(self) -> None:
         self._eof()
         await self._inner.aclose()
-
-    def close(self) -> None:
-        self._eof()
-        self._inner.close()
 
     async def __aenter__(self) -> EOFWatch:
         return self

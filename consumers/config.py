@@ -9,9 +9,11 @@ part of the config.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SecretStr, field_validator, model_validator
+
+from consumers._json import JSON, JSONObject
 
 DEFAULT_UPSTREAM_TIMEOUT = 60.0
 DEFAULT_CONNECT_TIMEOUT = 30.0
@@ -27,7 +29,7 @@ _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 
 
-def parse_duration(value: Any) -> float:
+def parse_duration(value: JSON) -> float:
     """`30s`, `500ms`, `2m`, `1h`, or a bare number of seconds -> seconds."""
     if isinstance(value, bool):
         raise ValueError("not a duration (use e.g. 30s, 500ms, 2m)")
@@ -45,7 +47,7 @@ def parse_duration(value: Any) -> float:
 Duration = Annotated[float, BeforeValidator(parse_duration)]
 
 
-def _stringify(value: Any) -> Any:
+def _stringify(value: JSON) -> JSON:
     """env and header values may be written as numbers or booleans in YAML/JSON; the wire wants strings."""
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -85,7 +87,7 @@ class ToolOverride(_Model):
     description: str | None = None
     annotations: ToolAnnotationsOverride | None = None
     hide_arguments: tuple[str, ...] = ()
-    fixed_arguments: dict[str, Any] = {}
+    fixed_arguments: JSONObject = {}
 
 
 class ToolFilter(_Model):
@@ -248,7 +250,7 @@ class UpstreamConfig(_Model):
 
     @model_validator(mode="before")
     @classmethod
-    def _accept_client_spellings(cls, data: Any) -> Any:
+    def _accept_client_spellings(cls, data: JSON) -> JSON:
         if not isinstance(data, dict):
             return data
         data = dict(data)

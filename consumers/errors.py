@@ -5,7 +5,7 @@ raise them and import nothing upward.
 
 from __future__ import annotations
 
-from typing import Any
+from consumers._json import JSON
 
 INVALID_REQUEST = -32600
 INVALID_PARAMS = -32602
@@ -18,7 +18,7 @@ class TriadError(Exception):
 
     code: int = INTERNAL_ERROR
 
-    def __init__(self, message: str, *, data: Any = None) -> None:
+    def __init__(self, message: str, *, data: JSON = None) -> None:
         super().__init__(message)
         self.message = message
         self.data = data
@@ -27,7 +27,7 @@ class TriadError(Exception):
 class UpstreamError(TriadError):
     """A failure on the upstream's side; it does not blame the request."""
 
-    def __init__(self, upstream: str, message: str, *, code: int | None = None, data: Any = None) -> None:
+    def __init__(self, upstream: str, message: str, *, code: int | None = None, data: JSON = None) -> None:
         super().__init__(message, data=data)
         self.upstream = upstream
         if code is not None:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import mcp_types as types
 from mcp import ClientSession
 from mcp.shared.exceptions import MCPError
 
+from consumers._json import JSONObject
 from consumers._sdk import send_raw
 from consumers.errors import UpstreamError
 
@@ -19,7 +19,10 @@ Triad's, and never forwarded across the hop (an upstream of the other era reject
 MAX_LIST_PAGES = 1000
 """A bound on pages per list, in case an upstream invents a new cursor forever."""
 
-Tools = tuple[dict[str, Any], ...]
+Tools = tuple[JSONObject, ...]
+ListRequest = types.ListToolsRequest | types.ListResourcesRequest | types.ListResourceTemplatesRequest \
+    | types.ListPromptsRequest
+"""The paginated list requests `list_all` follows."""
 
 
 @dataclass(frozen=True)
@@ -27,13 +30,13 @@ class Catalog:
     """What an upstream offers, as raw wire dicts (icons, `_meta`, annotations intact)."""
 
     tools: Tools = ()
-    resources: tuple[dict[str, Any], ...] = ()
-    templates: tuple[dict[str, Any], ...] = ()
-    prompts: tuple[dict[str, Any], ...] = ()
-    capabilities: dict[str, Any] = field(default_factory=dict)
-    server_info: dict[str, Any] = field(default_factory=dict)
+    resources: tuple[JSONObject, ...] = ()
+    templates: tuple[JSONObject, ...] = ()
+    prompts: tuple[JSONObject, ...] = ()
+    capabilities: JSONObject = field(default_factory=dict)
+    server_info: JSONObject = field(default_factory=dict)
     protocol_version: str = ""
-    page_meta: dict[str, dict[str, Any]] = field(default_factory=dict)
+    page_meta: dict[str, JSONObject] = field(default_factory=dict)
     """Each list's result-level `_meta` (by list key: `tools`, `resources`...), the keys of all its pages merged
     (the first page that has a key gives its value), without the 2026-07-28 era keys."""
 
@@ -50,7 +53,7 @@ async def list_catalog(name: str, session: ClientSession, init: types.Initialize
         server_info = session.server_info if isinstance(init, types.DiscoverResult) else init.server_info
         info = server_info.model_dump(by_alias=True, mode="json", exclude_none=True) if server_info else {}
         version = session.protocol_version or ""
-    meta: dict[str, dict[str, Any]] = {}
+    meta: dict[str, JSONObject] = {}
     tools = check_tools(await list_all(name, session, types.ListToolsRequest, "tools", meta), version) \
         if "tools" in caps else ()
     resources: Tools = ()
@@ -64,8 +67,8 @@ async def list_catalog(name: str, session: ClientSession, init: types.Initialize
     return Catalog(tools, resources, templates, prompts, caps, info, version, meta)
 
 
-async def list_templates(name: str, session: ClientSession, meta: dict[str, dict[str, Any]] | None = None
-                         ) -> tuple[dict[str, Any], ...]:
+async def list_templates(name: str, session: ClientSession, meta: dict[str, JSONObject] | None = None
+                         ) -> tuple[JSONObject, ...]:
     """Every resource template, of an upstream that offers resources."""
     try:
         return await list_all(name, session, types.ListResourceTemplatesRequest, "resourceTemplates", meta)
@@ -75,11 +78,11 @@ async def list_templates(name: str, session: ClientSession, meta: dict[str, dict
         return ()
 
 
-async def list_all(name: str, session: ClientSession, request_type: Any, key: str,
-                   meta: dict[str, dict[str, Any]] | None = None) -> tuple[dict[str, Any], ...]:
+async def list_all(name: str, session: ClientSession, request_type: type[ListRequest], key: str,
+                   meta: dict[str, JSONObject] | None = None) -> tuple[JSONObject, ...]:
     """Follow `nextCursor` to the end; a cursor seen before is an error, never an endless loop. The pages'
     result-level `_meta` goes to `meta[key]` (`Catalog.page_meta`)."""
-    items: list[dict[str, Any]] = []
+    items: list[JSONObject] = []
     seen: set[str] = set()
     cursor: str | None = None
     for _ in range(MAX_LIST_PAGES):

@@ -7,18 +7,18 @@ secrets; a session is its short hash (`s-1a2b3c4d5e6f`), never the id a client h
 
 from __future__ import annotations
 
-from typing import Any
+from consumers._json import JSONObject
 
 FIELDS = ("kind", "upstream", "client", "session", "tool", "raw", "outcome", "duration_ms", "layer", "pattern",
           "hook")
 """The structured fields a log call may pass with `extra=`, in the order a JSON line shows them."""
 
 
-def log_fields(upstream: str, outcome: str, *, session: Any = None, client: str | None = None,
-               seconds: float | None = None) -> dict[str, Any]:
+def log_fields(upstream: str, outcome: str, *, session: object = None, client: str | None = None,
+               seconds: float | None = None) -> JSONObject:
     """`extra=` for a line about one upstream: what happened (`outcome`), the session it concerns (an object
     whose `id` is its hash label, e.g. `gateway.hooks.Session`), the client where known, and how long it took."""
-    fields: dict[str, Any] = {"upstream": upstream, "outcome": outcome}
+    fields: JSONObject = {"upstream": upstream, "outcome": outcome}
     if (label := getattr(session, "id", None)) is not None:
         fields["session"] = label
     if client is not None:

@@ -20,11 +20,13 @@ from typing import Any
 import anyio
 from mcp import ClientSession
 from mcp.client.subscriptions import ResourcesListChanged, ResourceUpdated, listen
+from mcp.shared.dispatcher import CallOptions
 from mcp.shared.inbound import find_invalid_x_mcp_header, mcp_param_headers, x_mcp_header_map
 from mcp_types import CLIENT_CAPABILITIES_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from consumers._errors import describe_failure
+from consumers._json import JSONObject
 from consumers._sdk import Stamp, wrap_stamp
 from consumers.listing import Tools
 from consumers.relay import CURRENT_DOWNSTREAM
@@ -50,7 +52,7 @@ class ModernLink:
         typed `list_tools`, which Triad does not use)."""
 
         def for_caller(stamp: Stamp) -> Stamp:
-            def stamp_for_caller(data: dict[str, Any], options: Any) -> None:
+            def stamp_for_caller(data: JSONObject, options: CallOptions) -> None:
                 stamp(data, options)
                 params = data.get("params") or {}
                 downstream = CURRENT_DOWNSTREAM.get()
@@ -85,7 +87,7 @@ class ModernLink:
     def subscriptions_changed(self) -> None:
         self._changed.set()
 
-    async def listen(self, session: ClientSession, capabilities: dict[str, Any]) -> None:
+    async def listen(self, session: ClientSession, capabilities: JSONObject) -> None:
         while True:
             changed = self._changed = anyio.Event()
             async with anyio.create_task_group() as tg:
@@ -93,7 +95,7 @@ class ModernLink:
                 await changed.wait()
                 tg.cancel_scope.cancel()
 
-    async def _listen_once(self, session: ClientSession, capabilities: dict[str, Any], uris: tuple[str, ...]) -> None:
+    async def _listen_once(self, session: ClientSession, capabilities: JSONObject, uris: tuple[str, ...]) -> None:
         tools, prompts, resources = (bool((capabilities.get(family) or {}).get("listChanged"))
                                      for family in ("tools", "prompts", "resources"))
         if not (tools or prompts or resources or uris):

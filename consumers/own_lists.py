@@ -9,11 +9,11 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import mcp_types as types
 from mcp import ClientSession
 
+from consumers._json import JSON, JSONObject
 from consumers.listing import Catalog, list_all, list_templates
 
 OWN_LISTS = {"notifications/tools/list_changed": "tools", "notifications/resources/list_changed": "resources",
@@ -30,7 +30,7 @@ class OwnLists:
     than per client."""
 
     tools: frozenset[str]
-    resources: tuple[dict[str, Any], ...] | None = field(default=None, compare=False, hash=False)
+    resources: tuple[JSONObject, ...] | None = field(default=None, compare=False, hash=False)
     """The session's own resources; None when learned from another session with the same capabilities (no
     session of this client's yet, so no session resources: the catalog's resources stand)."""
     resources_key: str | None = None
@@ -40,7 +40,7 @@ class OwnLists:
     """The URI templates the session lists (as the upstream writes them); None where it offers no resources."""
 
     @classmethod
-    def of(cls, tools: frozenset[str], resources: tuple[dict[str, Any], ...] | None,
+    def of(cls, tools: frozenset[str], resources: tuple[JSONObject, ...] | None,
            prompts: frozenset[str] | None = None, templates: frozenset[str] | None = None) -> OwnLists:
         key = json.dumps(resources, sort_keys=True, default=str) if resources is not None else None
         return cls(tools, resources, key, prompts, templates)
@@ -51,12 +51,12 @@ class OwnLists:
         return OwnLists(self.tools, None, None, self.prompts, self.templates)
 
 
-def own_families(catalog: Catalog) -> tuple[Any, ...]:
+def own_families(catalog: Catalog) -> tuple[tuple[JSONObject, ...], ...]:
     """What of a catalog a client's own session may list otherwise: a change in it re-lists every client's."""
     return catalog.tools, catalog.resources, catalog.templates, catalog.prompts
 
 
-async def list_own(upstream: str, session: ClientSession, offered: Mapping[str, Any]) -> OwnLists:
+async def list_own(upstream: str, session: ClientSession, offered: Mapping[str, JSON]) -> OwnLists:
     """What a client's session lists (of the families the upstream offers)."""
     tools = await list_all(upstream, session, types.ListToolsRequest, "tools") if "tools" in offered else ()
     resources = await list_all(upstream, session, types.ListResourcesRequest, "resources") \
@@ -67,5 +67,5 @@ async def list_own(upstream: str, session: ClientSession, offered: Mapping[str, 
                        _names(prompts, "name"), _names(templates, "uriTemplate"))
 
 
-def _names(items: tuple[dict[str, Any], ...] | None, key: str) -> frozenset[str] | None:
+def _names(items: tuple[JSONObject, ...] | None, key: str) -> frozenset[str] | None:
     return frozenset(item[key] for item in items if isinstance(item.get(key), str)) if items is not None else None

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Protocol
 
 import anyio
 from anyio.abc import TaskGroup
 from pydantic import SecretStr
 
+from consumers._json import JSONObject
 from consumers.config import UpstreamConfig
 from consumers.lifecycle import UpstreamState
 from consumers.log_fields import log_fields
@@ -32,7 +33,7 @@ RETIRE_GRACE = 30.0
 """How long a removed or replaced upstream may finish its in-flight calls before it is closed."""
 
 
-def connection_key(config: UpstreamConfig, cwd: str | None) -> tuple[Any, ...]:
+def connection_key(config: UpstreamConfig, cwd: str | None) -> tuple[object, ...]:
     """What a live connection depends on; other settings (timeouts, tool filters) apply without reconnecting."""
     def secrets(values: Mapping[str, SecretStr]) -> tuple[tuple[str, str], ...]:
         return tuple(sorted((k, v.get_secret_value()) for k, v in values.items()))
@@ -62,7 +63,7 @@ class UpstreamPool:
         """One TLS context for every upstream's HTTPS connections, made when the first needs it."""
         self.on_updated: Callable[[str, str], None] = lambda _upstream, _uri: None
         """Told (upstream, raw URI) when a resource some client subscribed to changed (the exposer sets it)."""
-        self.on_task_status: Callable[[str, dict[str, Any], ClientOrigin | None], None] = \
+        self.on_task_status: Callable[[str, JSONObject, ClientOrigin | None], None] = \
             lambda _upstream, _params, _origin: None
         """Told (upstream, params) of each task status an upstream pushes (the exposer sets it)."""
         self.for_users = UserAuthorization()

@@ -16,12 +16,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypedDict, TypeVar, runtime_checkable
 
 import mcp_types as types
 from mcp.client.session import ClientRequestContext
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
+from consumers._json import JSON, JSONObject
 from consumers._progress import ProgressRoutes
 from consumers.errors import UpstreamError
 
@@ -34,7 +35,7 @@ LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "notice": logging.IN
 MAX_LOGGED = 500
 """An upstream's log message in Triad's own log is cut to this many characters."""
 
-ProgressFn = Callable[[dict[str, Any]], Awaitable[None]]
+ProgressFn = Callable[[JSONObject], Awaitable[None]]
 """Told each progress notification of an upstream call: its params as the upstream sent them (`progress`, `total`,
 `message`, `_meta`, any other field, each value of its own JSON type) without the upstream hop's `progressToken`."""
 
@@ -44,6 +45,10 @@ ASKS: dict[str, tuple[Any, Any]] = {
     "roots/list": (types.ListRootsRequest, types.ListRootsResult),
 }
 """The server->client requests a gateway relays: method -> (request model, result model)."""
+
+
+Answer = TypeVar("Answer", bound=BaseModel)
+"""The result model a server->client request is answered with (`Downstream.ask`)."""
 
 
 class Downstream(Protocol):
@@ -58,7 +63,7 @@ class Downstream(Protocol):
         ...
 
     @property
-    def capabilities(self) -> dict[str, Any] | None:
+    def capabilities(self) -> JSONObject | None:
         """What the client declared it can do (sampling, elicitation, roots), when known."""
         ...
 
@@ -70,7 +75,7 @@ class Downstream(Protocol):
 
     async def log(self, params: types.LoggingMessageNotificationParams) -> None: ...
 
-    async def ask(self, request: Any, result_type: Any) -> Any:
+    async def ask(self, request: types.ServerRequest, result_type: type[Answer]) -> Answer | types.ErrorData:
         """Send a server->client request to the downstream client; its result, or an `ErrorData`."""
         ...
 
@@ -95,9 +100,18 @@ class ClientOrigin(Protocol):
         ...
 
     @property
-    def declared(self) -> dict[str, Any] | None:
+    def declared(self) -> JSONObject | None:
         """What a session without a way back (a 2026-07-28 request) declared it can do, from its envelope."""
         ...
+
+
+class RequestOptions(TypedDict, total=False):
+    """The keyword options of `Upstream.request`, as the call path passes them on."""
+
+    progress: ProgressFn | None
+    retry_safe: bool
+    call_limits: tuple[float | None, float | None]
+    client: ClientOrigin | None
 
 
 @runtime_checkable
@@ -113,7 +127,7 @@ class ListsChanged(Protocol):
 CURRENT_DOWNSTREAM: ContextVar[Downstream | None] = ContextVar("triad_current_downstream", default=None)
 
 
-async def ask_wire(downstream: Downstream, request: Any) -> dict[str, Any]:
+async def ask_wire(downstream: Downstream, request: JSON) -> JSONObject:
     """Put an upstream's request, in wire form, to the downstream client: `{"result": ...}` or `{"error": ...}`."""
     method = request.get("method") if isinstance(request, dict) else None
     if method not in ASKS:
@@ -129,11 +143,11 @@ async def ask_wire(downstream: Downstream, request: Any) -> dict[str, Any]:
 
 
 async def answer_input_requests(upstream: str, downstream: Downstream,
-                                requests: Any) -> dict[str, dict[str, Any]]:
+                                requests: JSON) -> dict[str, JSONObject]:
     """Ask the downstream client each of an `input_required` result's requests; the answers by key."""
     if not isinstance(requests, dict) or not requests:
         raise UpstreamError(upstream, f"upstream {upstream!r} answered input_required without input requests")
-    answers: dict[str, dict[str, Any]] = {}
+    answers: dict[str, JSONObject] = {}
     for key, request in requests.items():
         answer = await ask_wire(downstream, request)
         if "error" in answer:
@@ -148,7 +162,7 @@ UpstreamRequest = types.Request[Any, Any]
 R = TypeVar("R", bound=UpstreamRequest)
 
 
-def with_params(request: R, update: dict[str, Any]) -> R:
+def with_params(request: R, update: JSONObject) -> R:
     """The request with wire-spelled params replaced (validated again, so the SDK serialises them as usual)."""
     params = request.params.model_dump(by_alias=True, mode="json", exclude_none=True) if request.params else {}
     return type(request).model_validate({"method": request.method, "params": {**params, **update}}, by_name=False)
@@ -196,7 +210,7 @@ class InFlight:
         logger.log(LOG_LEVELS.get(params.level, logging.INFO), "upstream %s logged (%s): %s", self._upstream,
                    params.logger or "-", str(params.data)[:MAX_LOGGED])
 
-    async def _ask(self, request: Any, result_type: Any) -> Any:
+    async def _ask(self, request: types.ServerRequest, result_type: type[Answer]) -> Answer | types.ErrorData:
         downstream = self._downstream()
         if downstream is None:
             why = ("several calls are in flight on it, and its transport does not say which one this is for"

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import mcp_types as types
 from mcp import ClientSession
@@ -23,8 +22,8 @@ logger = logging.getLogger("triad.upstream")
 
 
 class Subscriptions:
-    def __init__(self, upstream: str, request: Callable[[UpstreamRequest], Awaitable[Any]], modern: Callable[[], bool],
-                 link: ModernLink) -> None:
+    def __init__(self, upstream: str, request: Callable[[UpstreamRequest], Awaitable[object]],
+                 modern: Callable[[], bool], link: ModernLink) -> None:
         self._upstream = upstream
         self._request = request
         self._modern = modern

@@ -14,7 +14,7 @@ import logging
 import ssl
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import anyio
 import httpx2
@@ -25,6 +25,7 @@ from mcp.shared._httpx_utils import McpHttpClientFactory
 
 from consumers._errors import UNAVAILABLE_DATA_KEY, UNAVAILABLE_STATUSES
 from consumers._http_rules import HTTP_RULES
+from consumers._sdk import ReadEnd, WriteEnd
 from consumers.child_process import ChildOutput, open_child
 from consumers.config import UpstreamConfig, UpstreamTlsConfig
 from consumers.errors import UpstreamUnavailable
@@ -48,7 +49,7 @@ SSE_READ_TIMEOUT = 300.0
 @asynccontextmanager
 async def open_transport(name: str, config: UpstreamConfig, cwd: str | None, output: ChildOutput | None = None,
                          tls: TlsContexts | None = None, auth: CredentialUse | None = None
-                         ) -> AsyncIterator[tuple[Any, Any, HttpLink | None]]:
+                         ) -> AsyncIterator[tuple[ReadEnd, WriteEnd, HttpLink | None]]:
     """`output`: where a stdio child's last stderr lines and exit code are kept (the upstream's state). `tls`:
     where the TLS context of the upstream's `tls` settings is made once and shared (`TlsContext`; making one loads
     the CA bundle: tens of milliseconds of CPU, which a per-client session would otherwise pay at every opening);

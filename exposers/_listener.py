@@ -28,7 +28,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import uvicorn
+from starlette.types import ASGIApp
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.server import ServerState
 
 logger = logging.getLogger("triad.listener")
 
@@ -58,8 +60,9 @@ class DeadlineProtocol(HttpToolsProtocol):
     body_timeout = BODY_TIMEOUT
     max_head_bytes = MAX_HEAD_BYTES
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, config: uvicorn.Config, server_state: ServerState, app_state: dict[str, object],
+                 _loop: asyncio.AbstractEventLoop | None = None) -> None:
+        super().__init__(config, server_state, app_state, _loop)
         self._deadline: asyncio.TimerHandle | None = None
         self._in_head = True
         self._head_bytes = 0
@@ -131,7 +134,8 @@ def _peer(client: tuple[str, int] | None) -> str:
 class ListenerConfig(uvicorn.Config):
     """`uvicorn.Config` with `DeadlineProtocol` for HTTP."""
 
-    def __init__(self, app: Any, **options: Any) -> None:
+    # Any: uvicorn.Config's keyword arguments (each of its own type), passed on as they are
+    def __init__(self, app: ASGIApp, **options: Any) -> None:
         super().__init__(app, **{"http": DeadlineProtocol, **options})
 
 

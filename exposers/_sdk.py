@@ -27,7 +27,6 @@ import logging
 import math
 import re
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import anyio
 from mcp.server import Server, ServerRequestContext
@@ -35,7 +34,7 @@ from mcp.server._otel import OpenTelemetryMiddleware
 from mcp.server.connection import Connection
 from mcp.server.streamable_http import StreamableHTTPServerTransport
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-from mcp.shared.dispatcher import DispatchContext
+from mcp.shared.dispatcher import Outbound
 
 SUPPORTED_SDK = ((2, 3), (2, 4))
 """The `mcp` releases this module was written against: at least 2.3, below 2.4."""
@@ -58,13 +57,13 @@ def check_sdk_version(version: str | None = None) -> None:
 check_sdk_version()
 
 
-def connection_of(ctx: ServerRequestContext[Any]) -> Connection | None:
+def connection_of(ctx: ServerRequestContext) -> Connection | None:
     """The connection a request arrived on; None for a 2026-07-28 request's throwaway session."""
     connection = ctx.session._connection
     return connection if isinstance(connection, Connection) else None
 
 
-def request_channel(ctx: ServerRequestContext[Any]) -> DispatchContext[Any]:
+def request_channel(ctx: ServerRequestContext) -> Outbound:
     """The channel of the request `ctx` serves: notifications sent on it belong to that request."""
     return ctx.session._request_outbound
 
@@ -97,7 +96,7 @@ def held(transport: StreamableHTTPServerTransport) -> Iterator[None]:
             idle.deadline = anyio.current_time() + timeout
 
 
-def drop_idle_tracing(server: Server[Any]) -> None:
+def drop_idle_tracing(server: Server) -> None:
     """Remove the SDK's pre-installed OpenTelemetry middleware (used when tracing is off)."""
     server.middleware[:] = [m for m in server.middleware if not isinstance(m, OpenTelemetryMiddleware)]
 

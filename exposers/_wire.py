@@ -18,11 +18,12 @@ Where Triad reads the body itself (the direct HTTP path) it calls `parse_json`. 
 
 from __future__ import annotations
 
+import contextvars
 import math
 import re
 from collections.abc import Iterable
 from types import TracebackType
-from typing import Any, Literal, Self
+from typing import Any, Literal, Protocol, Self
 
 import anyio
 import mcp_types as types
@@ -31,6 +32,7 @@ from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from consumers import JSON
 from gateway.errors import TriadError
 
 _HUGE_NUMBER = re.compile(r"[eE]\+?0*[1-9][0-9]{2}|[0-9]{200}")
@@ -47,7 +49,7 @@ class ParseError(ValueError):
     """The bytes are not one JSON value Triad accepts; the message says why, for a JSON-RPC parse error."""
 
 
-def parse_json(data: bytes | str) -> Any:
+def parse_json(data: bytes | str) -> JSON:
     """The JSON value of `data`, or `ParseError`: malformed, NaN or infinite numbers, nesting past the limit."""
     try:
         value = pydantic_core.from_json(data, allow_inf_nan=False)
@@ -59,7 +61,7 @@ def parse_json(data: bytes | str) -> Any:
     return value
 
 
-def all_finite(value: Any) -> bool:
+def all_finite(value: JSON) -> bool:
     """No float in `value` (a parsed JSON value, at any depth) is NaN or infinite."""
     stack = [value]
     while stack:
@@ -131,7 +133,7 @@ class StrictJson:
         return "application/json" in (part.strip() for part in content_type.split(";")[0].split(","))
 
 
-def _is_message(value: Any) -> bool:
+def _is_message(value: JSON) -> bool:
     try:
         types.jsonrpc_message_adapter.validate_python(value, by_name=False)
     except ValidationError:
@@ -167,17 +169,30 @@ def replay(body: bytes, more: bool, receive: Receive) -> Receive:
     return again
 
 
+class _Reading(Protocol):
+    """The read end of the SDK's stdio transport, as `StrictMessages` uses it."""
+
+    async def receive(self) -> SessionMessage | Exception: ...
+    async def aclose(self) -> None: ...
+
+
+class _Writing(Protocol):
+    """The write end of the SDK's stdio transport, as `StrictMessages` uses it."""
+
+    async def send(self, item: SessionMessage, /) -> None: ...
+
+
 class StrictMessages:
     """The SDK's stdio read stream, minus what is not a strict JSON-RPC message: each such line is answered on
     `write` with a JSON-RPC error (parse error, or invalid request for JSON that is not a message), with the
     request's id when it has one. Blank lines are skipped without an answer."""
 
-    def __init__(self, read: Any, write: Any) -> None:
+    def __init__(self, read: _Reading, write: _Writing) -> None:
         self._read = read
         self._write = write
 
     @property
-    def last_context(self) -> Any:
+    def last_context(self) -> contextvars.Context | None:
         """The SDK reads the sender's context of the last item from its stream (`ContextReceiveStream`)."""
         return getattr(self._read, "last_context", None)
 
@@ -235,5 +250,5 @@ def _refusal(item: SessionMessage | Exception) -> types.JSONRPCError | Literal[F
     return _error(ident, types.PARSE_ERROR, "Parse error: JSON has no NaN or Infinity")
 
 
-def _error(ident: Any, code: int, message: str) -> types.JSONRPCError:
+def _error(ident: types.RequestId | None, code: int, message: str) -> types.JSONRPCError:
     return types.JSONRPCError(jsonrpc="2.0", id=ident, error=types.ErrorData(code=code, message=message))

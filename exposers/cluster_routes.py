@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
 
 import anyio
 import httpx2
@@ -35,6 +34,7 @@ from consumers.oauth import state_owner
 from exposers._wire import ParseError, parse_json, read_body, replay
 from exposers.input_rounds import STATE_PREFIX, round_owner
 from exposers.server import IDENTITY_SCOPE_KEY
+from gateway.cluster import Cluster
 from gateway.identity import Identity
 from gateway.tasks import METHODS, TASK_PREFIX, task_owner
 
@@ -50,7 +50,7 @@ MARKERS = (STATE_PREFIX.encode(), TASK_PREFIX.encode())
 class ClusterRouter:
     """ASGI middleware in front of `/mcp`, behind authentication (the caller's identity is in the scope)."""
 
-    def __init__(self, app: ASGIApp, cluster: Any, is_local: Callable[[str], bool], max_body: int) -> None:
+    def __init__(self, app: ASGIApp, cluster: Cluster, is_local: Callable[[str], bool], max_body: int) -> None:
         self.app = app
         self._cluster = cluster
         self._is_local = is_local

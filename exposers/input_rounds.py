@@ -26,7 +26,7 @@ import mcp_types as types
 from anyio.abc import TaskGroup
 from mcp.shared.exceptions import MCPError
 
-from consumers import CURRENT_DOWNSTREAM
+from consumers import CURRENT_DOWNSTREAM, JSON, Answer, JSONObject
 from exposers.relay import Relay
 from gateway.identity import Identity, same_principal
 
@@ -42,7 +42,7 @@ INPUT_KEY = "input"
 CAPABILITY_OF = {"sampling/createMessage": "sampling", "elicitation/create": "elicitation", "roots/list": "roots"}
 
 
-Forward = Callable[[Any], Awaitable[dict[str, Any]]]
+Forward = Callable[[Any], Awaitable[JSONObject]]
 """Runs the request with the given downstream (a flight's relay) and returns its result."""
 
 
@@ -60,13 +60,13 @@ class _RoundRelay:
 
     modern = False  # the upstream's requests are asked here, never passed through as input_required
 
-    def __init__(self, current: Relay, flight: _Flight, park: Callable[[_Flight, _Question], Any]) -> None:
+    def __init__(self, current: Relay, flight: _Flight, park: Callable[[_Flight, _Question], JSONObject]) -> None:
         self.current = current
         self._flight = flight
         self._park = park
 
     @property
-    def capabilities(self) -> dict[str, Any] | None:
+    def capabilities(self) -> JSONObject | None:
         return self.current.capabilities
 
     @property
@@ -80,10 +80,10 @@ class _RoundRelay:
     async def log(self, params: types.LoggingMessageNotificationParams) -> None:
         await self.current.log(params)
 
-    async def progress(self, params: dict[str, Any]) -> None:
+    async def progress(self, params: JSONObject) -> None:
         await self.current.progress(params)
 
-    async def ask(self, request: Any, result_type: Any) -> Any:
+    async def ask(self, request: types.ServerRequest, result_type: type[Answer]) -> Answer | types.ErrorData:
         needed = CAPABILITY_OF.get(request.method)
         if needed is not None and needed not in (self.capabilities or {}):
             return types.ErrorData(code=types.MISSING_REQUIRED_CLIENT_CAPABILITY, message=(
@@ -99,7 +99,8 @@ class _RoundRelay:
         else:
             await self._flight.events.send(question)
         await question.answered.wait()
-        return question.answer
+        got: Answer | types.ErrorData = question.answer  # validated as `result_type` where it is answered
+        return got
 
 
 @dataclass
@@ -113,12 +114,12 @@ class _Flight:
     question: _Question | None = None
     relay: _RoundRelay | None = None
     outcome: Any = None
-    answer_here: Callable[[dict[str, Any]], Awaitable[None]] | None = None
+    answer_here: Callable[[JSONObject], Awaitable[None]] | None = None
     """For a flight run in its first request's task (`call_here`), until the first question: how to answer that
     request with the round."""
 
 
-def round_owner(state: Any) -> str | None:
+def round_owner(state: JSON) -> str | None:
     """The replica a round's `requestState` names (with `cluster:`, flights are parked on the replica that asked;
     `exposers.cluster_routes` forwards the retry there). None for a state without one."""
     if not isinstance(state, str) or not state.startswith(STATE_PREFIX):
@@ -140,8 +141,8 @@ class InputRounds:
             self._task_group = tg
             await anyio.sleep_forever()
 
-    async def call(self, request: Relay, method: str, params: Mapping[str, Any], owner: Identity,
-                   forward: Forward) -> dict[str, Any]:
+    async def call(self, request: Relay, method: str, params: Mapping[str, JSON], owner: Identity,
+                   forward: Forward) -> JSONObject:
         """Run `forward(relay)` for a 2026-07-28 client's request (`request` is its relay): its result, or an
         `input_required` round. The flight's relay follows the client's requests from round to round (logs and
         progress go to the current one)."""
@@ -154,8 +155,8 @@ class InputRounds:
         self._task_group.start_soon(self._fly, flight, forward)
         return await self._next(flight)
 
-    async def call_here(self, request: Relay, method: str, params: Mapping[str, Any], owner: Identity,
-                        forward: Forward, answer: Callable[[dict[str, Any]], Awaitable[None]]) -> dict[str, Any] | None:
+    async def call_here(self, request: Relay, method: str, params: Mapping[str, JSON], owner: Identity,
+                        forward: Forward, answer: Callable[[JSONObject], Awaitable[None]]) -> JSONObject | None:
         """`call` for a caller that owns its reply (Triad's own HTTP path): the call runs in the caller's task, so
         a call that asks nothing costs no task of its own. A first question is answered on the caller's reply
         through `answer`, and the call goes on here; what comes next goes to the client's retry, as with `call`.
@@ -166,7 +167,7 @@ class InputRounds:
         flight = self._flight(request, method, owner)
         flight.answer_here = answer
         await self._fly(flight, forward)
-        outcome: dict[str, Any] | None = flight.outcome if flight.answer_here is not None else None
+        outcome: JSONObject | None = flight.outcome if flight.answer_here is not None else None
         return outcome
 
     def _flight(self, request: Relay, method: str, owner: Identity) -> _Flight:
@@ -194,7 +195,7 @@ class InputRounds:
             CURRENT_DOWNSTREAM.reset(token)
             flight.events.close()
 
-    async def _next(self, flight: _Flight) -> dict[str, Any]:
+    async def _next(self, flight: _Flight) -> JSONObject:
         """Wait for the flight's result or its next question; a client that goes away takes the flight along."""
         try:
             event = await flight.receive.receive()
@@ -204,7 +205,7 @@ class InputRounds:
         if isinstance(event, Exception):
             raise event
         if not isinstance(event, _Question):
-            result: dict[str, Any] = event
+            result: JSONObject = event
             return result
         try:
             return self._park(flight, event)
@@ -212,7 +213,7 @@ class InputRounds:
             flight.scope.cancel()
             raise
 
-    def _park(self, flight: _Flight, question: _Question) -> dict[str, Any]:
+    def _park(self, flight: _Flight, question: _Question) -> JSONObject:
         """Park `flight` on `question` until the client's retry (or `PARKED_TTL`); the round that asks it."""
         if len(self._parked) >= MAX_PARKED:
             raise MCPError(types.INTERNAL_ERROR, f"Triad has {MAX_PARKED} calls waiting for input already; "
@@ -225,8 +226,8 @@ class InputRounds:
         self._task_group.start_soon(self._expire, state, flight)
         return _round(question, state)
 
-    async def _resume(self, request: Relay, method: str, params: Mapping[str, Any], owner: Identity,
-                      state: str) -> dict[str, Any]:
+    async def _resume(self, request: Relay, method: str, params: Mapping[str, JSON], owner: Identity,
+                      state: str) -> JSONObject:
         flight = self._parked.get(state)
         # `principal` is not part of an identity's equality: a round, like a session, is its subject's alone
         if flight is None or flight.owner != owner or not same_principal(flight.owner, owner) \
@@ -258,7 +259,7 @@ class InputRounds:
             flight.scope.cancel()
 
 
-def _round(question: _Question, state: str) -> dict[str, Any]:
+def _round(question: _Question, state: str) -> JSONObject:
     """The `input_required` result that puts `question` to the client."""
     request = question.request.model_dump(by_alias=True, mode="json", exclude_none=True)
     return {"resultType": "input_required", "inputRequests": {INPUT_KEY: request}, "requestState": state}

@@ -15,14 +15,14 @@ return until the middleware around that handler takes it back, keyed by the requ
 
 from __future__ import annotations
 
-from typing import Any
-
 from mcp.server import ServerRequestContext
 from mcp.server.context import HandlerResult
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from consumers import JSONObject
 
-def unsieved(raw: dict[str, Any], shaped: dict[str, Any], version: str) -> dict[str, Any]:
+
+def unsieved(raw: JSONObject, shaped: JSONObject, version: str) -> JSONObject:
     """`raw` with what the SDK's shaping (`shaped`) added to it for `version`."""
     out = {**{key: value for key, value in shaped.items() if key not in raw}, **raw}
     raw_meta, shaped_meta = raw.get("_meta"), shaped.get("_meta")
@@ -35,20 +35,20 @@ def unsieved(raw: dict[str, Any], shaped: dict[str, Any], version: str) -> dict[
 
 class RawResults:
     def __init__(self) -> None:
-        self._held: dict[int, dict[str, Any]] = {}
+        self._held: dict[int, JSONObject] = {}
 
-    def keep(self, ctx: ServerRequestContext[Any], result: dict[str, Any]) -> dict[str, Any]:
+    def keep(self, ctx: ServerRequestContext, result: JSONObject) -> JSONObject:
         """Hold a handler's result for its request; returned for the SDK to check and shape."""
         self._held[id(ctx.session)] = result
         return result
 
-    def restore(self, ctx: ServerRequestContext[Any], shaped: HandlerResult) -> HandlerResult:
+    def restore(self, ctx: ServerRequestContext, shaped: HandlerResult) -> HandlerResult:
         """The held result of the request, in place of the SDK's shaped one (which it replaces key for key)."""
         raw = self._held.pop(id(ctx.session), None)
         if raw is None or not isinstance(shaped, dict):
             return shaped
         return unsieved(raw, shaped, ctx.protocol_version)
 
-    def drop(self, ctx: ServerRequestContext[Any]) -> None:
+    def drop(self, ctx: ServerRequestContext) -> None:
         """The request failed: nothing of it stays held."""
         self._held.pop(id(ctx.session), None)

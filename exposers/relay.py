@@ -9,7 +9,7 @@ rounds (`exposers.input_rounds`); without those, the upstream gets an error that
 from __future__ import annotations
 
 import warnings
-from typing import Any, Protocol
+from typing import Protocol
 
 import mcp_types as types
 from mcp.server import ServerRequestContext
@@ -18,7 +18,7 @@ from mcp.shared.message import ServerMessageMetadata
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, LOG_LEVEL_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from consumers import Downstream
+from consumers import JSON, Answer, Downstream, JSONObject
 from exposers._sdk import request_channel
 from exposers.sessions import LEVELS, DownstreamSession, wants_log
 
@@ -27,7 +27,7 @@ class Relay(Downstream, Protocol):
     """The way back to the client of one request: what an upstream sends about the request (logs, progress, its
     own questions) goes there. One per request, whatever transport carried it."""
 
-    async def progress(self, params: dict[str, Any]) -> None:
+    async def progress(self, params: JSONObject) -> None:
         """An upstream's progress notification params (`consumers.ProgressFn`), sent with the client's own token."""
         ...
 
@@ -36,7 +36,7 @@ class RequestRelay:
     """One request served by the SDK's handlers; `session`: the downstream session it belongs to (None for a
     request the SDK gives no connection)."""
 
-    def __init__(self, ctx: ServerRequestContext[Any], session: DownstreamSession | None) -> None:
+    def __init__(self, ctx: ServerRequestContext, session: DownstreamSession | None) -> None:
         self.ctx = ctx
         self.session = session
         self.modern = self.era_2026
@@ -52,7 +52,7 @@ class RequestRelay:
         return self.ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
 
     @property
-    def capabilities(self) -> dict[str, Any] | None:
+    def capabilities(self) -> JSONObject | None:
         if self.era_2026:
             return envelope_capabilities(self.ctx.params)
         return self.session.capabilities if self.session is not None else None
@@ -72,12 +72,12 @@ class RequestRelay:
             await self.ctx.session.send_log_message(params.level, params.data, logger=params.logger,
                                                     related_request_id=self.ctx.request_id)
 
-    async def progress(self, params: dict[str, Any]) -> None:
+    async def progress(self, params: JSONObject) -> None:
         token = progress_token(self.ctx.params)
         if token is not None:  # as the upstream sent them: the SDK's `report_progress` knows no `_meta`
             await request_channel(self.ctx).notify("notifications/progress", {**params, "progressToken": token})
 
-    async def ask(self, request: Any, result_type: Any) -> Any:
+    async def ask(self, request: types.ServerRequest, result_type: type[Answer]) -> Answer | types.ErrorData:
         if self.era_2026:
             return cannot_ask(request.method, self.ctx.protocol_version)
         try:
@@ -94,21 +94,21 @@ def cannot_ask(method: str, version: str) -> types.ErrorData:
         f"forwarded in input_required rounds; Triad cannot relay {method}"))
 
 
-def progress_token(params: Any) -> str | int | None:
+def progress_token(params: JSON) -> str | int | None:
     """The progress token a request carries (`_meta.progressToken`); None when it wants no progress."""
     meta = (params or {}).get("_meta")
     token = meta.get("progressToken") if isinstance(meta, dict) else None
     return token if isinstance(token, str | int) and not isinstance(token, bool) else None
 
 
-def envelope_capabilities(params: Any) -> dict[str, Any]:
+def envelope_capabilities(params: JSON) -> JSONObject:
     """What a 2026-07-28 request says its client can do (`_meta`); nothing when it says nothing."""
     meta = (params or {}).get("_meta")
     declared = meta.get(CLIENT_CAPABILITIES_META_KEY) if isinstance(meta, dict) else None
     return declared if isinstance(declared, dict) else {}
 
 
-def envelope_log_level(params: Any) -> str | None:
+def envelope_log_level(params: JSON) -> str | None:
     """The log level a 2026-07-28 request opted in to (`_meta`); None: it wants no logs."""
     meta = (params or {}).get("_meta")
     level = meta.get(LOG_LEVEL_META_KEY) if isinstance(meta, dict) else None

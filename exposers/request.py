@@ -21,9 +21,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
-from consumers import CURRENT_DOWNSTREAM
+from consumers import CURRENT_DOWNSTREAM, JSON, JSONObject
 from exposers.input_rounds import InputRounds
 from exposers.relay import Relay, envelope_capabilities
 from gateway.calls import Dispatcher
@@ -32,7 +31,7 @@ from gateway.hooks import Session
 from gateway.identity import Identity, credential_owner, narrowed, with_provider
 from gateway.tasks import METHODS as TASKS
 
-Answer = Callable[[dict[str, Any]], Awaitable[None]]
+Answer = Callable[[JSONObject], Awaitable[None]]
 """Answers the client's request now (an `input_required` round), while the call goes on."""
 
 FORWARDED = frozenset({"tools/call", "resources/read", "prompts/get"})
@@ -47,7 +46,7 @@ class ClientRequest:
     relay back to its client (which knows the era, the declared capabilities and the log level)."""
 
     method: str
-    params: Mapping[str, Any]
+    params: Mapping[str, JSON]
     identity: Identity
     relay: Relay
     session: Session = field(default_factory=Session)
@@ -67,7 +66,7 @@ def acting_identity(config: TriadConfig, caller: Identity, session: Identity | N
     return dataclasses.replace(acting, tasks=True) if tasks else acting
 
 
-def caller_session(session: Session, identity: Identity, params: Mapping[str, Any] | None) -> Session:
+def caller_session(session: Session, identity: Identity, params: Mapping[str, JSON] | None) -> Session:
     """A 2026-07-28 request's session (its own, with no way back) knows who sends it and what it declared: an
     upstream session of its own (`sessions: per_client`) is bound to those (`consumers`)."""
     if session.back is None:
@@ -79,7 +78,7 @@ def caller_session(session: Session, identity: Identity, params: Mapping[str, An
 
 
 async def serve(dispatcher: Dispatcher, rounds: InputRounds | None, request: ClientRequest,
-                answer_first: Answer | None = None) -> dict[str, Any] | None:
+                answer_first: Answer | None = None) -> JSONObject | None:
     """Run `request` and return its raw result. A 2026-07-28 client whose request an upstream of the handshake
     era could question runs in input rounds: with `answer_first` (a transport that owns its reply) a first
     question is answered through it and None is returned (the result goes to the client's retry)."""
@@ -90,7 +89,7 @@ async def serve(dispatcher: Dispatcher, rounds: InputRounds | None, request: Cli
     if request.relay.modern and "task" in request.params:  # 2026-07-28 ignores the 2025-11-25 `task` param
         request = dataclasses.replace(request, params={k: v for k, v in request.params.items() if k != "task"})
 
-    async def forward(relay: Relay) -> dict[str, Any]:
+    async def forward(relay: Relay) -> JSONObject:
         params, identity, session = request.params, request.identity, request.session
         if request.method == "tools/call":
             return await dispatcher.call_tool(identity, params, relay.progress if request.wants_progress else None,

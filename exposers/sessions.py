@@ -38,6 +38,7 @@ from mcp.server.connection import Connection
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from consumers import JSON, Answer, JSONObject
 from gateway.errors import InvalidRequest
 from gateway.hooks import Session
 from gateway.identity import Identity, credential_owner
@@ -88,7 +89,7 @@ class DownstreamSession:
         return self.connection.protocol_version
 
     @property
-    def capabilities(self) -> dict[str, Any] | None:
+    def capabilities(self) -> JSONObject | None:
         """What a handshake-era client declared in `initialize`; None when unknown."""
         client = self.connection.client_params
         return client.capabilities.model_dump(by_alias=True, mode="json", exclude_none=True) if client else None
@@ -136,7 +137,7 @@ class DownstreamSession:
 
     # -- cancellations ---------------------------------------------------------------------------------------------
 
-    def keep_cancel_reason(self, params: Any) -> None:
+    def keep_cancel_reason(self, params: JSON) -> None:
         """A client's `notifications/cancelled`: the SDK's server cancels the request itself and keeps no reason, so
         the reason is kept here (bounded) for the upstream's cancellation, which the SDK's client sends after this
         runs (the SDK hands the notification on before the cancelled call unwinds)."""
@@ -149,7 +150,7 @@ class DownstreamSession:
         while len(self._cancel_reasons) > MAX_CANCEL_REASONS:
             del self._cancel_reasons[next(iter(self._cancel_reasons))]
 
-    def cancel_reason(self, request_id: Any) -> str | None:
+    def cancel_reason(self, request_id: JSON) -> str | None:
         """The reason the client gave when it cancelled request `request_id`."""
         return self._cancel_reasons.get(request_id) if isinstance(request_id, str | int) else None
 
@@ -252,7 +253,7 @@ class SessionRelay:
         return self.session.connection
 
     @property
-    def capabilities(self) -> dict[str, Any] | None:
+    def capabilities(self) -> JSONObject | None:
         return self.session.capabilities
 
     @property
@@ -266,14 +267,14 @@ class SessionRelay:
             warnings.simplefilter("ignore", MCPDeprecationWarning)
             await self.connection.log(params.level, params.data, params.logger)
 
-    async def progress(self, params: dict[str, Any]) -> None:
+    async def progress(self, params: JSONObject) -> None:
         """Progress belongs to a request; a session has none of its own."""
 
     async def lists_changed(self, family: str) -> None:
         """One of the session's own lists changed (`consumers.relay.ListsChanged`)."""
         await self.connection.notify(f"notifications/{family}/list_changed", None)
 
-    async def ask(self, request: Any, result_type: Any) -> Any:
+    async def ask(self, request: types.ServerRequest, result_type: type[Answer]) -> Answer | types.ErrorData:
         try:
             with anyio.fail_after(ASK_TIMEOUT):
                 answer = await self.connection.send_raw_request(

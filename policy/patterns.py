@@ -20,7 +20,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+
+from policy._json import JSON
 
 BUILTIN_GROUPS = frozenset({"readonly", "destructive"})
 
@@ -36,7 +37,7 @@ class ToolFacts:
     destructive: bool = True
 
     @classmethod
-    def from_annotations(cls, name: str, upstream: str, raw: str, annotations: Mapping[str, Any] | None) -> ToolFacts:
+    def from_annotations(cls, name: str, upstream: str, raw: str, annotations: Mapping[str, JSON] | None) -> ToolFacts:
         notes = annotations or {}
         read_only = notes.get("readOnlyHint") is True
         return cls(name, upstream, raw, read_only, not read_only and notes.get("destructiveHint") is not False)

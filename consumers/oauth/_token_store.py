@@ -14,13 +14,14 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import anyio
 from mcp.client.auth import TokenStorage
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 from pydantic import AnyUrl
 
+from consumers._json import JSONObject
 from consumers.config import UpstreamAuthConfig
 
 __all__ = ["CredentialStore", "ForRedirect", "MemoryTokens", "Preregistered", "TokenFile", "TokenStorage",
@@ -36,9 +37,9 @@ class CredentialStore(TokenStorage, Protocol):
 
     async def forget_tokens(self) -> None: ...
 
-    async def get_discovery(self) -> dict[str, Any]: ...
+    async def get_discovery(self) -> JSONObject: ...
 
-    async def set_discovery(self, discovery: dict[str, Any]) -> None: ...
+    async def set_discovery(self, discovery: JSONObject) -> None: ...
 
 
 class MemoryTokens:
@@ -47,7 +48,7 @@ class MemoryTokens:
     def __init__(self) -> None:
         self._tokens: OAuthToken | None = None
         self._client: OAuthClientInformationFull | None = None
-        self._discovery: dict[str, Any] = {}
+        self._discovery: JSONObject = {}
         self.expires_at: float | None = None
 
     async def get_tokens(self) -> OAuthToken | None:
@@ -60,10 +61,10 @@ class MemoryTokens:
     async def forget_tokens(self) -> None:
         self._tokens = self.expires_at = None
 
-    async def get_discovery(self) -> dict[str, Any]:
+    async def get_discovery(self) -> JSONObject:
         return self._discovery
 
-    async def set_discovery(self, discovery: dict[str, Any]) -> None:
+    async def set_discovery(self, discovery: JSONObject) -> None:
         self._discovery = discovery
 
     async def get_client_info(self) -> OAuthClientInformationFull | None:
@@ -99,13 +100,13 @@ class TokenFile:
         self.expires_at = None
         await anyio.to_thread.run_sync(self._update, {"tokens": None, "expires_at": None})
 
-    async def get_discovery(self) -> dict[str, Any]:
+    async def get_discovery(self) -> JSONObject:
         """What discovery found (the resource's and the authorization server's metadata), so that a restarted
         Triad refreshes at the right token endpoint before any 401 made it discover them again."""
         found = (await anyio.to_thread.run_sync(self._read)).get("discovery")
         return found if isinstance(found, dict) else {}
 
-    async def set_discovery(self, discovery: dict[str, Any]) -> None:
+    async def set_discovery(self, discovery: JSONObject) -> None:
         await anyio.to_thread.run_sync(self._update, {"discovery": discovery})
 
     async def get_client_info(self) -> OAuthClientInformationFull | None:
@@ -116,7 +117,7 @@ class TokenFile:
         await anyio.to_thread.run_sync(self._update, {"client": client_info.model_dump(mode="json",
                                                                                         exclude_none=True)})
 
-    def _read(self) -> dict[str, Any]:
+    def _read(self) -> JSONObject:
         try:
             document = json.loads(self.path.read_text(encoding="utf-8"))
         except FileNotFoundError:
@@ -125,7 +126,7 @@ class TokenFile:
             raise OSError(f"cannot read the token file {self.path}: {type(exc).__name__}") from None
         return document if isinstance(document, dict) else {}
 
-    def _update(self, changes: dict[str, Any]) -> None:
+    def _update(self, changes: JSONObject) -> None:
         document = {**self._read(), **changes}
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         temporary = self.path.with_name(f".{self.path.name}.tmp")

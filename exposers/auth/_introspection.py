@@ -14,10 +14,10 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable
-from typing import Any
 
 import httpx2
 
+from consumers import JSONObject
 from exposers.auth._keys import FETCH_TIMEOUT, KeysUnavailable, issuer_endpoint
 from gateway.config import IntrospectionConfig, OAuthConfig
 
@@ -38,11 +38,11 @@ class Introspector:
         self._config = config
         self._endpoint = config.endpoint
         self._clock = clock
-        self._cache: dict[str, tuple[float, dict[str, Any]]] = {}
+        self._cache: dict[str, tuple[float, JSONObject]] = {}
         self.requests = 0
         """How many times the endpoint was asked (tests read it to see the cache at work)."""
 
-    async def claims(self, token: str) -> dict[str, Any]:
+    async def claims(self, token: str) -> JSONObject:
         """The active token's claims; `TokenInactive`, or `KeysUnavailable` when the server cannot be asked."""
         key = hashlib.sha256(token.encode()).hexdigest()
         now = self._clock()
@@ -62,7 +62,7 @@ class Introspector:
         self._cache[key] = (until, answer)
         return answer
 
-    async def _ask(self, token: str) -> dict[str, Any]:
+    async def _ask(self, token: str) -> JSONObject:
         self.requests += 1
         secret = self._config.client_secret.get_secret_value()
         async with httpx2.AsyncClient(timeout=FETCH_TIMEOUT, follow_redirects=False) as http:

@@ -18,13 +18,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 import httpx2
 import jwt
 
+from consumers import JSON
 from gateway.config import OAuthConfig
 from gateway.errors import TriadError
 
@@ -154,7 +154,7 @@ async def issuer_endpoint(http: httpx2.AsyncClient, issuer: str, field: str) -> 
     raise KeysUnavailable(f"the issuer's metadata (with its {field}) could not be fetched")
 
 
-async def get_json(http: httpx2.AsyncClient, url: str) -> Mapping[str, Any]:
+async def get_json(http: httpx2.AsyncClient, url: str) -> Mapping[str, JSON]:
     try:
         response = await http.get(url, headers={"Accept": "application/json"})
     except httpx2.HTTPError as exc:

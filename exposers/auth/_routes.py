@@ -9,13 +9,13 @@ from the request's Host. With OAuth off, both routes answer 404.
 
 from __future__ import annotations
 
-from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from consumers import JSONObject
 from exposers.auth._tokens import TokenRejected
 from gateway.calls import Dispatcher
 from gateway.config import OAuthConfig
@@ -32,8 +32,8 @@ def metadata_url(oauth: OAuthConfig) -> str:
     return urlunsplit((parts.scheme, parts.netloc, f"{WELL_KNOWN}{path}", "", ""))
 
 
-def protected_resource_metadata(oauth: OAuthConfig) -> dict[str, Any]:
-    document: dict[str, Any] = {
+def protected_resource_metadata(oauth: OAuthConfig) -> JSONObject:
+    document: JSONObject = {
         "resource": oauth.audience,
         "authorization_servers": list(oauth.authorization_servers or (oauth.issuer,)),
         "bearer_methods_supported": ["header"],

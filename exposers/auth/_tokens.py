@@ -30,6 +30,7 @@ from typing import Any
 
 import jwt
 
+from consumers import JSON, JSONObject
 from exposers.auth._introspection import Introspector, TokenInactive
 from exposers.auth._keys import KeySet, KeysUnavailable, UnknownKey
 from gateway.config import OAuthConfig, TriadConfig
@@ -65,7 +66,7 @@ class InsufficientScope(TokenRejected):
     error = "insufficient_scope"
 
 
-def token_scopes(claims: Mapping[str, Any]) -> frozenset[str]:
+def token_scopes(claims: Mapping[str, JSON]) -> frozenset[str]:
     """`scope` (RFC 9068: space-separated) or `scp` (a list, as some servers write it)."""
     found = claims.get("scope", claims.get("scp"))
     if isinstance(found, str):
@@ -81,7 +82,7 @@ class TokenValidator:
         self.keys = keys or KeySet(config)
         self.introspector = Introspector(config, config.introspection) if config.introspection is not None else None
 
-    async def claims(self, token: str) -> dict[str, Any]:
+    async def claims(self, token: str) -> JSONObject:
         """The verified claims of `token`, or `TokenRejected` / `InsufficientScope` saying why not."""
         config = self.config
         if len(token) > MAX_TOKEN_LENGTH:
@@ -103,7 +104,7 @@ class TokenValidator:
         except UnknownKey as exc:
             raise TokenRejected(exc.message) from exc
         try:
-            claims: dict[str, Any] = jwt.decode(
+            claims: JSONObject = jwt.decode(
                 token, key, algorithms=[algorithm], audience=config.audience, issuer=config.issuer,
                 leeway=config.leeway, options={"require": ["exp", "iss", "aud", "sub"]})
         except jwt.ExpiredSignatureError as exc:
@@ -120,7 +121,7 @@ class TokenValidator:
             raise TokenRejected(f"the access token is invalid ({type(exc).__name__})") from exc
         return self._checked(claims)
 
-    async def _introspected(self, token: str) -> dict[str, Any]:
+    async def _introspected(self, token: str) -> JSONObject:
         """An opaque token's claims from the authorization server, held to what a JWT's are (RFC 7662 §4: the
         resource server decides what an active token may do here)."""
         config = self.config
@@ -144,7 +145,7 @@ class TokenValidator:
         subject = claims.get("sub") or claims.get("client_id")
         return {**claims, "iss": config.issuer, "sub": subject}
 
-    def _checked(self, claims: dict[str, Any]) -> dict[str, Any]:
+    def _checked(self, claims: JSONObject) -> JSONObject:
         if not isinstance(claims.get("sub"), str) or not claims["sub"]:
             raise TokenRejected("the access token names no subject")
         missing = [scope for scope in self.config.scopes if scope not in token_scopes(claims)]
@@ -153,12 +154,13 @@ class TokenValidator:
         return claims
 
 
-def identity_from_claims(config: TriadConfig, oauth: OAuthConfig, claims: Mapping[str, Any]) -> Identity:
+def identity_from_claims(config: TriadConfig, oauth: OAuthConfig, claims: Mapping[str, JSON]) -> Identity:
     """Who a verified token makes the caller (see the module docstring). `owner` comes only from a configured
     client that a mapping in `auth.oauth.clients` names, never from a claim."""
     named = claims.get(oauth.client_claim)
     client_id = (oauth.clients.get(named) if isinstance(named, str) else None) or oauth.default_client
     identity = identity_for(config, client_id) if client_id in config.clients else Identity(client_id)
+    # Any: keyword arguments of dataclasses.replace, each of its own field's type (not JSON)
     changes: dict[str, Any] = {"principal": (str(claims["iss"]), str(claims["sub"]))}
     if oauth.groups_claim is not None:
         extra = _groups(claims.get(oauth.groups_claim))
@@ -170,13 +172,13 @@ def identity_from_claims(config: TriadConfig, oauth: OAuthConfig, claims: Mappin
     return dataclasses.replace(identity, **changes)
 
 
-def _groups(value: Any) -> tuple[str, ...]:
+def _groups(value: JSON) -> tuple[str, ...]:
     items = value.split() if isinstance(value, str) else value if isinstance(value, list) else []
     found = [item for item in items if isinstance(item, str) and 0 < len(item) <= MAX_CLAIM_VALUE]
     return tuple(dict.fromkeys(found))[:MAX_GROUPS]
 
 
-def _short(claims: Mapping[str, Any], name: str | None) -> str | None:
+def _short(claims: Mapping[str, JSON], name: str | None) -> str | None:
     value = claims.get(name) if name is not None else None
     return value if isinstance(value, str) and 0 < len(value) <= MAX_CLAIM_VALUE else None
 

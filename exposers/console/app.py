@@ -14,7 +14,6 @@ from __future__ import annotations
 import datetime
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
 from urllib.parse import parse_qs
 
 import jinja2
@@ -26,6 +25,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from consumers import JSONObject
 from exposers.console import pages
 from exposers.console.auth import (
     COOKIE,
@@ -88,7 +88,7 @@ def build_console(dispatcher: Dispatcher, reloader: Reloads | None) -> ASGIApp:
     clock = pages.StateClock(dispatcher)
 
     def render(request: Request, name: str, session: ConsoleSession | None, *, status_code: int = 200,
-               **context: Any) -> Response:
+               **context: object) -> Response:
         return templates.TemplateResponse(request, name, {"session": session, "csrf_field": CSRF_FIELD,
                                                           "page": name.removesuffix(".html"), **context},
                                           status_code=status_code)
@@ -209,7 +209,7 @@ def build_console(dispatcher: Dispatcher, reloader: Reloads | None) -> ASGIApp:
     return _SecurityHeaders(app)
 
 
-async def _form(request: Request) -> dict[str, Any] | None:
+async def _form(request: Request) -> JSONObject | None:
     """The urlencoded form of a POST, or None when it is larger than `MAX_FORM_BYTES`."""
     length = request.headers.get("content-length")
     if length is not None and (not length.isdigit() or int(length) > MAX_FORM_BYTES):

@@ -13,12 +13,12 @@ import difflib
 import json
 import time
 from dataclasses import dataclass
-from typing import Any
 
+from consumers import JSON, JSONObject
 from gateway.calls import Dispatcher
 from gateway.hooks import PinDefinitions
 from gateway.identity import LOCAL_CLIENT, identity_for
-from gateway.observe import Reloads
+from gateway.observe import CallRecord, Reloads
 from gateway.registry import explain, plan_report, upstream_states
 from gateway.state import PinStatus
 
@@ -57,7 +57,7 @@ def client_ids(dispatcher: Dispatcher) -> list[str]:
     return [LOCAL_CLIENT, *(c for c in dispatcher.config.clients if c != LOCAL_CLIENT)]
 
 
-def upstreams(dispatcher: Dispatcher, clock: StateClock) -> list[dict[str, Any]]:
+def upstreams(dispatcher: Dispatcher, clock: StateClock) -> list[JSONObject]:
     config, totals = dispatcher.config, _call_totals(dispatcher)
     rows = []
     for name, upstream in dispatcher.pool.upstreams.items():
@@ -94,7 +94,7 @@ def _call_totals(dispatcher: Dispatcher) -> dict[str, tuple[float, float]]:
     return {name: (count, seconds) for name, (count, seconds) in totals.items()}
 
 
-def tools(dispatcher: Dispatcher) -> list[dict[str, Any]]:
+def tools(dispatcher: Dispatcher) -> list[JSONObject]:
     """Every tool in the registry, visible to anyone or not: exposed name, owner, upstream and raw name."""
     out = []
     for name, descriptor in sorted(dispatcher.registry.tools.items(), key=lambda item: item[0].casefold()):
@@ -104,25 +104,25 @@ def tools(dispatcher: Dispatcher) -> list[dict[str, Any]]:
     return out
 
 
-def plan(dispatcher: Dispatcher, client_id: str) -> dict[str, Any]:
+def plan(dispatcher: Dispatcher, client_id: str) -> JSONObject:
     """What `triad plan --client <client_id>` prints, of the running daemon (KeyError: no such client)."""
     view = dispatcher.view(identity_for(dispatcher.config, client_id))
     states = upstream_states(dispatcher.pool.upstreams)
     return _hidden_values(dispatcher, plan_report(view, states, [d.message for d in dispatcher.registry.diagnostics]))
 
 
-def explanation(dispatcher: Dispatcher, client_id: str, tool: str) -> dict[str, Any]:
+def explanation(dispatcher: Dispatcher, client_id: str, tool: str) -> JSONObject:
     """What `triad explain --client <client_id> <tool>` prints, of the running daemon."""
     view = dispatcher.view(identity_for(dispatcher.config, client_id))
     report = explain(view, tool, dispatcher.pipeline.decide, upstream_states(dispatcher.pool.upstreams))
     return _hidden_values(dispatcher, report)
 
 
-def _hidden_values(dispatcher: Dispatcher, report: dict[str, Any]) -> dict[str, Any]:
+def _hidden_values(dispatcher: Dispatcher, report: JSONObject) -> JSONObject:
     """The report with every interpolated value replaced by its `${NAME}` (reasons may quote a URL or a line)."""
     hide = dispatcher.config.hide_values
 
-    def walk(value: Any) -> Any:
+    def walk(value: JSON) -> JSON:
         if isinstance(value, str):
             return hide(value)
         if isinstance(value, list):
@@ -134,13 +134,14 @@ def _hidden_values(dispatcher: Dispatcher, report: dict[str, Any]) -> dict[str, 
     return walk(report)  # type: ignore[no-any-return]
 
 
-def calls(dispatcher: Dispatcher) -> dict[str, list[dict[str, Any]]]:
+def calls(dispatcher: Dispatcher) -> dict[str, list[JSONObject]]:
     exposed = {(d.executor.id, d.executor.tool): name for name, d in dispatcher.registry.tools.items()
                if d.executor is not None and d.executor.kind == "mcp"}
     now = time.time()
 
-    def row(record: Any) -> dict[str, Any]:
-        name = record.exposed or (exposed.get((record.upstream, record.raw)) if record.kind == "tool" else None)
+    def row(record: CallRecord) -> JSONObject:
+        name = record.exposed or (exposed.get((record.upstream, record.raw))
+                                  if record.kind == "tool" and record.raw is not None else None)
         return {"number": record.number, "kind": record.kind, "tool": name or record.raw or "",
                 "client": record.client or "", "upstream": record.upstream, "started": record.started,
                 "ms": 1000 * (record.duration if record.duration is not None else now - record.started),
@@ -150,7 +151,7 @@ def calls(dispatcher: Dispatcher) -> dict[str, list[dict[str, Any]]]:
     return {"in_flight": [row(r) for r in log.in_flight()], "recent": [row(r) for r in log.recent()]}
 
 
-def reloads(dispatcher: Dispatcher, reloader: Reloads | None) -> dict[str, Any]:
+def reloads(dispatcher: Dispatcher, reloader: Reloads | None) -> JSONObject:
     if reloader is None:
         return {"watched": None, "reloads": 0, "failures": 0, "history": []}
     hide, status = dispatcher.config.hide_values, reloader.status

@@ -23,7 +23,6 @@ import json
 import logging
 import warnings
 from collections.abc import Mapping
-from typing import Any
 
 import anyio
 import mcp_types as types
@@ -33,6 +32,7 @@ from mcp_types import PROTOCOL_VERSION_META_KEY
 from pydantic import ValidationError
 from starlette.types import Receive, Send
 
+from consumers import JSON, Answer, JSONObject
 from exposers.input_rounds import InputRounds
 from exposers.relay import cannot_ask, envelope_capabilities, envelope_log_level
 from exposers.request import ClientRequest, serve
@@ -53,9 +53,9 @@ class Answers:
 
     def __init__(self) -> None:
         self._ids = itertools.count(1)
-        self._waiting: dict[tuple[str, str], tuple[anyio.Event, list[dict[str, Any]]]] = {}
+        self._waiting: dict[tuple[str, str], tuple[anyio.Event, list[JSONObject]]] = {}
 
-    def deliver(self, session_id: str, message: dict[str, Any]) -> bool:
+    def deliver(self, session_id: str, message: JSONObject) -> bool:
         """Hand a client's response to the request waiting for it; False when no request of ours has its id."""
         found = self._waiting.get((session_id, message["id"])) if isinstance(message["id"], str) else None
         if found is None:
@@ -64,7 +64,7 @@ class Answers:
         found[0].set()
         return True
 
-    async def ask(self, session_id: str, message: dict[str, Any], reply: Reply) -> dict[str, Any]:
+    async def ask(self, session_id: str, message: JSONObject, reply: Reply) -> JSONObject:
         """Send `message` as a request on `reply` and wait for the client's response."""
         key = (session_id, f"triad-ask-{next(self._ids)}")
         answered, replies = self._waiting[key] = (anyio.Event(), [])
@@ -86,7 +86,7 @@ class Reply:
         self._lock = anyio.Lock(fast_acquire=True)  # rarely contended: no checkpoint when free (CPU per call)
         self.finished = False
 
-    async def event(self, message: dict[str, Any]) -> None:
+    async def event(self, message: JSONObject) -> None:
         await self._stream(_sse(json.dumps(message, separators=(",", ":")).encode()))
 
     async def ping(self) -> None:
@@ -123,9 +123,9 @@ class _CallRelay:
 
     modern: bool
     log_level: str | None
-    capabilities: dict[str, Any] | None
+    capabilities: JSONObject | None
 
-    def __init__(self, reply: Reply, params: Mapping[str, Any]) -> None:
+    def __init__(self, reply: Reply, params: Mapping[str, JSON]) -> None:
         self.reply = reply
         self.params = params
         self.cancel_reason: str | None = None
@@ -141,7 +141,7 @@ class _CallRelay:
             dumped = params.model_dump(by_alias=True, mode="json", exclude_none=True)
         await self.reply.event({"jsonrpc": "2.0", "method": "notifications/message", "params": dumped})
 
-    async def progress(self, params: dict[str, Any]) -> None:
+    async def progress(self, params: JSONObject) -> None:
         await self.reply.event({"jsonrpc": "2.0", "method": "notifications/progress",
                                 "params": {**params, "progressToken": self.progress_token}})
 
@@ -151,7 +151,7 @@ class SessionCallRelay(_CallRelay):
 
     modern = False
 
-    def __init__(self, reply: Reply, params: Mapping[str, Any], session: DownstreamSession,
+    def __init__(self, reply: Reply, params: Mapping[str, JSON], session: DownstreamSession,
                  answers: Answers) -> None:
         super().__init__(reply, params)
         self._session = session
@@ -162,10 +162,10 @@ class SessionCallRelay(_CallRelay):
         return self._session.log_level
 
     @property
-    def capabilities(self) -> dict[str, Any] | None:  # type: ignore[override]
+    def capabilities(self) -> JSONObject | None:  # type: ignore[override]
         return self._session.capabilities
 
-    async def ask(self, request: Any, result_type: Any) -> Any:
+    async def ask(self, request: types.ServerRequest, result_type: type[Answer]) -> Answer | types.ErrorData:
         message = request.model_dump(by_alias=True, mode="json", exclude_none=True)
         session_id = self._session.id
         assert session_id is not None, "the direct path serves only requests of a session it looked up by its id"
@@ -192,15 +192,15 @@ class ModernCallRelay(_CallRelay):
         return envelope_log_level(self.params)
 
     @property
-    def capabilities(self) -> dict[str, Any] | None:  # type: ignore[override]
+    def capabilities(self) -> JSONObject | None:  # type: ignore[override]
         return envelope_capabilities(self.params)
 
-    async def ask(self, request: Any, result_type: Any) -> Any:
+    async def ask(self, request: types.ServerRequest, result_type: type[Answer]) -> Answer | types.ErrorData:
         meta = self.params.get("_meta") or {}
         return cannot_ask(request.method, str(meta.get(PROTOCOL_VERSION_META_KEY)))
 
 
-async def serve_call(dispatcher: Dispatcher, request: ClientRequest, request_id: Any, reply: Reply,
+async def serve_call(dispatcher: Dispatcher, request: ClientRequest, request_id: types.RequestId, reply: Reply,
                      cancel: anyio.CancelScope, receive: Receive) -> None:
     """A handshake-era call: served by the runner, answered on `reply` (unless cancelled). The client cancels
     with `notifications/cancelled` (`cancel`), or by closing the connection: Triad keeps no event store, so a reply
@@ -219,11 +219,12 @@ async def serve_call(dispatcher: Dispatcher, request: ClientRequest, request_id:
 
 
 async def serve_modern_call(dispatcher: Dispatcher, rounds: InputRounds | None, request: ClientRequest,
-                            request_id: Any, reply: Reply, receive: Receive, server_info: Mapping[str, Any]) -> None:
+                            request_id: types.RequestId, reply: Reply, receive: Receive,
+                            server_info: Mapping[str, JSON]) -> None:
     """A 2026-07-28 call: served by the runner (in input rounds when a handshake-era upstream could ask
     something), answered with the status its outcome maps to; a client that closes the connection cancels it."""
 
-    async def answer(result: dict[str, Any]) -> None:
+    async def answer(result: JSONObject) -> None:
         await reply.finish(_response(request_id, {"result": stamp_server_info(complete(result), server_info)}))
 
     with _start_guard(receive, reply, anyio.CancelScope()):
@@ -275,11 +276,11 @@ async def send_json(send: Send, body: bytes, headers: list[tuple[bytes, bytes]],
     await send({"type": "http.response.body", "body": body})
 
 
-def _dump(error: types.ErrorData) -> dict[str, Any]:
+def _dump(error: types.ErrorData) -> JSONObject:
     return error.model_dump(by_alias=True, mode="json", exclude_none=True)
 
 
-def _response(request_id: Any, outcome: dict[str, Any]) -> bytes:
+def _response(request_id: types.RequestId, outcome: JSONObject) -> bytes:
     return json.dumps({"jsonrpc": "2.0", "id": request_id, **outcome}, separators=(",", ":")).encode()
 
 

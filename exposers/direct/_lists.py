@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
 
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, LOG_LEVEL_META_KEY, PROTOCOL_VERSION_META_KEY
 from mcp_types.methods import serialize_server_result
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
+from consumers import JSON, JSONObject
 from exposers.raw_results import unsieved
 from exposers.request import caller_session
 from exposers.server import CACHE_HINT, complete, stamp_server_info
@@ -36,7 +36,7 @@ ENVELOPE_KEYS = frozenset({PROTOCOL_VERSION_META_KEY, CLIENT_INFO_META_KEY, CLIE
 
 
 class ListPages:
-    def __init__(self, dispatcher: Dispatcher, server_info: Mapping[str, Any]) -> None:
+    def __init__(self, dispatcher: Dispatcher, server_info: Mapping[str, JSON]) -> None:
         self._dispatcher = dispatcher
         self._server_info = server_info
         self.listers = {"tools/list": dispatcher.list_tools, "resources/list": dispatcher.list_resources,
@@ -46,7 +46,7 @@ class ListPages:
         self._pages: dict[tuple[Identity, str, str, str | None, SessionLists], bytes] = {}
         self._version = -1
 
-    async def reply(self, identity: Identity, version: str, message: dict[str, Any], session: Session | None = None
+    async def reply(self, identity: Identity, version: str, message: JSONObject, session: Session | None = None
                     ) -> bytes | None:
         """The whole JSON-RPC response to a plain list request (at most a cursor, a progress token and a 2026-07-28
         envelope), or None when it is not one (a run-level list in `_meta`, a stale or foreign cursor: the SDK

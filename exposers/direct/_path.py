@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
 
 import anyio
 from mcp.server.streamable_http import check_accept_headers
@@ -43,6 +42,7 @@ from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from consumers import JSON, JSONObject
 from exposers._sdk import held, session_transport
 from exposers._wire import ParseError, parse_json, read_body, replay
 from exposers.direct._calls import (
@@ -72,7 +72,7 @@ MODERN_PARAMS = CALL_PARAMS | {"inputResponses", "requestState"}
 class DirectPath:
     def __init__(self, app: ASGIApp, dispatcher: Dispatcher, sessions: Sessions,
                  manager: StreamableHTTPSessionManager, security: TransportSecuritySettings | None,
-                 max_body: int, rounds: InputRounds | None, server_info: Mapping[str, Any], *,
+                 max_body: int, rounds: InputRounds | None, server_info: Mapping[str, JSON], *,
                  enabled: bool = True) -> None:
         """`enabled`: `listen.direct_path` (a listen setting: it takes effect on restart, as the others)."""
         self.app = app
@@ -118,7 +118,7 @@ class DirectPath:
         await self.app(scope, replay(body, more, receive), send)
 
     async def _read(self, scope: Scope, receive: Receive, send: Send
-                    ) -> tuple[Request, bytes, bool, dict[str, Any] | None] | None:
+                    ) -> tuple[Request, bytes, bool, JSONObject | None] | None:
         """The DNS-rebinding check (None: refused, and answered as the SDK answers any POST that fails it), then
         the body, whether more is left unread, and its message when it is one this path may take."""
         request = Request(scope, receive)
@@ -151,7 +151,7 @@ class DirectPath:
                 return
         await self.app(scope, replay(body, more, receive), send)
 
-    def _modern_route(self, scope: Scope, request: Request, message: dict[str, Any]) -> tuple[Identity, str] | None:
+    def _modern_route(self, scope: Scope, request: Request, message: JSONObject) -> tuple[Identity, str] | None:
         """The caller and version of a 2026-07-28 `tools/call` or list request that passes every check the SDK
         makes before its handler (the envelope, the routing and `Mcp-Param-*` headers, the params); None for
         anything else, which the SDK then refuses with its own error."""
@@ -184,7 +184,7 @@ class DirectPath:
         return acting_identity(self._dispatcher.config, identity, None, client.get("name"), tasks=True), \
             verdict.protocol_version
 
-    async def _serve(self, receive: Receive, send: Send, message: dict[str, Any], session: DownstreamSession,
+    async def _serve(self, receive: Receive, send: Send, message: JSONObject, session: DownstreamSession,
                      identity: Identity, session_id: str) -> bool:
         """Serve `message` here; False when it is not one for this path."""
         response_headers = [(b"mcp-session-id", session_id.encode())]
@@ -228,7 +228,7 @@ class DirectPath:
         return True
 
 
-def _message(body: bytes) -> dict[str, Any] | None:
+def _message(body: bytes) -> JSONObject | None:
     """One JSON-RPC 2.0 message (not a batch), or None."""
     try:
         message = parse_json(body)
@@ -242,7 +242,7 @@ def _message(body: bytes) -> dict[str, Any] | None:
     return message
 
 
-def _plain_call(params: Any, allowed: frozenset[str]) -> bool:
+def _plain_call(params: JSON, allowed: frozenset[str]) -> bool:
     if not isinstance(params, dict) or not isinstance(params.get("name"), str) or set(params) - allowed:
         return False
     if not all(params.get(key) is None or isinstance(params[key], dict) for key in ("arguments", "_meta")):

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
 
+from consumers import JSON, JSONObject
 from gateway.config import ToolsMode, TriadConfig
 from gateway.registry import DEFAULT_LIMIT, MAX_LIMIT, MAX_QUERY_CHARS, ClientView, tool_wire
 from gateway.search import SearchIndexes, find
@@ -31,7 +31,7 @@ def settings_for(config: TriadConfig, client_id: str) -> tuple[ToolsMode, tuple[
     return mode, (*config.search.always_list, *(client.always_list if client is not None else ()))
 
 
-def inner_call(params: Mapping[str, Any]) -> dict[str, Any] | str:
+def inner_call(params: Mapping[str, JSON]) -> JSONObject | str:
     """`call_tool`'s params -> the params of the call it stands for (its other keys, `_meta`, `task`, kept), or
     what is wrong with them, for a tool error the model can correct (`tool_error`)."""
     arguments = params.get("arguments")
@@ -43,16 +43,16 @@ def inner_call(params: Mapping[str, Any]) -> dict[str, Any] | str:
     return {**forwarded, "name": name, "arguments": inner or {}}
 
 
-async def run_core(executor: str, indexes: SearchIndexes, view: ClientView, arguments: Mapping[str, Any],
-                   schemas: dict[tuple[str, str], dict[str, Any]]) -> dict[str, Any]:
+async def run_core(executor: str, indexes: SearchIndexes, view: ClientView, arguments: Mapping[str, JSON],
+                   schemas: dict[tuple[str, str], JSONObject]) -> JSONObject:
     """Run the core executor named `executor` for `view`'s caller (`schemas`: the snapshot's schema cache)."""
     if executor != "search_tools":  # a descriptor names an executor this version does not have: fail closed
         return tool_error(f"Triad has no core executor {executor!r}")
     return await search_tools(indexes, view, arguments, schemas)
 
 
-async def search_tools(indexes: SearchIndexes, view: ClientView, arguments: Mapping[str, Any],
-                       schemas: dict[tuple[str, str], dict[str, Any]]) -> dict[str, Any]:
+async def search_tools(indexes: SearchIndexes, view: ClientView, arguments: Mapping[str, JSON],
+                       schemas: dict[tuple[str, str], JSONObject]) -> JSONObject:
     query, limit = arguments.get("query"), arguments.get("limit", DEFAULT_LIMIT)
     if not isinstance(query, str) or not query.strip():
         return tool_error("search_tools needs `query`: what you want to do, in words")
@@ -68,6 +68,6 @@ async def search_tools(indexes: SearchIndexes, view: ClientView, arguments: Mapp
             "structuredContent": structured}
 
 
-def tool_error(message: str) -> dict[str, Any]:
+def tool_error(message: str) -> JSONObject:
     """Bad arguments are told to the model as a tool error it can correct (the spec's advice for input errors)."""
     return {"content": [{"type": "text", "text": message}], "isError": True}

@@ -7,9 +7,9 @@ that sends something upstream (tool calls and prompts, resources, the task relay
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Unpack
 
-from consumers import Upstream, UpstreamPool, UpstreamRequest
+from consumers import JSONObject, RequestOptions, Upstream, UpstreamPool, UpstreamRequest
 from gateway.errors import UpstreamTimeout, UpstreamUnavailable
 from gateway.observe import Metrics, log_call
 from gateway.registry import clean_result
@@ -28,7 +28,7 @@ class Forwarder:
         return upstream
 
     async def forward(self, upstream: Upstream, kind: str, request: UpstreamRequest, *,
-                      caller: tuple[str, str] = ("", ""), **options: Any) -> dict[str, Any]:
+                      caller: tuple[str, str] = ("", ""), **options: Unpack[RequestOptions]) -> JSONObject:
         """`request` to `upstream`, its raw result back (`caller`: client and exposed name, for the log)."""
         start, outcome = time.perf_counter(), "error"
         record = self._metrics.call_log.start(upstream.name, kind, request, options.get("client"))

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
 
-from consumers import UpstreamPool
+from consumers import JSON, UpstreamPool
 from gateway.calls._core_tools import settings_for
 from gateway.config import TriadConfig
 from gateway.errors import InvalidRequest
@@ -108,7 +107,7 @@ class Live:
         return snapshot.narrowed(snapshot.view(identity, profile, mode, always_list, self.config.policy.tool_groups),
                                  own)
 
-    def request_view(self, identity: Identity, params: Mapping[str, Any] | None, own: SessionLists = ()
+    def request_view(self, identity: Identity, params: Mapping[str, JSON] | None, own: SessionLists = ()
                      ) -> ClientView:
         """The view for one request: the caller's, narrowed by the request's own run-level list if it has one."""
         meta = params.get("_meta") if params else None

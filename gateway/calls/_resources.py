@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
 
 import mcp_types as types
 
-from consumers import Upstream, UpstreamPool
+from consumers import JSON, JSONObject, Upstream, UpstreamPool
 from gateway.calls._forwarder import Forwarder
 from gateway.calls._live import Live
 from gateway.calls._own_lists import own_lists
@@ -36,8 +35,8 @@ class Resources:
         self._pool = pool
         self._forwarder = forwarder
 
-    async def read_resource(self, identity: Identity, params: Mapping[str, Any],
-                            session: Session | None = None) -> dict[str, Any]:
+    async def read_resource(self, identity: Identity, params: Mapping[str, JSON],
+                            session: Session | None = None) -> JSONObject:
         await self._live.settled()
         uri = params.get("uri")
         if not isinstance(uri, str):
@@ -46,7 +45,7 @@ class Resources:
         request = types.ReadResourceRequest(params=types.ReadResourceRequestParams.model_validate(
             {"uri": raw, "_meta": forwardable_meta(params.get("_meta")), **input_round(params)}, by_name=False))
 
-        async def send(_ctx: CallContext | None) -> dict[str, Any]:
+        async def send(_ctx: CallContext | None) -> JSONObject:
             result = await self._forwarder.forward(self._forwarder.upstream(owner), "resource", request,
                                                    retry_safe=True, client=session, caller=(identity.client_id, uri))
             if raw != uri and isinstance(result.get("contents"), list):
@@ -60,8 +59,8 @@ class Resources:
         ctx = CallContext("resource", identity.client_id, session or Session(), uri, owner, raw, {"uri": uri})
         return await self._live.hooks.run(ctx, send)
 
-    async def complete(self, identity: Identity, params: Mapping[str, Any],
-                       session: Session | None = None) -> dict[str, Any]:
+    async def complete(self, identity: Identity, params: Mapping[str, JSON],
+                       session: Session | None = None) -> JSONObject:
         await self._live.settled()
         ref = params.get("ref")
         if not isinstance(ref, Mapping):
@@ -87,7 +86,7 @@ class Resources:
             return await self._forwarder.forward(self._forwarder.upstream(owner), "completion", request,
                                                  retry_safe=True, client=session)
 
-    async def subscribe(self, identity: Identity, params: Mapping[str, Any], session: Session | None = None
+    async def subscribe(self, identity: Identity, params: Mapping[str, JSON], session: Session | None = None
                         ) -> tuple[str, str]:
         """Subscribe to a resource at its owner; (upstream, raw URI), for `unsubscribe` and for routing updates."""
         uri = params.get("uri")

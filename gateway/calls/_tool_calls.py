@@ -14,11 +14,10 @@ the metrics; it holds no state of its own.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import mcp_types as types
 
-from consumers import ProgressFn, UpstreamPool
+from consumers import JSON, JSONObject, ProgressFn, UpstreamPool
 from gateway.calls._core_tools import CALL_THROUGH, inner_call, run_core, tool_error
 from gateway.calls._forwarder import Forwarder
 from gateway.calls._live import Live
@@ -31,7 +30,7 @@ from gateway.registry import ClientView, ToolDescriptor, expose_links, forwardab
 from gateway.tasks import Era, TaskRelay
 
 
-def _arguments(params: Mapping[str, Any]) -> dict[str, Any]:
+def _arguments(params: Mapping[str, JSON]) -> JSONObject:
     arguments = params.get("arguments")
     return dict(arguments) if isinstance(arguments, Mapping) else {}
 
@@ -45,16 +44,16 @@ class ToolCalls:
         self._tasks = tasks
         self._metrics = metrics
 
-    async def call_tool(self, identity: Identity, params: Mapping[str, Any], progress: ProgressFn | None = None,
-                        session: Session | None = None, era: Era = "2025-11-25") -> dict[str, Any]:
+    async def call_tool(self, identity: Identity, params: Mapping[str, JSON], progress: ProgressFn | None = None,
+                        session: Session | None = None, era: Era = "2025-11-25") -> JSONObject:
         """`era`: the client's (a 2026-07-28 client's task on a handshake-era upstream is translated)."""
         await self._live.settled()  # right after start, a name is unknown only once its upstream had its chance
         return await self.call_visible_tool(self._live.request_view(identity, params), params, progress, session,
                                             era)
 
-    async def call_visible_tool(self, view: ClientView, params: Mapping[str, Any], progress: ProgressFn | None = None,
+    async def call_visible_tool(self, view: ClientView, params: Mapping[str, JSON], progress: ProgressFn | None = None,
                                 session: Session | None = None, era: Era = "2025-11-25", *,
-                                inner: bool = False) -> dict[str, Any]:
+                                inner: bool = False) -> JSONObject:
         """A call of a tool by its exposed name, in `view`: what `tools/call` does, and `call_tool` after it."""
         identity, name = view.identity, params.get("name")
         entry = view.tools.get(name) if isinstance(name, str) else None
@@ -77,7 +76,7 @@ class ToolCalls:
         notes = entry.descriptor.annotations or {}
         safe = notes.get("readOnlyHint") is True or notes.get("idempotentHint") is True
 
-        async def send(ctx: CallContext | None) -> dict[str, Any]:
+        async def send(ctx: CallContext | None) -> JSONObject:
             arguments = ctx.arguments if ctx is not None else params.get("arguments")
             if shape := entry.descriptor.arguments:  # hidden and fixed by a tool override, whatever was sent
                 arguments = shape.apply(arguments)
@@ -100,12 +99,12 @@ class ToolCalls:
                           entry.descriptor.wire)
         return await self._live.hooks.run(ctx, send)
 
-    async def _run_core(self, view: ClientView, descriptor: ToolDescriptor, params: Mapping[str, Any],
-                        session: Session | None) -> dict[str, Any]:
+    async def _run_core(self, view: ClientView, descriptor: ToolDescriptor, params: Mapping[str, JSON],
+                        session: Session | None) -> JSONObject:
         """A core tool that runs here (`search_tools`): inside the hook chain like any tool, with no upstream."""
         snapshot, indexes = self._live.current(), self._live.search
 
-        async def run(ctx: CallContext | None) -> dict[str, Any]:
+        async def run(ctx: CallContext | None) -> JSONObject:
             arguments = ctx.arguments if ctx is not None else _arguments(params)
             return await run_core(descriptor.executor.id if descriptor.executor else "", indexes, view, arguments,
                                   snapshot.schemas)
@@ -116,8 +115,8 @@ class ToolCalls:
                           _arguments(params), descriptor.annotations or {}, descriptor.input_schema)
         return await self._live.hooks.run(ctx, run)
 
-    async def get_prompt(self, identity: Identity, params: Mapping[str, Any],
-                         session: Session | None = None) -> dict[str, Any]:
+    async def get_prompt(self, identity: Identity, params: Mapping[str, JSON],
+                         session: Session | None = None) -> JSONObject:
         await self._live.settled()
         name = params.get("name")
         # a prompt its own upstream session does not list (`sessions: per_client`) is as if it did not exist
@@ -128,7 +127,7 @@ class ToolCalls:
             raise UnknownName(f"Unknown prompt: {name}")
         meta = forwardable_meta(params.get("_meta"))
 
-        async def send(ctx: CallContext | None) -> dict[str, Any]:
+        async def send(ctx: CallContext | None) -> JSONObject:
             arguments = ctx.arguments if ctx is not None else params.get("arguments")
             request = types.GetPromptRequest(params=types.GetPromptRequestParams.model_validate(
                 {"name": entry.raw, "arguments": arguments or None, "_meta": meta, **input_round(params)},
@@ -144,7 +143,7 @@ class ToolCalls:
                           entry.raw, _arguments(params))
         return await self._live.hooks.run(ctx, send)
 
-    async def _refuse_tool(self, view: ClientView, name: Any, params: Mapping[str, Any],
+    async def _refuse_tool(self, view: ClientView, name: JSON, params: Mapping[str, JSON],
                            session: Session | None) -> UnknownName:
         """Hidden and unknown names get the same answer; a policy denial is counted, logged and audited."""
         for descriptor, decision in view.denied:

@@ -20,10 +20,10 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import PurePath
-from typing import Any
 
 import yaml
 
+from consumers import JSON, JSONObject
 from gateway.cli._import_secrets import Secrets
 from gateway.cli._jsonc import loads_jsonc
 
@@ -77,7 +77,7 @@ def convert(text: str, path: str | None = None, source_format: str | None = None
         raise ImportFailed(f"not valid JSON: {exc.msg} (line {exc.lineno})") from None
     fmt, servers = find_servers(data, path, source_format)
     run = _Run(fmt, _workspace(path), Secrets())
-    upstreams: dict[str, Any] = {}
+    upstreams: JSONObject = {}
     for name, server in servers.items():
         entry = run.server(str(name), server)
         if entry is not None:
@@ -97,8 +97,8 @@ def convert(text: str, path: str | None = None, source_format: str | None = None
     return Conversion("\n".join(header) + "\n" + body, FORMATS[fmt], len(upstreams), needed, run.lost, run.notes)
 
 
-def find_servers(data: Any, path: str | None = None,
-                 source_format: str | None = None) -> tuple[str, Mapping[str, Any]]:
+def find_servers(data: JSON, path: str | None = None,
+                 source_format: str | None = None) -> tuple[str, Mapping[str, JSON]]:
     """The format (a `FORMATS` key) and the server map."""
     if not isinstance(data, Mapping):
         raise ImportFailed("the file is not a JSON object")
@@ -111,7 +111,7 @@ def find_servers(data: Any, path: str | None = None,
                        "Windsurf, Gemini CLI and Cline write mcpServers too)")
 
 
-def _detect(servers: Mapping[str, Any], path: str | None) -> str:
+def _detect(servers: Mapping[str, JSON], path: str | None) -> str:
     keys = {key for server in servers.values() if isinstance(server, Mapping) for key in server}
     if "serverUrl" in keys or "disabledTools" in keys:
         return "windsurf"
@@ -145,14 +145,14 @@ class _Run:
     lost: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
-    def server(self, name: str, server: Any) -> dict[str, Any] | None:
+    def server(self, name: str, server: JSON) -> JSONObject | None:
         if not name.strip():
             self.lost.append(f"{name!r}: a server with an empty name (Triad names every tool after its upstream)")
             return None
         if not isinstance(server, Mapping):
             self.lost.append(f"{name}: not an object")
             return None
-        entry: dict[str, Any] = {}
+        entry: JSONObject = {}
         tools: dict[str, list[str]] = {}
         for key, value in server.items():
             where = f"{name}.{key}"
@@ -234,7 +234,7 @@ class _Run:
 
         return _PLACEHOLDER.sub(one, value)
 
-    def timeout(self, where: str, value: str | float, entry: dict[str, Any]) -> None:
+    def timeout(self, where: str, value: str | float, entry: JSONObject) -> None:
         if isinstance(value, str):
             entry["timeout"] = value
         elif (unit := _TIMEOUT_UNITS.get(self.fmt)) is not None:
@@ -243,7 +243,7 @@ class _Run:
             self.lost.append(f"{where}: {value} in an unknown unit ({FORMATS[self.fmt]} does not document it; "
                              "Gemini CLI counts milliseconds, Cline seconds: say which with --from)")
 
-    def env_file(self, name: str, path: str, entry: dict[str, Any]) -> None:
+    def env_file(self, name: str, path: str, entry: JSONObject) -> None:
         """Each variable the file defines becomes `${VAR}` (Triad reads the environment, not env files)."""
         from pathlib import Path
 
@@ -266,7 +266,7 @@ class _Run:
                 self.secrets.variables.setdefault(key, f"{name}.envFile ({file})")
 
 
-def _scalar(value: Any) -> str:
+def _scalar(value: JSON) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return value if isinstance(value, str) else json.dumps(value)

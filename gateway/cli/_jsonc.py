@@ -7,10 +7,11 @@ hands the text to `json.loads`. Newlines are kept, so a parse error still names 
 from __future__ import annotations
 
 import json
-from typing import Any
+
+from consumers import JSON
 
 
-def loads_jsonc(text: str) -> Any:
+def loads_jsonc(text: str) -> JSON:
     """Parse JSONC; raises `json.JSONDecodeError` as `json.loads` does (an unclosed comment included)."""
     return json.loads(_strip(text.removeprefix("\ufeff")))
 

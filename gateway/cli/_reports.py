@@ -9,8 +9,8 @@ import json
 import sys
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
+from consumers import JSONObject
 from gateway.config import TriadConfig
 from gateway.registry import MAX_LIMIT, MAX_QUERY_CHARS, explain, plan_report, upstream_states
 from gateway.runtime import running_gateway
@@ -23,7 +23,7 @@ PLAN_MARGIN = 5.0
 
 
 async def collect(config: TriadConfig, identity: Identity, tool: str | None = None,
-                  host: str | None = None) -> dict[str, Any]:
+                  host: str | None = None) -> JSONObject:
     """`host`: where `serve` would listen (default: the config's), so the remote deny list applies the same."""
 
     async with running_gateway(config, host) as gw:
@@ -68,7 +68,7 @@ async def approve(config: TriadConfig, names: list[str]) -> int:
     return 0
 
 
-def format_plan(report: dict[str, Any]) -> str:
+def format_plan(report: JSONObject) -> str:
     lines = [f"client {report['client']} (registry version {report['registry_version']})", "", "upstreams:"]
     width = _column(report["upstreams"], 24)
     for name, up in report["upstreams"].items():
@@ -94,7 +94,7 @@ def _column(names: Iterable[str], minimum: int) -> int:
     return max([minimum, *(len(name) for name in names)])
 
 
-def format_explain(report: dict[str, Any]) -> str:
+def format_explain(report: JSONObject) -> str:
     where = f" (upstream {report['upstream']}, raw name {report['raw']})" if report["upstream"] else ""
     lines = [f"tool {report['tool']}{where} for client {report['client']}"]
     if not report["known"]:

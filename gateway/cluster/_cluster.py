@@ -7,10 +7,11 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
-from typing import Any, Literal
+from typing import Literal
 
 import anyio
 
+from consumers import JSONObject
 from gateway.cluster._buckets import RedisBuckets
 from gateway.cluster._events import Events
 from gateway.cluster._link import Link, RedisDown
@@ -79,7 +80,7 @@ class Cluster:
 
     # -- readiness -----------------------------------------------------------------------------------------------
 
-    def view(self) -> dict[str, Any]:
+    def view(self) -> JSONObject:
         """What `/readyz` shows of the cluster: this replica, whether Redis answers, and the replicas alive at the
         last heartbeat (with their age)."""
         now = time.time()

@@ -16,6 +16,7 @@ from typing import Any
 
 import anyio
 
+from consumers import JSON, JSONObject
 from gateway.cluster._link import KEY_PREFIX, OP_TIMEOUT, Link, RedisDown
 
 logger = logging.getLogger("triad.cluster")
@@ -25,7 +26,7 @@ RECONNECT_DELAY = 0.5
 QUEUE = 1024
 """Events waiting to be published (`send_soon`); more are dropped, as they would be while Redis is down."""
 
-Handler = Callable[[dict[str, Any]], Awaitable[None]]
+Handler = Callable[[JSONObject], Awaitable[None]]
 
 
 class Events:
@@ -40,14 +41,14 @@ class Events:
     def on(self, kind: str, handler: Handler) -> None:
         self._handlers[kind] = handler
 
-    async def publish(self, kind: str, **payload: Any) -> None:
+    async def publish(self, kind: str, **payload: JSON) -> None:
         message = json.dumps({"from": self._replica_id, "kind": kind, **payload})
         try:
             await self._link.run(self._link.client.publish(CHANNEL, message))
         except RedisDown:
             logger.info("cluster: a %s event could not be sent to the other replicas (Redis is unreachable)", kind)
 
-    def send_soon(self, kind: str, **payload: Any) -> None:
+    def send_soon(self, kind: str, **payload: JSON) -> None:
         """`publish`, from a synchronous callback: queued, sent by `run()`."""
         try:
             self._outbox.send_nowait((kind, payload))
@@ -94,7 +95,7 @@ class Events:
             with anyio.CancelScope(shield=True), anyio.move_on_after(OP_TIMEOUT):
                 await pubsub.aclose()  # type: ignore[no-untyped-call]
 
-    async def _deliver(self, data: Any) -> None:
+    async def _deliver(self, data: str | bytes) -> None:
         try:
             event = json.loads(data)
         except (TypeError, ValueError):

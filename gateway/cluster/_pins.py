@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Literal
 
+from consumers import JSON
 from gateway.cluster._link import KEY_PREFIX, Link, RedisDown, text
 from gateway.state import PinStatus, definition_hash, pinned_fields
 
@@ -32,7 +33,7 @@ class RedisPins:
         self._seen: dict[str, str] = {}
         """Digests this replica found approved, for when Redis is unreachable."""
 
-    async def check(self, upstream: str, raw: str, definition: Mapping[str, Any], trust_new: bool) -> str | None:
+    async def check(self, upstream: str, raw: str, definition: Mapping[str, JSON], trust_new: bool) -> str | None:
         key, digest = f"{upstream}:{raw}", definition_hash(definition)
         client = self._link.client
         try:
@@ -55,7 +56,7 @@ class RedisPins:
         self._seen[key] = digest
         return None
 
-    async def approve(self, upstream: str, raw: str, definition: Mapping[str, Any]) -> bool:
+    async def approve(self, upstream: str, raw: str, definition: Mapping[str, JSON]) -> bool:
         key, digest = f"{upstream}:{raw}", definition_hash(definition)
         client = self._link.client
         before = await self._link.run(client.hget(self._digests, key))
@@ -67,7 +68,7 @@ class RedisPins:
             await self._link.run(both.execute())
         return True
 
-    async def status(self, upstream: str, raw: str, definition: Mapping[str, Any]) -> PinStatus:
+    async def status(self, upstream: str, raw: str, definition: Mapping[str, JSON]) -> PinStatus:
         key, current = f"{upstream}:{raw}", pinned_fields(definition)
         pinned = await self._link.run(self._link.client.hget(self._digests, key))
         if pinned is None:

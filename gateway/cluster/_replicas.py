@@ -10,10 +10,10 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import anyio
 
+from consumers import JSONObject
 from gateway.cluster._link import KEY_PREFIX, Link, RedisDown, text
 
 MEMBERS = f"{KEY_PREFIX}replicas"
@@ -26,7 +26,7 @@ class Heartbeat:
     registry version, readiness)."""
 
     address: str | None
-    facts: Callable[[], dict[str, Any]] = dict
+    facts: Callable[[], JSONObject] = dict
 
 
 def record_key(replica: str) -> str:
@@ -39,7 +39,7 @@ class Replicas:
         self.replica_id = replica_id
         self._beat = beat
         self.started = time.time()
-        self.alive: dict[str, dict[str, Any]] = {}
+        self.alive: dict[str, JSONObject] = {}
         """The last view read from Redis: replica id -> its record (kept as it was while Redis is unreachable)."""
         self.last_read: float | None = None
         self._left = False
@@ -67,7 +67,7 @@ class Replicas:
         client = self._link.client
         members = sorted(text(m) for m in await self._link.run(client.smembers(MEMBERS)))
         records = await self._link.run(client.mget([record_key(m) for m in members])) if members else []
-        alive: dict[str, dict[str, Any]] = {}
+        alive: dict[str, JSONObject] = {}
         for member, raw in zip(members, records, strict=True):
             if raw is None:
                 await self._link.run(client.srem(MEMBERS, member))  # gone: its record expired

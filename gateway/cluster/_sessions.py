@@ -12,10 +12,10 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from typing import Any
 
 import anyio
 
+from consumers import JSONObject
 from gateway.cluster._link import KEY_PREFIX, Link, RedisDown
 
 logger = logging.getLogger("triad.cluster")
@@ -67,5 +67,5 @@ class Sessions:
             return None
         if raw is None:
             return None
-        record: dict[str, Any] = json.loads(raw)
+        record: JSONObject = json.loads(raw)
         return str(record.get("replica")), str(record.get("owner"))

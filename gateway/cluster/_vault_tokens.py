@@ -12,16 +12,19 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 
+from consumers import JSONObject
 from gateway.cluster._link import RedisDown
 from gateway.cluster._secret_box import SecretUnreadable
 from gateway.cluster._vault import Vault
 
 __all__ = ["VaultTokens", "vault_stores"]
+
+_T = TypeVar("_T")
 
 
 def vault_stores(vault: Vault) -> Callable[[str, str], VaultTokens]:
@@ -54,10 +57,10 @@ class VaultTokens:
         self.expires_at = None
         await self._run(self._vault.delete(self._user, self._name + "tokens"))
 
-    async def get_discovery(self) -> dict[str, Any]:
+    async def get_discovery(self) -> JSONObject:
         return await self._get("discovery")
 
-    async def set_discovery(self, discovery: dict[str, Any]) -> None:
+    async def set_discovery(self, discovery: JSONObject) -> None:
         await self._put("discovery", discovery)
 
     async def get_client_info(self) -> OAuthClientInformationFull | None:
@@ -67,7 +70,7 @@ class VaultTokens:
     async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
         await self._put("client", client_info.model_dump(mode="json", exclude_none=True))
 
-    async def _get(self, part: str) -> dict[str, Any]:
+    async def _get(self, part: str) -> JSONObject:
         try:
             raw = await self._run(self._vault.get(self._user, self._name + part))
         except SecretUnreadable:  # written under another cluster key: as if never stored (the user authorizes anew)
@@ -75,11 +78,11 @@ class VaultTokens:
         found = json.loads(raw) if raw is not None else {}
         return found if isinstance(found, dict) else {}
 
-    async def _put(self, part: str, document: dict[str, Any]) -> None:
+    async def _put(self, part: str, document: JSONObject) -> None:
         await self._run(self._vault.put(self._user, self._name + part, json.dumps(document).encode()))
 
     @staticmethod
-    async def _run(operation: Any) -> Any:
+    async def _run(operation: Awaitable[_T]) -> _T:
         try:
             return await operation
         except RedisDown:  # an OSError, as for an unreadable token file: the flow reports it as such

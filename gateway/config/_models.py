@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import (
     BaseModel,
@@ -20,6 +20,7 @@ from pydantic import (
     model_validator,
 )
 
+from consumers import JSON, JSONObject
 from consumers.config import Duration, UpstreamConfig, parse_duration
 from gateway.config._problems import hide_values
 from policy.config import PolicyConfig, ToolRule
@@ -107,11 +108,11 @@ class HookSpec(_Model):
     """One `hooks:` entry: a built-in name or a plugin `module:attr`, alone or as `{name: {options}}`."""
 
     name: str
-    options: dict[str, Any] = {}
+    options: JSONObject = {}
 
     @model_validator(mode="before")
     @classmethod
-    def _accept_short_forms(cls, data: Any) -> Any:
+    def _accept_short_forms(cls, data: JSON) -> JSON:
         if isinstance(data, str):
             return {"name": data}
         if isinstance(data, dict) and len(data) == 1 and "name" not in data:
@@ -155,7 +156,7 @@ DEFAULT_OAUTH_CLIENT = "oauth"
 """The client an OAuth token acts as when its client claim names no client in `auth.oauth.clients`."""
 
 
-def _duration_or_zero(value: Any) -> float:
+def _duration_or_zero(value: JSON) -> float:
     """A duration, or zero (`0`, `0s`): for settings where none at all is meaningful, such as a clock leeway."""
     if not isinstance(value, bool) and isinstance(value, int | float | str) and str(value).strip() in ("0", "0s",
                                                                                                          "0.0"):
@@ -271,7 +272,7 @@ class TriadConfig(_Model):
 
     @model_validator(mode="before")
     @classmethod
-    def _accept_mcp_servers(cls, data: Any) -> Any:
+    def _accept_mcp_servers(cls, data: JSON) -> JSON:
         if isinstance(data, dict) and "mcpServers" in data:
             data = dict(data)
             servers = data.pop("mcpServers")

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Annotated, Any
 
 from pydantic import BaseModel
+from pydantic_core import ErrorDetails
 
 from gateway.config._yaml import LineMap
 
@@ -40,7 +41,7 @@ def format_problem(path: tuple[str | int, ...], message: str, line: int | None) 
     return f"{where}: {message}" + (f" (line {line})" if line is not None else "")
 
 
-def describe_error(error: Any, lines: LineMap, root: type[BaseModel]) -> str:
+def describe_error(error: ErrorDetails, lines: LineMap, root: type[BaseModel]) -> str:
     """One pydantic error as `key.path: message (line N)`, with "did you mean" for an unknown key."""
     loc = tuple(p for p in error["loc"] if not (isinstance(p, str) and _is_internal_loc(p)))
     message = error["msg"].removeprefix("Value error, ")
@@ -86,7 +87,7 @@ def _known_keys(root: type[BaseModel], loc: tuple[str | int, ...]) -> list[str]:
     return []
 
 
-def _unwrap(annotation: Any) -> Any:
+def _unwrap(annotation: object) -> object:
     if typing.get_origin(annotation) is Annotated:
         annotation = typing.get_args(annotation)[0]
     if isinstance(annotation, pytypes.UnionType) or typing.get_origin(annotation) is typing.Union:

@@ -16,6 +16,8 @@ from typing import Any
 
 import yaml
 
+from consumers import JSON, JSONObject
+
 Path = tuple[str | int, ...]
 LineMap = dict[Path, int]
 
@@ -65,7 +67,7 @@ class _Converter:
         self.lines, self.problems, self.variables, self.env = loaded.lines, loaded.problems, loaded.variables, env
         self._scalars = yaml.SafeLoader("")
 
-    def convert(self, node: yaml.Node, path: Path) -> Any:
+    def convert(self, node: yaml.Node, path: Path) -> JSON:
         lines, problems = self.lines, self.problems
         lines[path] = node.start_mark.line + 1
         if isinstance(node, yaml.MappingNode):
@@ -77,9 +79,9 @@ class _Converter:
             return _interpolate(value, path, lines[path], problems, self.env, self.variables)
         return value
 
-    def _mapping(self, node: yaml.MappingNode, path: Path) -> dict[str, Any]:
+    def _mapping(self, node: yaml.MappingNode, path: Path) -> JSONObject:
         lines, problems = self.lines, self.problems
-        out: dict[str, Any] = {}
+        out: JSONObject = {}
         for key_node, value_node in node.value:
             key = self._scalars.construct_object(key_node) if isinstance(key_node, yaml.ScalarNode) else None
             if not isinstance(key, str | int | float | bool):

@@ -10,15 +10,15 @@ import json
 import logging
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from consumers import JSON, JSONObject
 from gateway.config import Duration
 from gateway.hooks._values import MESSAGE_FIELDS, Block, CallContext, Message, Outcome
 from gateway.state import Buckets, FilePins, LocalBuckets, Pins, PinStore, SharedState
@@ -31,7 +31,7 @@ class _Options(BaseModel):
     priority: int = 0
 
 
-def json_size(value: Any) -> int:
+def json_size(value: JSON) -> int:
     return len(json.dumps(value, separators=(",", ":"), default=str)) if value is not None else 0
 
 
@@ -43,12 +43,12 @@ class Audit:
         bodies: bool = False
         priority: int = -1000  # last among after-hooks: it records what the client actually gets
 
-    def __init__(self, **options: Any) -> None:
+    def __init__(self, **options: JSON) -> None:
         self.options = self.Options(**options)
         self.priority = self.options.priority
         self._path = None if self.options.path == "-" else Path(self.options.path)
 
-    def _write(self, ctx: CallContext, record: dict[str, Any]) -> None:
+    def _write(self, ctx: CallContext, record: JSONObject) -> None:
         line = {"time": datetime.now(UTC).isoformat(timespec="milliseconds"), "client": ctx.client_id,
                 "session": ctx.session.id, "kind": ctx.kind, "name": ctx.name, "raw": ctx.raw_name,
                 "upstream": ctx.upstream, **record}
@@ -64,7 +64,7 @@ class Audit:
         result = outcome.result
         status = ("blocked" if outcome.blocked else "error" if outcome.error is not None
                   else "tool-error" if result and result.get("isError") else "ok")
-        record: dict[str, Any] = {"decision": "blocked" if outcome.blocked else "allowed", "outcome": status,
+        record: JSONObject = {"decision": "blocked" if outcome.blocked else "allowed", "outcome": status,
                                   "duration_ms": round(outcome.duration * 1000, 3),
                                   "arguments_bytes": json_size(ctx.arguments), "result_bytes": json_size(result)}
         if outcome.error is not None:
@@ -86,7 +86,7 @@ class ValidateArguments:
     class Options(_Options):
         priority: int = 100
 
-    def __init__(self, **options: Any) -> None:
+    def __init__(self, **options: JSON) -> None:
         self.priority = self.Options(**options).priority
         self._validators: dict[str, Draft202012Validator | None] = {}
 
@@ -141,7 +141,7 @@ class RateLimit:
                 parse_rate(value)
             return value
 
-    def __init__(self, **options: Any) -> None:
+    def __init__(self, **options: JSON) -> None:
         self.options = self.Options(**options)
         self.priority = self.options.priority
         self._buckets: Buckets = LocalBuckets()
@@ -172,7 +172,7 @@ class Timeout:
         upstreams: dict[str, Duration] = {}
         max: Duration | None = None
 
-    def __init__(self, **options: Any) -> None:
+    def __init__(self, **options: JSON) -> None:
         self.options = self.Options(**options)
         self.priority = self.options.priority
 
@@ -192,11 +192,11 @@ class MaxResultSize:
         bytes: int = Field(default=1_000_000, ge=64)
         truncate: bool = False
 
-    def __init__(self, **options: Any) -> None:
+    def __init__(self, **options: JSON) -> None:
         self.options = self.Options(**options)
         self.priority = self.options.priority
 
-    async def after_call(self, ctx: CallContext, outcome: Outcome) -> dict[str, Any] | None:
+    async def after_call(self, ctx: CallContext, outcome: Outcome) -> JSONObject | None:
         result = outcome.result
         size, limit = json_size(result), self.options.bytes
         if result is None or size <= limit:
@@ -236,7 +236,7 @@ REDACTED_FIELDS = ("content", "structuredContent", "contents", "messages", "desc
 """Everything of a result that carries text: tool results, resource contents, prompt messages and description."""
 
 
-def binary_payload(node: dict[str, Any], key: str) -> bool:
+def binary_payload(node: JSONObject, key: str) -> bool:
     """Base64 by shape, never by key name alone: the `data` of an image or audio content block, the `blob` of
     resource contents. A `data` or `blob` anywhere else (structured content, a log message) is text like any."""
     value = node.get(key)
@@ -265,7 +265,7 @@ class Redact:
                 re.compile(pattern)
             return patterns
 
-    def __init__(self, **options: Any) -> None:
+    def __init__(self, **options: JSON) -> None:
         self.options = self.Options(**options)
         self.priority = self.options.priority
         patterns = [*(DEFAULT_SECRET_PATTERNS if self.options.defaults else ()), *self.options.patterns]
@@ -276,13 +276,13 @@ class Redact:
             value = regex.sub(self.options.replacement, value)
         return value
 
-    def _mask(self, value: Any) -> Any:
+    def _mask(self, value: JSON) -> JSON:
         if isinstance(value, str):
             return self._text(value)
         if isinstance(value, list):
             return [self._mask(v) for v in value]
         if isinstance(value, dict):
-            masked: dict[str, Any] = {}
+            masked: JSONObject = {}
             for key, item in value.items():
                 name = self._text(key) if isinstance(key, str) else key
                 while name in masked:  # two keys masked alike: both kept
@@ -291,14 +291,14 @@ class Redact:
             return masked
         return value
 
-    async def _after(self, ctx: CallContext, outcome: Outcome) -> dict[str, Any] | None:
+    async def _after(self, ctx: CallContext, outcome: Outcome) -> JSONObject | None:
         if outcome.result is None:
             return None
         return {k: self._mask(outcome.result[k]) for k in REDACTED_FIELDS if k in outcome.result}
 
     after_call = after_read = after_get = _after
 
-    async def on_message(self, ctx: CallContext, message: Message) -> dict[str, Any]:
+    async def on_message(self, ctx: CallContext, message: Message) -> JSONObject:
         return {k: self._mask(message.params[k]) for k in MESSAGE_FIELDS[message.kind] if k in message.params}
 
 
@@ -311,7 +311,7 @@ class PinDefinitions:
         trust_new: bool = True
         priority: int = 200
 
-    def __init__(self, **options: Any) -> None:
+    def __init__(self, **options: JSON) -> None:
         self.options = self.Options(**options)
         self.priority = self.options.priority
         self.store = PinStore(Path(self.options.state))
@@ -332,7 +332,7 @@ class PinDefinitions:
                      f"`triad approve -c <config> {ctx.name}`.")
 
 
-BUILTIN_HOOKS: Mapping[str, Any] = {
+BUILTIN_HOOKS: Mapping[str, Callable[..., object]] = {
     "audit": Audit,
     "validate_arguments": ValidateArguments,
     "rate_limit": RateLimit,

@@ -8,9 +8,10 @@ It sits above the chain and the built-ins, which import nothing of it.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
 
+from consumers import JSON
+from gateway.config import HookSpec
 from gateway.hooks._builtin import BUILTIN_HOOKS
 from gateway.hooks._chain import BlockObserver, HookChain, HookEntry
 from gateway.hooks._protocols import HookConfigError, Prioritised, Shares, check_methods
@@ -19,7 +20,7 @@ from gateway.state import SharedState
 __all__ = ["HookConfigError", "build_chain", "check_hook", "make_hook"]
 
 
-def build_chain(specs: Sequence[Any], shared: SharedState | None = None, *,
+def build_chain(specs: Sequence[HookSpec], shared: SharedState | None = None, *,
                 on_block: BlockObserver | None = None) -> HookChain:
     """Instantiate every hook of the config (`HookSpec`s), in order, and build the (immutable) chain. Raises
     HookConfigError naming the hook. With `shared` (a cluster's state), hooks that keep state (`share(state)`) keep it
@@ -43,7 +44,7 @@ def _priority(name: str, hook: object) -> int:
         raise HookConfigError(f"hook {name!r}: priority must be an integer, not {hook.priority!r}") from None
 
 
-def check_hook(name: str, options: Mapping[str, Any]) -> None:
+def check_hook(name: str, options: Mapping[str, JSON]) -> None:
     """What `triad check` verifies without running anything: a built-in's options, a plugin's import, and the hook
     methods of a hook class."""
     factory = _factory(name)
@@ -62,7 +63,7 @@ def _first_line(exc: Exception) -> str:
     return " ".join(line.strip() for line in text.splitlines()[:3]) if text else type(exc).__name__
 
 
-def make_hook(name: str, options: Mapping[str, Any]) -> object:
+def make_hook(name: str, options: Mapping[str, JSON]) -> object:
     """The hook `name` with `options`: a class is checked before it is instantiated, what it (or a factory function)
     makes, after."""
     factory = _factory(name)
@@ -76,7 +77,8 @@ def make_hook(name: str, options: Mapping[str, Any]) -> object:
     return hook
 
 
-def _factory(name: str) -> Any:
+def _factory(name: str) -> Callable[..., object]:
+    factory: Callable[..., object] | None
     if ":" not in name:
         factory = BUILTIN_HOOKS.get(name)
         if factory is None:

@@ -18,17 +18,18 @@ import inspect
 import types
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
+from consumers import JSON
 from gateway.hooks._values import Arguments, Block, CallContext, Message, Outcome
 from gateway.state import SharedState
 
 BeforeOutcome = Arguments | Block | None
 """What a before-hook answers: pass (None), rewrite the arguments, or block."""
 BeforeFn = Callable[[CallContext], Awaitable[BeforeOutcome]]
-AfterFn = Callable[[CallContext, Outcome], Awaitable[Mapping[str, Any] | None]]
+AfterFn = Callable[[CallContext, Outcome], Awaitable[Mapping[str, JSON] | None]]
 DeniedFn = Callable[[CallContext, int, str | None, str], Awaitable[None]]
-MessageFn = Callable[[CallContext, Message], Awaitable[Mapping[str, Any] | None]]
+MessageFn = Callable[[CallContext, Message], Awaitable[Mapping[str, JSON] | None]]
 
 
 class HookConfigError(Exception):
@@ -42,7 +43,7 @@ class BeforeCall(Protocol):
 
 @runtime_checkable
 class AfterCall(Protocol):
-    async def after_call(self, ctx: CallContext, outcome: Outcome) -> Mapping[str, Any] | None: ...
+    async def after_call(self, ctx: CallContext, outcome: Outcome) -> Mapping[str, JSON] | None: ...
 
 
 @runtime_checkable
@@ -52,7 +53,7 @@ class BeforeRead(Protocol):
 
 @runtime_checkable
 class AfterRead(Protocol):
-    async def after_read(self, ctx: CallContext, outcome: Outcome) -> Mapping[str, Any] | None: ...
+    async def after_read(self, ctx: CallContext, outcome: Outcome) -> Mapping[str, JSON] | None: ...
 
 
 @runtime_checkable
@@ -62,7 +63,7 @@ class BeforeGet(Protocol):
 
 @runtime_checkable
 class AfterGet(Protocol):
-    async def after_get(self, ctx: CallContext, outcome: Outcome) -> Mapping[str, Any] | None: ...
+    async def after_get(self, ctx: CallContext, outcome: Outcome) -> Mapping[str, JSON] | None: ...
 
 
 @runtime_checkable
@@ -72,7 +73,7 @@ class OnDenied(Protocol):
 
 @runtime_checkable
 class OnMessage(Protocol):
-    async def on_message(self, ctx: CallContext, message: Message) -> Mapping[str, Any] | None: ...
+    async def on_message(self, ctx: CallContext, message: Message) -> Mapping[str, JSON] | None: ...
 
 
 @runtime_checkable

@@ -9,11 +9,11 @@ import logging
 import secrets
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 import anyio
 
-from consumers import Downstream
+from consumers import JSON, Downstream, JSONObject
 
 logger = logging.getLogger("triad.hooks")
 
@@ -38,13 +38,14 @@ class Session:
     """What names the session in shared tables (`gateway.tasks.TaskBook`): derived from the transport's session id
     where there is one (`exposers.server.hook_session`, as `gateway.cluster` keys its session records), else
     random; never the session id itself, which is a bearer secret."""
-    state: dict[str, Any] = field(default_factory=dict)
+    state: dict[str, object] = field(default_factory=dict)
+    """What hooks keep for the session (a plugin's own objects as well as JSON)."""
     lock: anyio.Lock = field(default_factory=anyio.Lock)
     back: Downstream | None = None
     user: str | None = None
     """Who the session belongs to, as the key of its upstream credentials (`auth: per_user`), once its first
     request fixed its identity (`gateway.identity.credential_owner`)."""
-    declared: dict[str, Any] | None = None
+    declared: JSONObject | None = None
     """A 2026-07-28 request's capabilities, from its envelope (its session has no way back to ask)."""
     _closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
@@ -71,10 +72,10 @@ class CallContext:
     name: str
     upstream: str
     raw_name: str
-    arguments: dict[str, Any]
-    annotations: Mapping[str, Any] = field(default_factory=dict)
-    input_schema: Mapping[str, Any] | None = None
-    definition: Mapping[str, Any] | None = None
+    arguments: JSONObject
+    annotations: Mapping[str, JSON] = field(default_factory=dict)
+    input_schema: Mapping[str, JSON] | None = None
+    definition: Mapping[str, JSON] | None = None
     """The tool's definition as the upstream sent it (description, schemas, annotations)."""
     timeout: float | None = None
     """A deadline for the upstream call that a hook may set (reset by progress, capped by `max_time`)."""
@@ -84,7 +85,7 @@ class CallContext:
 
 @dataclass(frozen=True)
 class Arguments:
-    values: Mapping[str, Any]
+    values: Mapping[str, JSON]
     replace: bool = False
 
 
@@ -99,7 +100,7 @@ class Block:
 class Outcome:
     """What after-hooks see: the raw result (None if the call failed), the error text, and the duration."""
 
-    result: dict[str, Any] | None
+    result: JSONObject | None
     error: str | None
     duration: float
     blocked: bool = False
@@ -112,4 +113,4 @@ class Message:
     error (code, message, data)."""
 
     kind: MessageKind
-    params: Mapping[str, Any]
+    params: Mapping[str, JSON]

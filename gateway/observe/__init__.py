@@ -2,12 +2,14 @@
 format, optional OpenTelemetry tracing, and the record of reloads (with `Reloads`, the reloader as the edge sees it).
 """
 
+from gateway.observe._call_log import CallRecord
 from gateway.observe._logs import JsonFormatter, log_call, log_denied
 from gateway.observe._metrics import Metrics
 from gateway.observe._reloads import ReloadResult, Reloads, ReloadStatus
 from gateway.observe._tracing import configure_tracing, tracing_enabled
 
 __all__ = [
+    "CallRecord",
     "JsonFormatter",
     "Metrics",
     "ReloadResult",

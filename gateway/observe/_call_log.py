@@ -18,7 +18,7 @@ import time
 import weakref
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from consumers import UpstreamRequest
@@ -48,6 +48,21 @@ class CallRecord:
     blocked_by: str | None = None
 
 
+class BlockedCall(Protocol):
+    """What the log keeps of a call a before-hook blocked (a `gateway.hooks.CallContext`)."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def client_id(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def upstream(self) -> str: ...
+    @property
+    def raw_name(self) -> str: ...
+
+
 class CallLog:
     def __init__(self, size: int = MAX_RECENT) -> None:
         self._recent: deque[CallRecord] = deque(maxlen=size)
@@ -56,11 +71,11 @@ class CallLog:
         self._callers: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
         """Downstream session -> client id; gone with the session."""
 
-    def attribute(self, session: Any, client_id: str) -> None:
+    def attribute(self, session: object, client_id: str) -> None:
         """The requests of `session` are made by `client_id` (a session belongs to the identity that opened it)."""
         self._callers[session] = client_id
 
-    def start(self, upstream: str, kind: str, request: UpstreamRequest, session: Any) -> CallRecord:
+    def start(self, upstream: str, kind: str, request: UpstreamRequest, session: object) -> CallRecord:
         """A request leaves for `upstream`: it is in flight until `end`."""
         record = CallRecord(next(self._numbers), kind, upstream, _raw_name(kind, request),
                             self._callers.get(session) if session is not None else None, time.time())
@@ -73,7 +88,7 @@ class CallLog:
         self._in_flight.pop(record.number, None)
         self._recent.append(record)
 
-    def blocked(self, ctx: Any, hook: str) -> None:
+    def blocked(self, ctx: BlockedCall, hook: str) -> None:
         """A before-hook named `hook` blocked the call `ctx` (a `gateway.hooks.CallContext`)."""
         kind = str(ctx.kind)
         self._recent.append(CallRecord(next(self._numbers), kind, ctx.upstream,

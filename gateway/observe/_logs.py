@@ -13,8 +13,9 @@ import json
 import logging
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from consumers import JSON, JSONObject
 from consumers.log_fields import FIELDS
 from policy import LAYER_NAMES, Step
 
@@ -32,7 +33,7 @@ class JsonFormatter(logging.Formatter):
     """One JSON object per line (see the module docstring)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        line: dict[str, Any] = {
+        line: JSONObject = {
             "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname.lower(), "logger": record.name, "message": record.getMessage()}
         fields = record.__dict__
@@ -46,21 +47,21 @@ class JsonFormatter(logging.Formatter):
 
 
 def log_call(kind: str, upstream: str, request: UpstreamRequest, outcome: str, seconds: float, caller: tuple[str, str],
-             session: Any) -> None:
+             session: object) -> None:
     """The call path's line for one request to an upstream (a tool call, a read, a get), once it ended. `caller`:
     the client and the name it asked for; `session`: a `gateway.hooks.Session` (its id is already a hash) or None."""
     level = logging.INFO if outcome in FAILED_OUTCOMES else logging.DEBUG
     if not calls_logger.isEnabledFor(level):
         return
     (client, tool), raw = caller, request_name(request)
-    fields: Mapping[str, Any] = {"kind": kind, "upstream": upstream, "client": client, "tool": tool or raw,
+    fields: Mapping[str, JSON] = {"kind": kind, "upstream": upstream, "client": client, "tool": tool or raw,
                                  "raw": raw, "session": getattr(session, "id", None), "outcome": outcome,
                                  "duration_ms": round(seconds * 1000, 3)}
     calls_logger.log(level, "%s %s on %s by %s: %s in %.1f ms", kind, tool or raw, upstream, client or "-",
                      outcome, seconds * 1000, extra=fields)
 
 
-def log_denied(client: str, tool: str, session: Any, step: Step) -> None:
+def log_denied(client: str, tool: str, session: object, step: Step) -> None:
     """A call refused by policy (the caller gets `Unknown tool`): the layer by name and the pattern."""
     denials_logger.info("denied call: client %s tool %s by %s", client, tool, step.describe(),
                         extra={"kind": "tool", "client": client, "tool": tool, "session": getattr(session, "id", None),

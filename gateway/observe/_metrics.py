@@ -13,7 +13,6 @@ from __future__ import annotations
 import platform
 from collections.abc import Callable, Iterator
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -27,7 +26,8 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from gateway.observe._call_log import CallLog
+from consumers import JSONObject
+from gateway.observe._call_log import BlockedCall, CallLog
 from policy import LAYER_NAMES
 
 OUTCOMES = ("ok", "tool_error", "timeout", "error", "blocked")
@@ -61,7 +61,7 @@ class Metrics:
     def deny(self, layer: int) -> None:
         self.denied.labels(LAYER_NAMES.get(layer, str(layer)).replace(" ", "_")).inc()
 
-    def blocked(self, ctx: Any, hook: str) -> None:
+    def blocked(self, ctx: BlockedCall, hook: str) -> None:
         """A before-hook named `hook` (a name from the config) blocked `ctx` (a `gateway.hooks.CallContext`)."""
         self.blocks.labels(ctx.upstream, hook or "unknown").inc()
         self.calls.labels(ctx.upstream, str(ctx.kind), "blocked").inc()
@@ -71,7 +71,7 @@ class Metrics:
         self.calls.labels(upstream, kind, outcome).inc()
         self.duration.labels(upstream, kind).observe(seconds)
 
-    def watch(self, read: Callable[[], dict[str, Any]]) -> None:
+    def watch(self, read: Callable[[], JSONObject]) -> None:
         """Gauges computed at scrape time from `read()` (see `_StateCollector`)."""
         self.registry.register(_StateCollector(read))
 
@@ -83,7 +83,7 @@ class _StateCollector(Collector):
     """`read()` returns {"upstreams": {name: state}, "states": [...], "tools": n, "version": n,
     "reloads": n, "reload_failures": n, "sessions": {(era, transport): n}}."""
 
-    def __init__(self, read: Callable[[], dict[str, Any]]) -> None:
+    def __init__(self, read: Callable[[], JSONObject]) -> None:
         self._read = read
 
     def collect(self) -> Iterator[Metric]:

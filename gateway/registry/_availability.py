@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from consumers import JSON, JSONObject
+
 Reason = Literal["auth-missing", "config-missing", "context-mismatch", "env-missing", "plugin-disabled",
                  "unsupported-signal"]
 
@@ -25,10 +27,10 @@ _MISSING = object()
 class Diagnostic:
     reason: Reason
     message: str
-    signal: Mapping[str, Any] | None = None
+    signal: Mapping[str, JSON] | None = None
 
-    def as_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"reason": self.reason, "message": self.message}
+    def as_dict(self) -> JSONObject:
+        out: JSONObject = {"reason": self.reason, "message": self.message}
         if self.signal is not None:
             out["signal"] = dict(self.signal)
         return out
@@ -39,18 +41,18 @@ class AvailabilityContext:
     """What the signals are checked against. Every field is optional, as in the reference."""
 
     auth_provider_ids: frozenset[str] = frozenset()
-    config: Mapping[str, Any] = field(default_factory=dict)
-    is_config_value_available: Callable[[Any, Sequence[str], Mapping[str, Any]], bool] | None = None
+    config: Mapping[str, JSON] = field(default_factory=dict)
+    is_config_value_available: Callable[[Any, Sequence[str], Mapping[str, JSON]], bool] | None = None
     env: Mapping[str, str | None] = field(default_factory=dict)
     enabled_plugin_ids: frozenset[str] = frozenset()
-    values: Mapping[str, Any] = field(default_factory=dict)
+    values: Mapping[str, JSON] = field(default_factory=dict)
 
 
 MALFORMED = Diagnostic("unsupported-signal", "Unsupported availability expression")
-ALWAYS: Mapping[str, Any] = {"kind": "always"}
+ALWAYS: Mapping[str, JSON] = {"kind": "always"}
 
 
-def evaluate(expression: Any, context: AvailabilityContext | None = None) -> list[Diagnostic]:
+def evaluate(expression: JSON, context: AvailabilityContext | None = None) -> list[Diagnostic]:
     """Diagnostics for `expression` (None means always available); empty means available."""
     if expression is None:
         expression = ALWAYS
@@ -59,12 +61,12 @@ def evaluate(expression: Any, context: AvailabilityContext | None = None) -> lis
     return _evaluate(expression, context or AvailabilityContext())
 
 
-def has_valid_shape(expression: Any) -> bool:
+def has_valid_shape(expression: JSON) -> bool:
     """Validate the whole tree before evaluating anything; a cyclic tree is malformed."""
     return _shape_ok(expression, set())
 
 
-def _shape_ok(node: Any, ancestors: set[int]) -> bool:
+def _shape_ok(node: JSON, ancestors: set[int]) -> bool:
     if not isinstance(node, Mapping):
         return False
     if id(node) in ancestors:
@@ -79,7 +81,7 @@ def _shape_ok(node: Any, ancestors: set[int]) -> bool:
     return False
 
 
-def _signal_shape_ok(signal: Mapping[str, Any]) -> bool:
+def _signal_shape_ok(signal: Mapping[str, JSON]) -> bool:
     kind = signal["kind"]
     if kind not in _KINDS:
         return False
@@ -91,7 +93,7 @@ def _signal_shape_ok(signal: Mapping[str, Any]) -> bool:
     return True
 
 
-def _evaluate(node: Mapping[str, Any], ctx: AvailabilityContext) -> list[Diagnostic]:
+def _evaluate(node: Mapping[str, JSON], ctx: AvailabilityContext) -> list[Diagnostic]:
     if "kind" in node:
         found = _evaluate_signal(node, ctx)
         return [] if found is None else [found]
@@ -110,7 +112,7 @@ def _evaluate(node: Mapping[str, Any], ctx: AvailabilityContext) -> list[Diagnos
     return [d for r in results for d in r]
 
 
-def _evaluate_signal(signal: Mapping[str, Any], ctx: AvailabilityContext) -> Diagnostic | None:
+def _evaluate_signal(signal: Mapping[str, JSON], ctx: AvailabilityContext) -> Diagnostic | None:
     kind = signal["kind"]
     if kind == "always":
         return None
@@ -133,7 +135,7 @@ def _evaluate_signal(signal: Mapping[str, Any], ctx: AvailabilityContext) -> Dia
     return _context_signal(value, signal, ctx)
 
 
-def _context_signal(key: str, signal: Mapping[str, Any], ctx: AvailabilityContext) -> Diagnostic | None:
+def _context_signal(key: str, signal: Mapping[str, JSON], ctx: AvailabilityContext) -> Diagnostic | None:
     found = ctx.values.get(key, _MISSING)
     if "equals" not in signal:
         return None if found is not _MISSING else Diagnostic("context-mismatch", f"Missing context value: {key}",
@@ -143,12 +145,12 @@ def _context_signal(key: str, signal: Mapping[str, Any], ctx: AvailabilityContex
     return Diagnostic("context-mismatch", f"Context value did not match: {key}", signal)
 
 
-def strictly_equal(a: Any, b: Any) -> bool:
+def strictly_equal(a: JSON, b: JSON) -> bool:
     """JavaScript `===` on JSON primitives: `1` is not `True`, and `1` is not `1.0` (Python says both are)."""
     return type(a) is type(b) and a == b
 
 
-def _config_signal(signal: Mapping[str, Any], ctx: AvailabilityContext) -> Diagnostic | None:
+def _config_signal(signal: Mapping[str, JSON], ctx: AvailabilityContext) -> Diagnostic | None:
     path = [str(p) for p in signal["path"]]
     value: Any = ctx.config
     for part in path:
@@ -160,7 +162,8 @@ def _config_signal(signal: Mapping[str, Any], ctx: AvailabilityContext) -> Diagn
     return Diagnostic("config-missing", f"Missing config path: {'.'.join(path)}", signal)
 
 
-def _has_configured_value(value: Any, path: Sequence[str], signal: Mapping[str, Any], ctx: AvailabilityContext) -> bool:
+def _has_configured_value(value: JSON, path: Sequence[str], signal: Mapping[str, JSON],
+                          ctx: AvailabilityContext) -> bool:
     if value is None:
         return False
     check = signal.get("check", "exists")

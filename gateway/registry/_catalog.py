@@ -12,9 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from consumers import Catalog
+from consumers import JSON, Catalog, JSONObject
 from consumers.config import ToolOverride
 from gateway.config import TriadConfig, UpstreamConfig
 from gateway.registry._availability import AvailabilityContext
@@ -63,7 +62,7 @@ def build_upstream_sources(config: TriadConfig, snapshots: Mapping[str, Upstream
     upstreams = config.enabled_upstreams()
     server_parts = sanitize_server_names(list(upstreams))
     prefixed = prefix_active(config.naming, len(upstreams))
-    tools_by_upstream: dict[str, list[dict[str, Any]]] = {}
+    tools_by_upstream: dict[str, list[JSONObject]] = {}
     for name, up in upstreams.items():
         snapshot = snapshots.get(name)
         catalog = snapshot.catalog if snapshot is not None else None
@@ -114,7 +113,7 @@ not declare the tasks capability could not call it, so it does not see it; this 
 (`gateway.registry.build_view`, from `Identity.tasks`)."""
 
 
-def _needs_tasks(tool: Mapping[str, Any]) -> bool:
+def _needs_tasks(tool: Mapping[str, JSON]) -> bool:
     execution = tool.get("execution")
     return isinstance(execution, Mapping) and execution.get("taskSupport") == "required"
 
@@ -124,7 +123,7 @@ def _catalog(snapshots: Mapping[str, UpstreamSnapshot], name: str) -> Catalog:
     return snapshot.catalog if snapshot is not None and snapshot.catalog is not None else _EMPTY
 
 
-def _filter_tools(tools: Iterable[dict[str, Any]], config: UpstreamConfig) -> list[dict[str, Any]]:
+def _filter_tools(tools: Iterable[JSONObject], config: UpstreamConfig) -> list[JSONObject]:
     include = compile_globs(config.tools.include)
     exclude = compile_globs(config.tools.exclude)
     out = []
@@ -145,7 +144,7 @@ def _naming_key(raw: str, config: UpstreamConfig) -> str:
     return renamed_key(raw, override.name) if override is not None and override.name is not None else raw
 
 
-def _descriptor(upstream: str, exposed: str, wire: dict[str, Any], availability: dict[str, Any],
+def _descriptor(upstream: str, exposed: str, wire: JSONObject, availability: JSONObject,
                 override: ToolOverride | None = None) -> ToolDescriptor:
     raw = wire["name"]
     if override is not None:
@@ -166,7 +165,7 @@ def _descriptor(upstream: str, exposed: str, wire: dict[str, Any], availability:
     )
 
 
-def _resource(upstream: str, wire: dict[str, Any], key: str, part: str | None) -> ResourceEntry:
+def _resource(upstream: str, wire: JSONObject, key: str, part: str | None) -> ResourceEntry:
     raw = wire[key]
     exposed = expose_uri(raw, part) if part is not None else raw
     return ResourceEntry(exposed, upstream, raw, {**wire, key: exposed})

@@ -9,8 +9,7 @@ its mode: an upstream tool never takes one. What they do when called is `gateway
 
 from __future__ import annotations
 
-from typing import Any
-
+from consumers import JSONObject
 from gateway.config import TriadConfig
 from gateway.registry._descriptors import ExecutorRef, OwnerRef, ToolDescriptor, ToolSource
 
@@ -19,7 +18,7 @@ MAX_LIMIT = 50
 MAX_QUERY_CHARS = 1024
 """A query longer than this is refused: a task description, not a document."""
 
-SEARCH_WIRE: dict[str, Any] = {
+SEARCH_WIRE: JSONObject = {
     "name": "search_tools",
     "title": "Search tools",
     "description": "Find tools for a task among the many this gateway offers (only a few are listed). Describe "
@@ -31,7 +30,7 @@ SEARCH_WIRE: dict[str, Any] = {
                   "description": "How many tools to return"}}, "required": ["query"]},
     "annotations": {"readOnlyHint": True, "openWorldHint": False},
 }
-CALL_WIRE: dict[str, Any] = {
+CALL_WIRE: JSONObject = {
     "name": "call_tool",
     "title": "Call a tool",
     "description": "Call a tool found with search_tools, by its name, with its arguments.",
@@ -47,7 +46,7 @@ TOOLS_MODE_KEY = "the client's tools mode"
 _IN_SEARCH_MODE = {"kind": "context", "key": TOOLS_MODE_KEY, "equals": "search"}
 
 
-def _core(wire: dict[str, Any], rank: int) -> ToolDescriptor:
+def _core(wire: JSONObject, rank: int) -> ToolDescriptor:
     return ToolDescriptor(name=wire["name"], description=wire["description"], input_schema=wire["inputSchema"],
                           owner=OwnerRef("core"), title=wire.get("title"), executor=ExecutorRef("core", wire["name"]),
                           availability=_IN_SEARCH_MODE, annotations=wire.get("annotations"), wire=wire,

@@ -15,8 +15,9 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
+from consumers import JSON, JSONObject
 from gateway.registry._availability import AvailabilityContext
 from gateway.registry._overrides import BoundArguments
 
@@ -49,21 +50,21 @@ class ExecutorRef:
 class ToolDescriptor:
     name: str
     description: str
-    input_schema: Mapping[str, Any]
+    input_schema: Mapping[str, JSON]
     owner: OwnerRef
     title: str | None = None
-    output_schema: Mapping[str, Any] | None = None
+    output_schema: Mapping[str, JSON] | None = None
     executor: ExecutorRef | None = None
-    availability: Mapping[str, Any] | None = None
-    annotations: Mapping[str, Any] | None = None
+    availability: Mapping[str, JSON] | None = None
+    annotations: Mapping[str, JSON] | None = None
     sort_key: str | None = None
-    wire: Mapping[str, Any] = field(default_factory=dict)
+    wire: Mapping[str, JSON] = field(default_factory=dict)
     """The tool as its source sent it (icons, `_meta`, `execution`...), served with only `name` replaced; for an
     overridden upstream tool, with the override applied (`gateway.registry`)."""
     arguments: BoundArguments | None = None
     """Arguments the client may not set (hidden or fixed by an override), applied as the call is forwarded."""
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self) -> JSONObject:
         out = dict(self.wire)
         out["name"] = self.name
         out.setdefault("inputSchema", dict(self.input_schema))
@@ -79,7 +80,7 @@ class ResourceEntry:
     exposed: str
     upstream: str
     raw: str
-    wire: Mapping[str, Any]
+    wire: Mapping[str, JSON]
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +88,7 @@ class PromptEntry:
     exposed: str
     upstream: str
     raw: str
-    wire: Mapping[str, Any]
+    wire: Mapping[str, JSON]
 
 
 @dataclass(frozen=True, slots=True)

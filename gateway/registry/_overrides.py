@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
+from consumers import JSON, JSONObject
 from consumers.config import ToolOverride
 
 
@@ -20,9 +20,9 @@ class BoundArguments:
     """Arguments the client may not set: `hidden` ones are dropped, `fixed` ones are sent as configured."""
 
     hidden: frozenset[str] = frozenset()
-    fixed: Mapping[str, Any] = field(default_factory=dict)
+    fixed: Mapping[str, JSON] = field(default_factory=dict)
 
-    def apply(self, arguments: Mapping[str, Any] | None) -> dict[str, Any]:
+    def apply(self, arguments: Mapping[str, JSON] | None) -> JSONObject:
         kept = {k: v for k, v in (arguments or {}).items() if k not in self.hidden and k not in self.fixed}
         return {**kept, **self.fixed}
 
@@ -33,7 +33,7 @@ def bound_arguments(override: ToolOverride | None) -> BoundArguments | None:
     return BoundArguments(frozenset(override.hide_arguments), dict(override.fixed_arguments))
 
 
-def override_wire(wire: Mapping[str, Any], override: ToolOverride) -> dict[str, Any]:
+def override_wire(wire: Mapping[str, JSON], override: ToolOverride) -> JSONObject:
     """The tool as the upstream sent it, with the override's title, description, annotations and input schema.
     `name` stays the raw one (the exposed name is given by `gateway.registry`)."""
     out = dict(wire)
@@ -52,7 +52,7 @@ def override_wire(wire: Mapping[str, Any], override: ToolOverride) -> dict[str, 
     return out
 
 
-def without_arguments(schema: Mapping[str, Any], names: set[str]) -> dict[str, Any]:
+def without_arguments(schema: Mapping[str, JSON], names: set[str]) -> JSONObject:
     """`schema` with `names` gone from its top-level `properties` and `required`."""
     out = dict(schema)
     properties = schema.get("properties")

@@ -9,14 +9,13 @@ key gives its value). The 2026-07-28 era stamp was left out when the upstream wa
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
-from consumers import Upstream
+from consumers import JSONObject, Upstream
 
 
-def with_page_meta(page: dict[str, Any], key: str, upstreams: Iterable[Upstream | None]) -> dict[str, Any]:
+def with_page_meta(page: JSONObject, key: str, upstreams: Iterable[Upstream | None]) -> JSONObject:
     """`page` (a list result under `key`) with the upstreams' page `_meta` of that list."""
-    merged: dict[str, Any] = {}
+    merged: JSONObject = {}
     for upstream in upstreams:
         found = upstream.catalog.page_meta.get(key) if upstream is not None and upstream.catalog else None
         for meta_key, value in (found or {}).items():

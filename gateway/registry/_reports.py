@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from consumers import JSONObject
 from gateway.registry._availability import Diagnostic
 from gateway.registry._catalog import upstream_of_key
 from gateway.registry._views import ClientView, tool_facts
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
     from consumers import Upstream
 
 
-def upstream_states(upstreams: Mapping[str, Upstream]) -> dict[str, Any]:
+def upstream_states(upstreams: Mapping[str, Upstream]) -> JSONObject:
     """Each upstream's state, reason and transport; for a stdio child that is down, its exit and last stderr lines."""
     return {name: {"state": up.state.value, "reason": up.reason, "transport": up.config.kind,
                    **({"exit": up.child.ended_exit, "stderr": up.child.ended_lines}
@@ -26,7 +27,7 @@ def upstream_states(upstreams: Mapping[str, Upstream]) -> dict[str, Any]:
             for name, up in upstreams.items()}
 
 
-def plan_report(view: ClientView, upstreams: dict[str, Any], registry_notes: list[str]) -> dict[str, Any]:
+def plan_report(view: ClientView, upstreams: JSONObject, registry_notes: list[str]) -> JSONObject:
     hidden = [{"name": h.descriptor.name, "owner": str(h.descriptor.owner),
                "diagnostics": _upstream_reasons(h.diagnostics, upstreams)} for h in view.plan.hidden]
     hidden += [{"name": d.name, "owner": str(d.owner), "diagnostics": [_policy_reason(decision)]}
@@ -43,9 +44,9 @@ def plan_report(view: ClientView, upstreams: dict[str, Any], registry_notes: lis
 
 
 def explain(view: ClientView, name: str, decide: Callable[[Identity, ToolFacts], Decision],
-            upstreams: dict[str, Any]) -> dict[str, Any]:
+            upstreams: JSONObject) -> JSONObject:
     descriptor = view.tools[name].descriptor if name in view.tools else None
-    availability: list[dict[str, Any]] = []
+    availability: list[JSONObject] = []
     for hidden in view.plan.hidden:
         if hidden.descriptor.name == name:
             descriptor = hidden.descriptor
@@ -78,10 +79,10 @@ def explain(view: ClientView, name: str, decide: Callable[[Identity, ToolFacts],
     }
 
 
-def _upstream_reasons(diagnostics: Sequence[Diagnostic], upstreams: dict[str, Any]) -> list[dict[str, Any]]:
+def _upstream_reasons(diagnostics: Sequence[Diagnostic], upstreams: JSONObject) -> list[JSONObject]:
     """Name the upstream and its failure when a tool is hidden because its upstream is not serving (one line per
     upstream, though its availability expression fails once per serving state)."""
-    out: list[dict[str, Any]] = []
+    out: list[JSONObject] = []
     for diagnostic in (d.as_dict() for d in diagnostics):
         upstream = upstream_of_key((diagnostic.get("signal") or {}).get("key", ""))
         if upstream is not None:
@@ -94,7 +95,7 @@ def _upstream_reasons(diagnostics: Sequence[Diagnostic], upstreams: dict[str, An
     return out
 
 
-def _policy_reason(decision: Decision) -> dict[str, Any]:
+def _policy_reason(decision: Decision) -> JSONObject:
     step = decision.denied_by
     assert step is not None
     return {"reason": "policy-denied", "layer": step.layer, "pattern": step.pattern, "message": step.describe()}

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Literal
+
+from consumers import JSON, JSONObject
 
 Profile = Literal["anthropic", "openai", "google", "xai"]
 PROFILES: tuple[str, ...] = ("anthropic", "openai", "google", "xai")
@@ -32,13 +34,13 @@ _OPENAI_NESTED = ("additionalProperties", "allOf", "anyOf", "contains", "else", 
                   "prefixItems", "propertyNames", "then", "unevaluatedItems", "unevaluatedProperties")
 
 
-def normalize(schema: Mapping[str, Any], profile: str | None) -> dict[str, Any]:
+def normalize(schema: Mapping[str, JSON], profile: str | None) -> JSONObject:
     if profile not in ("openai", "google", "xai"):
         return dict(schema)
     if "allOf" in schema and "anyOf" not in schema and "oneOf" not in schema:
         return dict(schema)  # a top-level allOf is left as it is, with no provider cleaning (reference 9.1)
     root = normalize_root(copy.deepcopy(dict(schema)))
-    cleaned: dict[str, Any]
+    cleaned: JSONObject
     if profile == "openai":
         cleaned = _openai(root, is_root=True)
     elif profile == "google":
@@ -48,7 +50,7 @@ def normalize(schema: Mapping[str, Any], profile: str | None) -> dict[str, Any]:
     return cleaned
 
 
-def normalize_root(schema: dict[str, Any]) -> dict[str, Any]:
+def normalize_root(schema: JSONObject) -> JSONObject:
     if not schema:
         return {"type": "object", "properties": {}}
     for key in ("anyOf", "oneOf"):
@@ -61,9 +63,9 @@ def normalize_root(schema: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
-def _flatten_union(root: dict[str, Any], variants: list[Any]) -> dict[str, Any]:
+def _flatten_union(root: JSONObject, variants: list[JSON]) -> JSONObject:
     objects = [v for v in variants if isinstance(v, dict) and isinstance(v.get("properties"), dict)]
-    properties: dict[str, Any] = {}
+    properties: JSONObject = {}
     for variant in objects:
         for name, prop in variant["properties"].items():
             if name not in properties:
@@ -72,7 +74,7 @@ def _flatten_union(root: dict[str, Any], variants: list[Any]) -> dict[str, Any]:
             properties[name] = _merge_property(properties[name], prop)
     required = root.get("required") or sorted(set.intersection(*(set(v.get("required") or ()) for v in objects))
                                               if objects else set())
-    out: dict[str, Any] = {"type": "object", "properties": properties}
+    out: JSONObject = {"type": "object", "properties": properties}
     if required:
         out["required"] = list(required)
     out["additionalProperties"] = root.get("additionalProperties", True)
@@ -82,11 +84,11 @@ def _flatten_union(root: dict[str, Any], variants: list[Any]) -> dict[str, Any]:
     return out
 
 
-def _merge_property(first: Any, second: Any) -> Any:
+def _merge_property(first: JSON, second: JSON) -> JSON:
     values = _literals(first) + _literals(second)
     if not values or not isinstance(first, dict):
         return first
-    merged: dict[str, Any] = {"enum": list(dict.fromkeys(values))}
+    merged: JSONObject = {"enum": list(dict.fromkeys(values))}
     for source in (first, second):
         for key in METADATA:
             if key in source and key not in merged and isinstance(source, dict):
@@ -97,7 +99,7 @@ def _merge_property(first: Any, second: Any) -> Any:
     return merged
 
 
-def _literals(node: Any) -> list[Any]:
+def _literals(node: JSON) -> list[JSON]:
     if not isinstance(node, dict):
         return []
     if "const" in node:
@@ -105,7 +107,7 @@ def _literals(node: Any) -> list[Any]:
     return list(node["enum"]) if isinstance(node.get("enum"), list) else []
 
 
-def _json_type(value: Any) -> str:
+def _json_type(value: JSON) -> str:
     if isinstance(value, bool):
         return "boolean"
     if isinstance(value, int | float):
@@ -115,7 +117,7 @@ def _json_type(value: Any) -> str:
     return "null" if value is None else "object" if isinstance(value, dict) else "array"
 
 
-def _openai(node: Any, is_root: bool = False) -> Any:
+def _openai(node: JSON, is_root: bool = False) -> JSON:
     if not isinstance(node, dict):
         return node
     if is_root and not node:
@@ -139,7 +141,7 @@ def _openai(node: Any, is_root: bool = False) -> Any:
     return node
 
 
-def _strip(node: Any, removed: frozenset[str]) -> Any:
+def _strip(node: JSON, removed: frozenset[str]) -> JSON:
     if isinstance(node, list):
         return [_strip(item, removed) for item in node]
     if not isinstance(node, dict):
@@ -153,13 +155,13 @@ def _strip(node: Any, removed: frozenset[str]) -> Any:
     return out
 
 
-def clean_for_gemini(schema: dict[str, Any]) -> dict[str, Any]:
+def clean_for_gemini(schema: JSONObject) -> JSONObject:
     defs = {**(schema.get("definitions") or {}), **(schema.get("$defs") or {})}
-    cleaned: dict[str, Any] = _gemini(schema, defs, ())
+    cleaned: JSONObject = _gemini(schema, defs, ())
     return cleaned
 
 
-def _gemini(node: Any, defs: Mapping[str, Any], resolving: tuple[str, ...]) -> Any:
+def _gemini(node: JSON, defs: Mapping[str, JSON], resolving: tuple[str, ...]) -> JSON:
     if isinstance(node, list):
         return [_gemini(item, defs, resolving) for item in node]
     if not isinstance(node, dict):
@@ -176,7 +178,7 @@ def _gemini(node: Any, defs: Mapping[str, Any], resolving: tuple[str, ...]) -> A
     for key in ("anyOf", "oneOf"):
         if isinstance(node.get(key), list):
             return _collapse_union(node, [_gemini(v, defs, resolving) for v in node[key]], metadata)
-    out: dict[str, Any] = {}
+    out: JSONObject = {}
     for key, value in node.items():
         if key in GEMINI_REMOVED:
             continue
@@ -199,7 +201,7 @@ def _gemini(node: Any, defs: Mapping[str, Any], resolving: tuple[str, ...]) -> A
     return out
 
 
-def _collapse_union(node: dict[str, Any], variants: list[Any], metadata: dict[str, Any]) -> dict[str, Any]:
+def _collapse_union(node: JSONObject, variants: list[JSON], metadata: JSONObject) -> JSONObject:
     kept = [v for v in variants if not (isinstance(v, dict) and (v.get("type") == "null" or v.get("enum") == [None]))]
     literals = [v for v in kept if isinstance(v, dict) and isinstance(v.get("enum"), list) and len(v["enum"]) == 1]
     types = {v.get("type") for v in kept if isinstance(v, dict)}

@@ -13,11 +13,11 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from mcp.shared.inbound import x_mcp_header_map
 from mcp.shared.uri_template import UriTemplate
 
+from consumers import JSONObject
 from gateway.config import ToolsMode
 from gateway.identity import Identity
 from gateway.registry._descriptors import Registry
@@ -44,7 +44,7 @@ class Snapshot:
         self._views: dict[Identity, ClientView] = {}
         self._run_list_views: OrderedDict[Identity, ClientView] = OrderedDict()
         self._session_views: OrderedDict[tuple[Identity, str | None, SessionLists], ClientView] = OrderedDict()
-        self.schemas: dict[tuple[str, str], dict[str, Any]] = {}
+        self.schemas: dict[tuple[str, str], JSONObject] = {}
         """Normalised input schemas by (profile, tool)."""
         self._templates: list[tuple[str, UriTemplate]] | None = None
         self._param_headers: dict[str, bool] = {}

@@ -14,9 +14,9 @@ import functools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
-from consumers import OwnLists
+from consumers import JSONObject, OwnLists
 from gateway.config import ToolsMode
 from gateway.errors import StaleCursor
 from gateway.registry._catalog import SERVING, TAKES_TASKS_KEY, upstream_of_key
@@ -37,13 +37,13 @@ class ClientView:
     """Available tools the policy hides from this caller, with the decision that says why."""
     tools: Mapping[str, PlanEntry]
     """Every tool this caller may call, by exposed name (in search mode too, where most are not listed)."""
-    tools_wire: tuple[dict[str, Any], ...]
+    tools_wire: tuple[JSONObject, ...]
     """What `tools/list` gives this caller: every tool it may call, or in search mode the always-listed ones and
     the core tools, `search_tools` and `call_tool` (`gateway.registry` CORE_TOOLS)."""
-    resources_wire: tuple[dict[str, Any], ...]
-    templates_wire: tuple[dict[str, Any], ...]
+    resources_wire: tuple[JSONObject, ...]
+    templates_wire: tuple[JSONObject, ...]
     prompts: Mapping[str, PromptEntry]
-    prompts_wire: tuple[dict[str, Any], ...]
+    prompts_wire: tuple[JSONObject, ...]
     visible_upstreams: frozenset[str]
     fingerprint: tuple[int, int, int]
     """What a client would notice changing (tools, resources, prompts), computed once per view: sessions keep
@@ -70,7 +70,7 @@ def tool_facts(descriptor: ToolDescriptor) -> ToolFacts:
 
 
 def build_view(registry: Registry, identity: Identity, pipeline: Pipeline, profile: str | None = None,
-               schemas: dict[tuple[str, str], dict[str, Any]] | None = None, mode: ToolsMode = "all",
+               schemas: dict[tuple[str, str], JSONObject] | None = None, mode: ToolsMode = "all",
                always_list: Sequence[str] = (), tool_groups: Mapping[str, Sequence[str]] | None = None
                ) -> ClientView:
     """`schemas` caches normalised input schemas by (profile, tool) for this registry version; in `search` mode,
@@ -187,8 +187,8 @@ def _exposed_uri(registry: Registry, upstream: str, raw: str) -> str:
     return expose_uri(raw, part) if part is not None else raw
 
 
-def tool_wire(descriptor: ToolDescriptor, profile: str | None, schemas: dict[tuple[str, str], dict[str, Any]]
-              ) -> dict[str, Any]:
+def tool_wire(descriptor: ToolDescriptor, profile: str | None, schemas: dict[tuple[str, str], JSONObject]
+              ) -> JSONObject:
     """A tool as a caller sees it: its wire form, the input schema after the caller's profile."""
     wire = descriptor.to_wire()
     if profile is None or profile == "anthropic":
@@ -199,15 +199,15 @@ def tool_wire(descriptor: ToolDescriptor, profile: str | None, schemas: dict[tup
     return {**wire, "inputSchema": schemas[key]}
 
 
-def _digest(items: tuple[dict[str, Any], ...]) -> int:
+def _digest(items: tuple[JSONObject, ...]) -> int:
     return hash(json.dumps(items, sort_keys=True, default=str))
 
 
-def paginate(items: Sequence[dict[str, Any]], key: str, cursor: str | None, version: int,
-             page_size: int) -> dict[str, Any]:
+def paginate(items: Sequence[JSONObject], key: str, cursor: str | None, version: int,
+             page_size: int) -> JSONObject:
     start = 0 if cursor is None else _decode_cursor(cursor, version)
     end = start + page_size
-    result: dict[str, Any] = {key: list(items[start:end])}
+    result: JSONObject = {key: list(items[start:end])}
     if end < len(items):
         result["nextCursor"] = _encode_cursor(version, end)
     return result

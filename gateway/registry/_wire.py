@@ -6,8 +6,8 @@ Pure functions of wire dicts; the dispatcher applies them on the call path.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
+from consumers import JSON, JSONObject
 from consumers.listing import ERA_META_PREFIX
 from gateway.registry._naming import expose_uri
 
@@ -15,7 +15,7 @@ RUN_LIST_META_KEY = "triad/tools"
 """A request's own run-level allow list (layer 7); Triad's business, never forwarded."""
 
 
-def forwardable_meta(meta: Any) -> dict[str, Any] | None:
+def forwardable_meta(meta: JSON) -> JSONObject | None:
     """The client's `_meta` minus the era envelope, its progress token (the upstream hop has its own) and
     Triad's run-level list."""
     if not isinstance(meta, Mapping):
@@ -25,12 +25,12 @@ def forwardable_meta(meta: Any) -> dict[str, Any] | None:
     return out or None
 
 
-def input_round(params: Mapping[str, Any]) -> dict[str, Any]:
+def input_round(params: Mapping[str, JSON]) -> JSONObject:
     """A 2026-07-28 retry's answers to an `input_required` result, passed on to the upstream that asked."""
     return {key: params[key] for key in ("inputResponses", "requestState") if params.get(key) is not None}
 
 
-def clean_result(result: dict[str, Any]) -> dict[str, Any]:
+def clean_result(result: JSONObject) -> JSONObject:
     """Strip the upstream's era stamp from a result's `_meta`; everything else passes through untouched."""
     meta = result.get("_meta")
     if isinstance(meta, dict) and any(k.startswith(ERA_META_PREFIX) for k in meta):
@@ -39,13 +39,13 @@ def clean_result(result: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def expose_links(result: dict[str, Any], server_part: str | None, key: str = "content") -> dict[str, Any]:
+def expose_links(result: JSONObject, server_part: str | None, key: str = "content") -> JSONObject:
     """A result's resource links and embedded resources named as the client can read them back: the upstream's
     URI namespaced as `resources/list` shows it (`server_part` None: URIs are not namespaced)."""
     if server_part is None:
         return result
 
-    def exposed(item: Any) -> Any:
+    def exposed(item: JSON) -> JSON:
         if not isinstance(item, dict):
             return item
         if item.get("type") == "resource_link" and isinstance(item.get("uri"), str):

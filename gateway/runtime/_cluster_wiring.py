@@ -16,9 +16,9 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
-from consumers import Upstream, UpstreamPool
+from consumers import JSONObject, Upstream, UpstreamPool
 from gateway.cluster import Cluster, vault_stores
 from gateway.runtime._reload import Reloader
 
@@ -71,7 +71,7 @@ def join(cluster: Cluster, pool: UpstreamPool, notifier: _Notified, reloader: Re
             logger.debug("cluster: upstream %s now offers %s; announced", upstream.name, digest[:8])
             events.send_soon("relist", upstream=upstream.name, digest=digest)
 
-    async def relist(event: dict[str, Any]) -> None:
+    async def relist(event: JSONObject) -> None:
         name, digest = event.get("upstream"), event.get("digest")
         upstream = pool.get(name) if isinstance(name, str) else None
         if upstream is None or not isinstance(digest, str):
@@ -84,7 +84,7 @@ def join(cluster: Cluster, pool: UpstreamPool, notifier: _Notified, reloader: Re
             asked.add(upstream.name)
             upstream.request_relist()
 
-    async def updated(event: dict[str, Any]) -> None:
+    async def updated(event: JSONObject) -> None:
         name, uri = event.get("upstream"), event.get("uri")
         if isinstance(name, str) and isinstance(uri, str):
             notifier.resource_updated(name, uri)
@@ -93,7 +93,7 @@ def join(cluster: Cluster, pool: UpstreamPool, notifier: _Notified, reloader: Re
         notifier.resource_updated(upstream, raw)
         events.send_soon("updated", upstream=upstream, uri=raw)
 
-    async def reload(event: dict[str, Any]) -> None:
+    async def reload(event: JSONObject) -> None:
         if reloader is not None:
             await reloader.reload(f"cluster: asked on replica {event.get('from')}")
 

@@ -32,6 +32,7 @@ import bm25s
 import numpy as np
 import Stemmer
 
+from consumers import JSON
 from gateway.registry import ToolDescriptor
 
 logging.getLogger("bm25s").setLevel(logging.WARNING)  # bm25s 0.3 sets DEBUG on import: a line per index built
@@ -82,7 +83,7 @@ def document_for(descriptor: ToolDescriptor) -> SearchDocument:
                           tuple(_parameters(descriptor.input_schema, [])))
 
 
-def _parameters(schema: Any, found: list[tuple[str, str]], depth: int = 0) -> list[tuple[str, str]]:
+def _parameters(schema: JSON, found: list[tuple[str, str]], depth: int = 0) -> list[tuple[str, str]]:
     if not isinstance(schema, Mapping) or depth > 3:
         return found
     properties = schema.get("properties")

@@ -16,17 +16,19 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
+
+from consumers import JSON, JSONObject
 
 HASHED_FIELDS = ("description", "title", "inputSchema", "outputSchema", "annotations")
 
 
-def pinned_fields(definition: Mapping[str, Any]) -> dict[str, Any]:
+def pinned_fields(definition: Mapping[str, JSON]) -> JSONObject:
     """What the hash covers (and the state file keeps) of a definition."""
     return {key: definition.get(key) for key in HASHED_FIELDS}
 
 
-def definition_hash(definition: Mapping[str, Any]) -> str:
+def definition_hash(definition: Mapping[str, JSON]) -> str:
     return hashlib.sha256(json.dumps(pinned_fields(definition), sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -35,9 +37,9 @@ class PinStatus:
     """Where a tool's current definition stands: `approved`, `changed` (since approval), or `new` (never pinned)."""
 
     state: Literal["approved", "changed", "new"]
-    approved: dict[str, Any] | None
+    approved: JSONObject | None
     """The approved definition's hashed fields, when the state file kept them."""
-    current: dict[str, Any]
+    current: JSONObject
 
 
 class PinStore:
@@ -45,7 +47,7 @@ class PinStore:
         self.path = path
         self._lock = threading.Lock()
         self._pins: dict[str, str] = {}
-        self._definitions: dict[str, dict[str, Any]] = {}
+        self._definitions: dict[str, JSONObject] = {}
         self._mtime: float | None = None
 
     def _load(self) -> None:
@@ -66,7 +68,7 @@ class PinStore:
         os.replace(temporary, self.path)
         self._mtime = self.path.stat().st_mtime
 
-    def check(self, upstream: str, raw: str, definition: Mapping[str, Any], trust_new: bool) -> str | None:
+    def check(self, upstream: str, raw: str, definition: Mapping[str, JSON], trust_new: bool) -> str | None:
         """None when the definition is approved (or new and trusted on first use); else why it is blocked."""
         key, digest = f"{upstream}:{raw}", definition_hash(definition)
         with self._lock:
@@ -81,7 +83,7 @@ class PinStore:
                 return f"its definition changed since it was approved (approved {pinned[:12]}, now {digest[:12]})"
             return None
 
-    def approve(self, upstream: str, raw: str, definition: Mapping[str, Any]) -> bool:
+    def approve(self, upstream: str, raw: str, definition: Mapping[str, JSON]) -> bool:
         """Pin the current definition; True if that changed the state file."""
         key, digest = f"{upstream}:{raw}", definition_hash(definition)
         with self._lock:
@@ -91,7 +93,7 @@ class PinStore:
             self._pin(key, digest, definition)
             return True
 
-    def status(self, upstream: str, raw: str, definition: Mapping[str, Any]) -> PinStatus:
+    def status(self, upstream: str, raw: str, definition: Mapping[str, JSON]) -> PinStatus:
         """Where `definition` stands against the approved one; changes nothing."""
         key, current = f"{upstream}:{raw}", pinned_fields(definition)
         with self._lock:
@@ -101,7 +103,7 @@ class PinStore:
             return PinStatus("new", None, current)
         return PinStatus("approved" if pinned == definition_hash(definition) else "changed", approved, current)
 
-    def _pin(self, key: str, digest: str, definition: Mapping[str, Any]) -> None:
+    def _pin(self, key: str, digest: str, definition: Mapping[str, JSON]) -> None:
         self._pins[key] = digest
         self._definitions[key] = pinned_fields(definition)
         self._save()

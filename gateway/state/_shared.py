@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Protocol
 
 import anyio
 
+from consumers import JSON
 from gateway.state._pins import PinStatus, PinStore
 
 __all__ = ["Buckets", "FilePins", "LocalBuckets", "Pins", "SharedState", "SharedStateUnavailable"]
@@ -35,15 +36,15 @@ class Buckets(Protocol):
 class Pins(Protocol):
     """Approved hashes of tool definitions (`gateway.state`)."""
 
-    async def check(self, upstream: str, raw: str, definition: Mapping[str, Any], trust_new: bool) -> str | None:
+    async def check(self, upstream: str, raw: str, definition: Mapping[str, JSON], trust_new: bool) -> str | None:
         """None when `definition` is approved (or new and trusted on first use); else why it is blocked."""
         ...
 
-    async def approve(self, upstream: str, raw: str, definition: Mapping[str, Any]) -> bool:
+    async def approve(self, upstream: str, raw: str, definition: Mapping[str, JSON]) -> bool:
         """Pin the current definition; True if that changed what was approved."""
         ...
 
-    async def status(self, upstream: str, raw: str, definition: Mapping[str, Any]) -> PinStatus:
+    async def status(self, upstream: str, raw: str, definition: Mapping[str, JSON]) -> PinStatus:
         """Where `definition` stands against the approved one; changes nothing."""
         ...
 
@@ -82,11 +83,11 @@ class FilePins:
     def __init__(self, store: PinStore) -> None:
         self.store = store
 
-    async def check(self, upstream: str, raw: str, definition: Mapping[str, Any], trust_new: bool) -> str | None:
+    async def check(self, upstream: str, raw: str, definition: Mapping[str, JSON], trust_new: bool) -> str | None:
         return await anyio.to_thread.run_sync(self.store.check, upstream, raw, definition, trust_new)
 
-    async def approve(self, upstream: str, raw: str, definition: Mapping[str, Any]) -> bool:
+    async def approve(self, upstream: str, raw: str, definition: Mapping[str, JSON]) -> bool:
         return await anyio.to_thread.run_sync(self.store.approve, upstream, raw, definition)
 
-    async def status(self, upstream: str, raw: str, definition: Mapping[str, Any]) -> PinStatus:
+    async def status(self, upstream: str, raw: str, definition: Mapping[str, JSON]) -> PinStatus:
         return await anyio.to_thread.run_sync(self.store.status, upstream, raw, definition)

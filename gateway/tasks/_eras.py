@@ -30,11 +30,11 @@ the bridge's `tasks/result` runs in the relay's task group (`TaskRelay.run()`) u
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
 
 import anyio
 import mcp_types as types
 
+from consumers import JSON, JSONObject
 from gateway.errors import TriadError
 from gateway.tasks._records import EXTENSION, RELATED_TASK, missing_extension_data
 
@@ -52,14 +52,14 @@ class NotATask(TriadError):
     code = -32601
 
 
-def legacy_support(tool: Mapping[str, Any]) -> str:
+def legacy_support(tool: Mapping[str, JSON]) -> str:
     """A handshake-era tool's `execution.taskSupport` (`forbidden` when absent)."""
     execution = tool.get("execution")
     support = execution.get("taskSupport") if isinstance(execution, Mapping) else None
     return support if isinstance(support, str) else "forbidden"
 
 
-def legacy_task_param(tool: Mapping[str, Any], declared: bool, name: str) -> dict[str, Any] | None:
+def legacy_task_param(tool: Mapping[str, JSON], declared: bool, name: str) -> JSONObject | None:
     """The `params.task` a 2026-07-28 call (`declared`: it declares the extension) sends a handshake-era tool;
     None: run it synchronously. A `required` tool cannot run for a caller that did not declare the extension."""
     support = legacy_support(tool)
@@ -69,7 +69,7 @@ def legacy_task_param(tool: Mapping[str, Any], declared: bool, name: str) -> dic
     return {} if declared and support in ("optional", "required") else None
 
 
-def modern_task(task: Mapping[str, Any]) -> dict[str, Any]:
+def modern_task(task: Mapping[str, JSON]) -> JSONObject:
     """A 2025-11-25 Task's fields as 2026-07-28 spells them (`ttl` -> `ttlMs`, `pollInterval` -> `pollIntervalMs`)."""
     out = {k: v for k, v in task.items() if k not in ("ttl", "pollInterval", "_meta")}
     ttl, poll = task.get("ttl"), task.get("pollInterval")
@@ -79,12 +79,12 @@ def modern_task(task: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def modern_created(result: Mapping[str, Any]) -> dict[str, Any]:
+def modern_created(result: Mapping[str, JSON]) -> JSONObject:
     """A 2025-11-25 `CreateTaskResult` (`{task: {...}}`) as a 2026-07-28 one (flat, `resultType: "task"`)."""
     return {"resultType": "task", **modern_task(result["task"])}
 
 
-def without_related_task(result: Mapping[str, Any]) -> dict[str, Any]:
+def without_related_task(result: Mapping[str, JSON]) -> JSONObject:
     """A legacy `tasks/result` payload as 2026 inlines it: the task is named at the root, not in `_meta`."""
     meta = result.get("_meta")
     if not isinstance(meta, Mapping) or RELATED_TASK not in meta:
@@ -93,7 +93,7 @@ def without_related_task(result: Mapping[str, Any]) -> dict[str, Any]:
     return {**{k: v for k, v in result.items() if k != "_meta"}, **({"_meta": rest} if rest else {})}
 
 
-Ask = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+Ask = Callable[[JSONObject], Awaitable[JSONObject]]
 
 
 class InputBridge:
@@ -104,14 +104,14 @@ class InputBridge:
     def __init__(self, changed: Callable[[], None] = lambda: None) -> None:
         self._changed = changed
         """Called when a question arrives and when the outcome is known (the task's status pushes)."""
-        self.pending: dict[str, dict[str, Any]] = {}
-        self._waiting: dict[str, tuple[anyio.Event, list[dict[str, Any]]]] = {}
+        self.pending: dict[str, JSONObject] = {}
+        self._waiting: dict[str, tuple[anyio.Event, list[JSONObject]]] = {}
         self._count = 0
-        self.outcome: dict[str, Any] | None = None
+        self.outcome: JSONObject | None = None
         """`{"result": ...}` or `{"error": {...}}` once the upstream's `tasks/result` returned."""
         self.done = anyio.Event()
 
-    async def ask(self, request: dict[str, Any]) -> dict[str, Any]:
+    async def ask(self, request: JSONObject) -> JSONObject:
         """The upstream's question (a wire request: method and params); the client's answer, in wire form."""
         self._count += 1
         key = f"input-{self._count}"
@@ -119,7 +119,7 @@ class InputBridge:
         if isinstance(params, Mapping) and isinstance(params.get("_meta"), Mapping):
             params = {**params, "_meta": {k: v for k, v in params["_meta"].items() if k != RELATED_TASK}}
         self.pending[key] = {"method": request.get("method"), "params": params or {}}
-        got: list[dict[str, Any]] = []
+        got: list[JSONObject] = []
         event = anyio.Event()
         self._waiting[key] = (event, got)
         self._changed()
@@ -130,7 +130,7 @@ class InputBridge:
             self._waiting.pop(key, None)
         return got[0]
 
-    def answer(self, responses: Any) -> None:
+    def answer(self, responses: JSON) -> None:
         """`tasks/update`'s `inputResponses`: unknown keys are ignored (SEP-2663), and so is a partial answer's rest."""
         if not isinstance(responses, Mapping):
             return
@@ -141,16 +141,16 @@ class InputBridge:
                 waiting[1].append(dict(response))
                 waiting[0].set()
 
-    def finish(self, outcome: dict[str, Any]) -> None:
+    def finish(self, outcome: JSONObject) -> None:
         self.outcome = outcome
         self.done.set()
         self._changed()
 
 
-def failed_error(error: Any) -> dict[str, Any]:
+def failed_error(error: object) -> JSONObject:
     """A JSON-RPC error (`types.ErrorData` or a Triad error) as 2026 inlines a failed task's `error`."""
     if isinstance(error, TriadError):
-        out: dict[str, Any] = {"code": error.code, "message": error.message}
+        out: JSONObject = {"code": error.code, "message": error.message}
         if error.data is not None:
             out["data"] = error.data
         return out

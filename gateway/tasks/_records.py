@@ -34,6 +34,7 @@ from typing import Any, ClassVar, Literal
 import mcp_types as types
 from pydantic import ConfigDict
 
+from consumers import JSON, JSONObject
 from gateway.errors import UnknownName
 from gateway.identity import Identity
 
@@ -100,7 +101,7 @@ class TaskBook:
         return task_id in self._tasks
 
     def adopt(self, upstream: str, upstream_id: str, identity: Identity, session: str | None, era: Era,
-              ttl_ms: Any, call: Any = None, holder: str | None = None) -> str:
+              ttl_ms: JSON, call: object = None, holder: str | None = None) -> str:
         """Record a task an upstream just created for `identity` on the upstream session of `holder`
         (`TaskEntry.holder`); the id the client gets."""
         self._purge()
@@ -123,7 +124,7 @@ class TaskBook:
         self._by_upstream[(upstream, holder, upstream_id)] = task_id
         return task_id
 
-    def find(self, task_id: Any, identity: Identity, session: str | None, era: Era) -> TaskEntry:
+    def find(self, task_id: JSON, identity: Identity, session: str | None, era: Era) -> TaskEntry:
         """The caller's own task; anything else (unknown, expired, another's, another era's) is unknown."""
         entry = self._tasks.get(task_id) if isinstance(task_id, str) else None
         if entry is not None and entry.expires <= self._clock():
@@ -139,7 +140,7 @@ class TaskBook:
         return ((task_id, entry) for task_id, entry in list(self._tasks.items())
                 if self._mine(entry, identity, session, era))
 
-    def gateway_id(self, upstream: str, upstream_id: Any, holder: str | None) -> tuple[str, TaskEntry] | None:
+    def gateway_id(self, upstream: str, upstream_id: JSON, holder: str | None) -> tuple[str, TaskEntry] | None:
         """The id Triad gave the task `upstream_id` of the upstream session of `holder`, and its entry (for routing
         the upstream's notifications)."""
         task_id = self._by_upstream.get((upstream, holder, upstream_id)) if isinstance(upstream_id, str) else None
@@ -164,7 +165,7 @@ class TaskBook:
             self.forget(task_id)
 
 
-def task_owner(task_id: Any) -> str | None:
+def task_owner(task_id: JSON) -> str | None:
     """The replica a task id names (`TASK_PREFIX`); None: no replica's (no `cluster:`, or not Triad's id)."""
     if not isinstance(task_id, str) or not task_id.startswith(TASK_PREFIX):
         return None
@@ -174,7 +175,7 @@ def task_owner(task_id: Any) -> str | None:
 
 # -- the wire ----------------------------------------------------------------------------------------------------
 
-def created_task(result: Mapping[str, Any]) -> tuple[str, Any] | None:
+def created_task(result: Mapping[str, JSON]) -> tuple[str, JSON] | None:
     """(upstream task id, TTL in ms) of a `CreateTaskResult` of either era; None for any other result."""
     if result.get("resultType") == "task" and isinstance(result.get("taskId"), str):
         return result["taskId"], result.get("ttlMs")
@@ -184,7 +185,7 @@ def created_task(result: Mapping[str, Any]) -> tuple[str, Any] | None:
     return None
 
 
-def with_task_id(result: dict[str, Any], task_id: str) -> dict[str, Any]:
+def with_task_id(result: JSONObject, task_id: str) -> JSONObject:
     """A task-bearing result (create, get, cancel, a list item, a status notification) naming `task_id`."""
     if isinstance(result.get("task"), Mapping) and "taskId" not in result:
         return {**result, "task": {**result["task"], "taskId": task_id}}
@@ -195,13 +196,13 @@ def with_task_id(result: dict[str, Any], task_id: str) -> dict[str, Any]:
     return out
 
 
-def declares_extension(capabilities: Mapping[str, Any] | None) -> bool:
+def declares_extension(capabilities: Mapping[str, JSON] | None) -> bool:
     """A 2026-07-28 request's client capabilities declare the tasks extension."""
     extensions = (capabilities or {}).get("extensions")
     return isinstance(extensions, Mapping) and EXTENSION in extensions
 
 
-def offers_legacy_tasks(capabilities: Mapping[str, Any]) -> bool:
+def offers_legacy_tasks(capabilities: Mapping[str, JSON]) -> bool:
     """A handshake-era server's capabilities let clients run `tools/call` as a task (2025-11-25)."""
     tasks = capabilities.get("tasks")
     requests = tasks.get("requests") if isinstance(tasks, Mapping) else None
@@ -209,12 +210,12 @@ def offers_legacy_tasks(capabilities: Mapping[str, Any]) -> bool:
     return isinstance(tools, Mapping) and "call" in tools
 
 
-def offers_extension(capabilities: Mapping[str, Any]) -> bool:
+def offers_extension(capabilities: Mapping[str, JSON]) -> bool:
     extensions = capabilities.get("extensions")
     return isinstance(extensions, Mapping) and EXTENSION in extensions
 
 
-def missing_extension_data() -> dict[str, Any]:
+def missing_extension_data() -> JSONObject:
     """`data` of the -32021 error a request that did not declare the extension gets."""
     return {"requiredCapabilities": {"extensions": {EXTENSION: {}}}}
 
@@ -250,6 +251,6 @@ class NamedTaskRequest(TaskRequest):
     name_param: ClassVar[str | None] = "taskId"
 
 
-def task_request(method: str, params: Mapping[str, Any]) -> TaskRequest:
+def task_request(method: str, params: Mapping[str, JSON]) -> TaskRequest:
     kind = NamedTaskRequest if isinstance(params.get("taskId"), str) else TaskRequest
     return kind.model_validate({"method": method, "params": dict(params)}, by_name=False)

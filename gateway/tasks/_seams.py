@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol, Unpack
 
-from consumers import Upstream, UpstreamRequest
+from consumers import JSONObject, RequestOptions, Upstream, UpstreamRequest
 from gateway.hooks import HookChain
 
 
@@ -15,7 +15,7 @@ class Forwarding(Protocol):
         ...
 
     async def forward(self, upstream: Upstream, kind: str, request: UpstreamRequest, *,
-                      caller: tuple[str, str] = ("", ""), **options: Any) -> dict[str, Any]:
+                      caller: tuple[str, str] = ("", ""), **options: Unpack[RequestOptions]) -> JSONObject:
         """The one place a request leaves for an upstream: the raw result."""
         ...
 
