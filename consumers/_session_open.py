@@ -16,7 +16,7 @@ import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 import anyio
 import mcp_types as types
@@ -25,6 +25,7 @@ from mcp.client.session import ClientRequestContext, ListRootsFnT, MessageHandle
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from consumers._json import JSON, JSONObject
 from consumers._sdk import declare_as_client
 from consumers.channel import SessionChannel, open_channel
 from consumers.child_process import ChildOutput
@@ -49,7 +50,7 @@ class Declaration:
 
     names: Collection[str]
     list_roots: ListRootsFnT | None = None
-    spelling: dict[str, Any] | None = None
+    spelling: JSONObject | None = None
 
     @classmethod
     def shared(cls, config: UpstreamConfig) -> Declaration:
@@ -66,7 +67,7 @@ class Declaration:
         return cls(("sampling", "elicitation") + (("roots",) if declares_roots else ()), configured_roots)
 
     @classmethod
-    def of_client(cls, capabilities: dict[str, Any]) -> Declaration:
+    def of_client(cls, capabilities: JSONObject) -> Declaration:
         """A client's own session: it declares what that client declared, spelt as the client spelt it."""
         return cls(tuple(capabilities), spelling=capabilities)
 
@@ -82,7 +83,7 @@ class OpenSession(Generic[Lists]):
     """When opening began (`anyio.current_time()`), for the log line that says it is open."""
 
 
-def offered(handshake: Handshake) -> Mapping[str, Any]:
+def offered(handshake: Handshake) -> Mapping[str, JSON]:
     """The server capabilities the upstream offered in its handshake."""
     return handshake.capabilities.model_dump(exclude_none=True)
 
@@ -91,7 +92,7 @@ def offered(handshake: Handshake) -> Mapping[str, Any]:
 async def open_session(name: str, config: UpstreamConfig, cwd: str | None, declaration: Declaration,
                        first_listing: Callable[[SessionChannel, Handshake], Awaitable[Lists]], *,
                        relays: InFlight, on_message: MessageHandlerFnT,
-                       on_notification: Callable[[str, dict[str, Any]], None], auth: CredentialUse,
+                       on_notification: Callable[[str, JSONObject], None], auth: CredentialUse,
                        tls: TlsContexts | None = None, output: ChildOutput | None = None,
                        discover: Callable[[ClientSession], None] | None = None,
                        opening: anyio.CancelScope | None = None) -> AsyncIterator[OpenSession[Lists]]:

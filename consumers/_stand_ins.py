@@ -14,8 +14,8 @@ import json
 import secrets
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
 
+from consumers._json import JSONObject
 from consumers.errors import UpstreamUnavailable
 from consumers.relay import ClientOrigin, Downstream
 
@@ -40,7 +40,7 @@ class StandIn:
     def __init__(self, key: tuple[str, str]) -> None:
         self.made = time.monotonic()
         self.user: str | None = key[0]
-        self.declared: dict[str, Any] | None = json.loads(key[1])
+        self.declared: JSONObject | None = json.loads(key[1])
         self.id = "c-" + secrets.token_hex(6)
         """Its label in log lines (`consumers.log_fields`): random, since a hash of who it is could be guessed."""
 
@@ -58,7 +58,7 @@ class StandIns:
         self._upstream = upstream
         self._by_key: dict[tuple[str, str], StandIn] = {}
 
-    def of(self, client: ClientOrigin, declared: dict[str, Any], is_open: Callable[[StandIn], bool]
+    def of(self, client: ClientOrigin, declared: JSONObject, is_open: Callable[[StandIn], bool]
            ) -> StandIn | None:
         """`client`'s stand-in for what its session would declare (`declared`); None when Triad does not know who
         the caller is. `is_open`: whether a stand-in's upstream session is open (those are kept when pruning)."""

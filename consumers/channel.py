@@ -28,6 +28,7 @@ import mcp_types as types
 from mcp import ClientSession
 from mcp.client.session import ListRootsFnT, MessageHandlerFnT
 
+from consumers._json import JSONObject
 from consumers._progress import CallWrites
 from consumers._sdk import send_raw
 from consumers._streams import EOFWatch
@@ -60,7 +61,7 @@ class Channel(Protocol):
     closing is its owner task leaving `open_channel`."""
 
     async def request(self, request: UpstreamRequest, on_progress: ProgressFn,
-                      downstream: Downstream | None) -> dict[str, Any]:
+                      downstream: Downstream | None) -> JSONObject:
         """Send `request`, report its progress to `on_progress`, put the upstream's questions to `downstream`;
         the raw result (a JSON-RPC error raises the SDK's `MCPError`)."""
         ...
@@ -86,7 +87,7 @@ class SessionChannel:
         self._link = link
         self._direct: DirectHttp | None = None
 
-    def use_direct(self, protocol_version: str, on_notification: Callable[[str, dict[str, Any]], None]) -> None:
+    def use_direct(self, protocol_version: str, on_notification: Callable[[str, JSONObject], None]) -> None:
         """Send requests on Triad's direct HTTP path from now on (a handshake-era streamable-HTTP session, after
         its handshake); `on_notification` gets what its replies carry that is not about their request."""
         if self._link is not None:
@@ -105,14 +106,14 @@ class SessionChannel:
         await self.session.send_notification(notification)
 
     async def request(self, request: UpstreamRequest, on_progress: ProgressFn,
-                      downstream: Downstream | None) -> dict[str, Any]:
+                      downstream: Downstream | None) -> JSONObject:
         if self._direct is not None:
             return await self._direct.request(request, on_progress, downstream)
         return await self.relays.progress.routed(
             on_progress, lambda token: self._rounds(request, token, downstream),
             lambda: downstream.cancel_reason if downstream is not None else None)
 
-    async def _rounds(self, request: UpstreamRequest, token: str, downstream: Downstream | None) -> dict[str, Any]:
+    async def _rounds(self, request: UpstreamRequest, token: str, downstream: Downstream | None) -> JSONObject:
         request = with_progress_token(request, token)
         result = await send_raw(self.session, request)
         for _ in range(MAX_INPUT_ROUNDS):
@@ -130,7 +131,7 @@ async def open_channel(name: str, config: UpstreamConfig, cwd: str | None, relay
                        on_message: MessageHandlerFnT, *, declare: Collection[str],
                        list_roots: ListRootsFnT | None = None, output: ChildOutput | None = None,
                        tls: TlsContexts | None = None,
-                       on_notification: Callable[[str, dict[str, Any]], None] | None = None,
+                       on_notification: Callable[[str, JSONObject], None] | None = None,
                        auth: CredentialUse | None = None) -> AsyncIterator[SessionChannel]:
     """An upstream session before its handshake. `declare`: the client capabilities it declares (of "sampling",
     "elicitation", "roots"), each relayed through `relays`; `list_roots` answers `roots/list` instead of the
@@ -152,7 +153,7 @@ async def open_channel(name: str, config: UpstreamConfig, cwd: str | None, relay
 TASK_STATUS = "notifications/tasks/status"
 
 
-def _intercept(relays: InFlight, on_notification: Callable[[str, dict[str, Any]], None] | None
+def _intercept(relays: InFlight, on_notification: Callable[[str, JSONObject], None] | None
                ) -> Callable[[Any], bool]:
     """What a session's read stream hands to Triad before the SDK sees it: progress of a call in flight, and task
     status pushes (to `on_notification`)."""

@@ -39,6 +39,7 @@ from anyio.abc import TaskGroup, TaskStatus
 from mcp import ClientSession
 
 from consumers._errors import describe_failure
+from consumers._json import JSON, JSONObject
 from consumers._session_loop import Wake, serve_session
 from consumers._session_open import Declaration, Handshake, OpenSession, offered, open_session
 from consumers._stand_ins import IDLE_CLOSE, StandIn, StandIns
@@ -102,7 +103,7 @@ class ClientLink:
 class ClientSessions:
     def __init__(self, upstream: str, config: Callable[[], UpstreamConfig], cwd: str | None,
                  on_message: Callable[[Any, ClientOrigin | None], Awaitable[None]],
-                 on_notification: Callable[[str, dict[str, Any], ClientOrigin | None], None],
+                 on_notification: Callable[[str, JSONObject, ClientOrigin | None], None],
                  tls: TlsContexts | None = None,
                  credentials: Credentials | None = None) -> None:
         self._upstream = upstream
@@ -287,7 +288,7 @@ class ClientSessions:
         # A list change on this session re-lists it for this client; it goes on where the shared session's
         # messages go as well, since a server may tell only the session that made a change that concerns all.
         # It carries the client's origin: a task status belongs to a task of this client's own session.
-        def on_notification(method: str, params: dict[str, Any]) -> None:
+        def on_notification(method: str, params: JSONObject) -> None:
             if method in OWN_LISTS:
                 link.changed(OWN_LISTS[method])
             self._on_notification(method, params, link.origin)
@@ -351,7 +352,7 @@ class ClientSessions:
 
         await serve_session(opened.channel, link.wake, idle, step, on_eof=link.close)
 
-    async def _relist(self, link: ClientLink, session: ClientSession, offered: Mapping[str, Any]) -> None:
+    async def _relist(self, link: ClientLink, session: ClientSession, offered: Mapping[str, JSON]) -> None:
         """Re-list after the upstream said a list changed on this client's session, and tell that client (only)
         which of its lists changed."""
         link.stale.clear()
@@ -379,12 +380,12 @@ class ClientSessions:
                 await back.lists_changed(family)
 
 
-def _declared(origin: ClientOrigin) -> dict[str, Any]:
+def _declared(origin: ClientOrigin) -> JSONObject:
     """The capabilities a client's own upstream session declares: those of `DECLARED` the client declared."""
     return _declarable(origin.back.capabilities if origin.back is not None else origin.declared)
 
 
-def _declarable(capabilities: Mapping[str, Any] | None) -> dict[str, Any]:
+def _declarable(capabilities: Mapping[str, JSON] | None) -> JSONObject:
     return {name: capabilities[name] for name in DECLARED if name in capabilities} if capabilities else {}
 
 

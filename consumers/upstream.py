@@ -26,6 +26,7 @@ from consumers._breaker import CircuitBreaker
 from consumers._deadline import send_within_deadline
 from consumers._errors import UpstreamConnectionFailed, UpstreamSessionGone, describe_failure
 from consumers._health import probe
+from consumers._json import JSONObject
 from consumers._session_loop import Wake, serve_session
 from consumers._session_open import Declaration, Handshake, open_session
 from consumers.channel import TASK_STATUS, SessionChannel
@@ -85,7 +86,7 @@ class Upstream:
         self._relays = InFlight(name)
         self._on_updated = on_updated
         """Told (upstream name, raw URI) when a subscribed resource changed."""
-        self.on_task_status: Callable[[str, dict[str, Any], ClientOrigin | None], None] = \
+        self.on_task_status: Callable[[str, JSONObject, ClientOrigin | None], None] = \
             lambda _upstream, _params, _origin: None
         """Told (upstream, params) of each `notifications/tasks/status` the upstream pushes on any of its sessions
         (2025-11-25 tasks; the pool sets it)."""
@@ -230,7 +231,7 @@ class Upstream:
         version = self.catalog.protocol_version if self.modern and self.catalog is not None else None
         await probe(self.name, session, version, min(self.config.timeout, PING_TIMEOUT))
 
-    def _on_notification(self, method: str, params: dict[str, Any], origin: ClientOrigin | None = None) -> None:
+    def _on_notification(self, method: str, params: JSONObject, origin: ClientOrigin | None = None) -> None:
         """A notification not about a call in flight, from the SDK's session or a direct-path reply (`origin`: the
         downstream session whose own upstream session it came on; None: the shared one)."""
         if method == TASK_STATUS:
@@ -288,7 +289,7 @@ class Upstream:
 
     async def request(self, request: UpstreamRequest, *, progress: ProgressFn | None = None, retry_safe: bool = False,
                       call_limits: tuple[float | None, float | None] = (None, None),
-                      client: ClientOrigin | None = None) -> dict[str, Any]:
+                      client: ClientOrigin | None = None) -> JSONObject:
         """Send one request on the live session and return the raw result dict (no output-schema check).
 
         The deadline is the upstream's `timeout`, pushed back by each progress notification up to
@@ -358,7 +359,7 @@ class Upstream:
             self._set_state(UpstreamState.READY, "")
 
     async def _send(self, channel: SessionChannel | None, request: UpstreamRequest, progress: ProgressFn | None,
-                    call_limits: tuple[float | None, float | None] = (None, None)) -> dict[str, Any]:
+                    call_limits: tuple[float | None, float | None] = (None, None)) -> JSONObject:
         retired = self._calls.retired
         if retired is not None:
             raise UpstreamUnavailable(self.name, f"upstream {self.name!r} was {retired}")

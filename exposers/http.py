@@ -32,6 +32,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from consumers import JSONObject
 from exposers._sdk import hide_session_ids, session_transport
 from exposers._wire import StrictJson, refuse
 from exposers.auth import KeysUnavailable, TokenGate, TokenRejected, challenge, metadata_routes
@@ -59,6 +60,7 @@ from gateway.observe import Reloads
 
 if TYPE_CHECKING:
     from consumers.oauth import Redirects
+    from gateway.cluster import Cluster
 
 logger = logging.getLogger(__name__)
 
@@ -188,7 +190,7 @@ class HostGuard:
 
 
 def build_app(server: GatewayServer, dispatcher: Dispatcher, notifier: Notifier, host: str,
-              reloader: Reloads | None = None, rounds: InputRounds | None = None, cluster: Any = None,
+              reloader: Reloads | None = None, rounds: InputRounds | None = None, cluster: Cluster | None = None,
               redirects: Redirects | None = None) -> McpFirst:
     """`cluster`: with `cluster:` in the config, the replica's `gateway.cluster.Cluster` (requests another replica
     owns are forwarded to it, and `/readyz` shows the cluster). `redirects`: per-user authorizations waiting for
@@ -253,7 +255,7 @@ def build_app(server: GatewayServer, dispatcher: Dispatcher, notifier: Notifier,
                      for name, up in dispatcher.upstreams.items()}
         ready = sum(1 for u in upstreams.values() if u["state"] == "ready")
         # A gateway with nothing behind it is not ready (an explicit `upstreams: {}` included).
-        body: dict[str, Any] = {"ready": bool(upstreams) and ready >= min(dispatcher.config.min_ready, len(upstreams)),
+        body: JSONObject = {"ready": bool(upstreams) and ready >= min(dispatcher.config.min_ready, len(upstreams)),
                                 "upstreams": upstreams, "registry_version": dispatcher.registry.version,
                                 "tools": len(dispatcher.registry.tools)}
         if reloader is not None:

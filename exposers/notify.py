@@ -46,7 +46,7 @@ from mcp_types import (
     SubscriptionsAcknowledgedNotification,
 )
 
-from consumers import TASK_STATUS
+from consumers import TASK_STATUS, ClientOrigin, JSONObject
 from exposers.relay import envelope_capabilities
 from exposers.sessions import MAX_SUBSCRIPTIONS, DownstreamSession, SessionRelay, Sessions
 from gateway.calls import Dispatcher
@@ -203,7 +203,7 @@ class Notifier:
         self._updated.add((upstream, raw))
         self._dirty.set()
 
-    def task_status(self, upstream: str, params: dict[str, Any], origin: Any) -> None:
+    def task_status(self, upstream: str, params: JSONObject, origin: ClientOrigin | None) -> None:
         """An upstream pushed a task's status (2025-11-25, called in the task of its read stream; `origin`: the
         downstream session whose own upstream session it came on, None for the shared one): the session that
         created the task is told, under Triad's id for it, and nobody else. A status of a task Triad does not know
@@ -270,7 +270,7 @@ class Notifier:
             raise InvalidRequest(f"taskIds must be a list of at most {MAX_SUBSCRIPTIONS} task ids")
         pushes, pushed = anyio.create_memory_object_stream[dict[str, Any]](OUTBOX_SIZE)
 
-        def watcher(task: dict[str, Any]) -> None:
+        def watcher(task: JSONObject) -> None:
             with contextlib.suppress(anyio.WouldBlock, anyio.ClosedResourceError):  # optional: the client polls
                 pushes.send_nowait(task)
 

@@ -33,6 +33,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from starlette.requests import Request
 from starlette.types import Receive
 
+from consumers import JSON, JSONObject
 from exposers._sdk import connection_of, drop_idle_tracing
 from exposers.input_rounds import InputRounds
 from exposers.notify import Notifier
@@ -61,7 +62,7 @@ logger = logging.getLogger("triad.exposer")
 CACHE_HINT = CacheHint(ttl_ms=0, scope="private")
 """2026-07-28 list and read results carry cache hints. What a client sees depends on who it is and on the registry
 of the moment, so nothing Triad serves is marked fresh or shareable."""
-LEGACY_TASKS_CAPABILITY: dict[str, Any] = {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}
+LEGACY_TASKS_CAPABILITY: JSONObject = {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}
 """What Triad relays of 2025-11-25 tasks: `tools/call` as a task, `tasks/list` (the caller's own) and cancel."""
 IDENTITY_SCOPE_KEY = "triad.identity"
 """Where the HTTP auth middleware leaves the caller's identity in the ASGI scope."""
@@ -74,7 +75,7 @@ class SessionOrigin:
 
     identity: Identity
 
-Handler = Callable[[ServerRequestContext[Any], Any], Awaitable[Any]]
+Handler = Callable[[ServerRequestContext, Any], Awaitable[Any]]
 
 
 class GatewayServer(Server[Any]):
@@ -108,17 +109,17 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
                  rounds: InputRounds | None = None) -> GatewayServer:
     sessions = notifier.sessions
 
-    def downstream(ctx: ServerRequestContext[Any]) -> DownstreamSession | None:
+    def downstream(ctx: ServerRequestContext) -> DownstreamSession | None:
         """The downstream session a request belongs to; None for one the SDK gives no connection."""
         connection = connection_of(ctx)
         return sessions.of(connection) if connection is not None else None
 
-    def session_of(ctx: ServerRequestContext[Any]) -> Session:
+    def session_of(ctx: ServerRequestContext) -> Session:
         """The hook state of a request's session (a fresh one when it has none)."""
         found = downstream(ctx)
         return found.hook if found is not None else Session()
 
-    def identity_of(ctx: ServerRequestContext[Any]) -> Identity:
+    def identity_of(ctx: ServerRequestContext) -> Identity:
         """Who sends this request (`exposers.request.acting_identity`); a session's first request fixes the
         session's identity."""
         origin = ctx.lifespan_context.identity if isinstance(ctx.lifespan_context, SessionOrigin) else None
@@ -134,29 +135,29 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
 
     results = RawResults()
 
-    def raw(ctx: ServerRequestContext[Any]) -> dict[str, Any]:
+    def raw(ctx: ServerRequestContext) -> JSONObject:
         return dict(ctx.params or {})
 
-    def cursor_of(ctx: ServerRequestContext[Any]) -> str | None:
+    def cursor_of(ctx: ServerRequestContext) -> str | None:
         cursor = (ctx.params or {}).get("cursor")
         return cursor if isinstance(cursor, str) else None
 
-    def lister(method: Callable[[Identity, str | None, Mapping[str, Any] | None, SessionLists], dict[str, Any]]
+    def lister(method: Callable[[Identity, str | None, Mapping[str, JSON] | None, SessionLists], JSONObject]
                ) -> Handler:
         """A list, as the session's own upstream sessions list it (`sessions: per_client`)."""
-        async def handle(ctx: ServerRequestContext[Any], _params: Any) -> dict[str, Any]:
+        async def handle(ctx: ServerRequestContext, _params: Any) -> JSONObject:
             await dispatcher.settled()
             identity = identity_of(ctx)
             own = await dispatcher.own_lists(caller_session(session_of(ctx), identity, ctx.params))
             return results.keep(ctx, complete(method(identity, cursor_of(ctx), ctx.params, own)))
         return handle
 
-    async def forwarded(ctx: ServerRequestContext[Any], _params: Any) -> dict[str, Any]:
+    async def forwarded(ctx: ServerRequestContext, _params: Any) -> JSONObject:
         """`tools/call`, `resources/read`, `prompts/get`: served by the one runner, with this request's stream as
         the relay back to its client."""
         return results.keep(ctx, complete(await run(ctx)))
 
-    async def run(ctx: ServerRequestContext[Any]) -> dict[str, Any]:
+    async def run(ctx: ServerRequestContext) -> JSONObject:
         request = ClientRequest(ctx.method, raw(ctx), identity_of(ctx), RequestRelay(ctx, downstream(ctx)),
                                 session_of(ctx))
         connection = connection_of(ctx)
@@ -170,7 +171,7 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
         assert result is not None  # without `answer_first`, serve always has the result
         return result
 
-    async def task_method(ctx: ServerRequestContext[Any], _params: Any) -> dict[str, Any]:
+    async def task_method(ctx: ServerRequestContext, _params: Any) -> JSONObject:
         """`tasks/*`, after the gates of the request's era (`gateway.tasks`): a method of the other era does not
         exist; at 2026-07-28 the request must declare the extension and name its task in `Mcp-Name` too."""
         modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
@@ -187,13 +188,13 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
                 raise MCPError(types.HEADER_MISMATCH, "the Mcp-Name header does not match params.taskId")
         return await run(ctx)
 
-    async def set_logging_level(ctx: ServerRequestContext[Any], params: types.SetLevelRequestParams) -> dict[str, Any]:
+    async def set_logging_level(ctx: ServerRequestContext, params: types.SetLevelRequestParams) -> JSONObject:
         found = downstream(ctx)
         if found is not None:
             found.set_log_level(params.level)
         return {}
 
-    async def subscribe(ctx: ServerRequestContext[Any], _params: Any) -> dict[str, Any]:
+    async def subscribe(ctx: ServerRequestContext, _params: Any) -> JSONObject:
         uri = str((ctx.params or {}).get("uri"))
         found = downstream(ctx)
         # the place is taken before the upstream is asked: subscriptions sent at once stay within the bound
@@ -208,19 +209,19 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
             await dispatcher.unsubscribe(owner, raw_uri)  # already subscribed: one upstream count per connection
         return {}
 
-    async def unsubscribe(ctx: ServerRequestContext[Any], _params: Any) -> dict[str, Any]:
+    async def unsubscribe(ctx: ServerRequestContext, _params: Any) -> JSONObject:
         session = downstream(ctx)
         found = session.unsubscribe(str((ctx.params or {}).get("uri"))) if session is not None else None
         if found is not None:
             await dispatcher.unsubscribe(*found)
         return {}
 
-    async def completion(ctx: ServerRequestContext[Any], _params: Any) -> dict[str, Any]:
+    async def completion(ctx: ServerRequestContext, _params: Any) -> JSONObject:
         identity = identity_of(ctx)
         session = caller_session(session_of(ctx), identity, ctx.params)
         return results.keep(ctx, complete(await dispatcher.complete(identity, raw(ctx), session)))
 
-    async def roots_changed(ctx: ServerRequestContext[Any], _params: Any) -> None:
+    async def roots_changed(ctx: ServerRequestContext, _params: Any) -> None:
         """The client's roots changed: its own upstream sessions are told (`sessions: per_client`)."""
         found = downstream(ctx)
         if found is not None and not found.modern:
@@ -250,7 +251,7 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
         server.add_request_handler(method, TaskRequestParams, task_method)
     server.add_notification_handler("notifications/roots/list_changed", types.NotificationParams, roots_changed)
 
-    async def track_and_render(ctx: ServerRequestContext[Any], call_next: CallNext) -> HandlerResult:
+    async def track_and_render(ctx: ServerRequestContext, call_next: CallNext) -> HandlerResult:
         found = downstream(ctx)
         if ctx.method == "notifications/cancelled" and found is not None:
             found.keep_cancel_reason(ctx.params)
@@ -277,10 +278,10 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
     return server
 
 
-async def unless_gone(receive: Receive, run: Callable[[], Awaitable[dict[str, Any] | None]]) -> dict[str, Any] | None:
+async def unless_gone(receive: Receive, run: Callable[[], Awaitable[JSONObject | None]]) -> JSONObject | None:
     """`run()`, cancelled if the client's HTTP connection closes first (then an error nobody will read). What
 `run()` raises is raised as it is, not inside an exception group."""
-    outcome: list[dict[str, Any] | None] = []
+    outcome: list[JSONObject | None] = []
     failure: list[Exception] = []
     async with anyio.create_task_group() as tg:
 
@@ -302,7 +303,7 @@ async def unless_gone(receive: Receive, run: Callable[[], Awaitable[dict[str, An
     return outcome[0]
 
 
-def client_name(ctx: ServerRequestContext[Any], session: DownstreamSession | None) -> str | None:
+def client_name(ctx: ServerRequestContext, session: DownstreamSession | None) -> str | None:
     """The client's self-declared name: from the handshake, or from a 2026-07-28 request's envelope."""
     if session is not None and (name := session.client_name) is not None:
         return name
@@ -324,7 +325,7 @@ def error_data(method: str, exc: Exception) -> types.ErrorData:
     return types.ErrorData(code=types.INTERNAL_ERROR, message="Internal error")
 
 
-def stamp_server_info(result: dict[str, Any], server_info: Mapping[str, Any]) -> dict[str, Any]:
+def stamp_server_info(result: JSONObject, server_info: Mapping[str, JSON]) -> JSONObject:
     """Triad's `serverInfo` in a 2026-07-28 result's `_meta`, as the SDK stamps its own results (a value already
     there, an upstream's, stays: the SDK's rule)."""
     meta = result.get("_meta")
@@ -335,13 +336,13 @@ def stamp_server_info(result: dict[str, Any], server_info: Mapping[str, Any]) ->
     return result
 
 
-def complete(result: dict[str, Any]) -> dict[str, Any]:
+def complete(result: JSONObject) -> JSONObject:
     """`resultType` is required on 2026-07-28 (the SDK drops it for older versions); an upstream's own wins."""
     result.setdefault("resultType", "complete")
     return result
 
 
-def tool_input_schema(dispatcher: Dispatcher, name: str) -> dict[str, Any] | None:
+def tool_input_schema(dispatcher: Dispatcher, name: str) -> JSONObject | None:
     """The input schema of an exposed tool, for the 2026-07-28 `Mcp-Param-*` header checks."""
     descriptor = dispatcher.registry.tools.get(name)
     return dict(descriptor.input_schema) if descriptor is not None else None

@@ -16,12 +16,11 @@ from __future__ import annotations
 import logging
 import weakref
 from collections.abc import Callable, Mapping
-from typing import Any
 
 import anyio
 import anyio.lowlevel
 
-from consumers import Upstream, UpstreamPool, UpstreamState
+from consumers import JSON, JSONObject, Upstream, UpstreamPool, UpstreamState
 from gateway.calls._forwarder import Forwarder
 from gateway.calls._live import Live
 from gateway.calls._own_lists import own_lists
@@ -162,28 +161,28 @@ class Dispatcher:
 
     # -- lists ---------------------------------------------------------------------------------------------------
 
-    def list_tools(self, identity: Identity, cursor: str | None, params: Mapping[str, Any] | None = None,
-                   own: SessionLists = ()) -> dict[str, Any]:
+    def list_tools(self, identity: Identity, cursor: str | None, params: Mapping[str, JSON] | None = None,
+                   own: SessionLists = ()) -> JSONObject:
         view = self.live.request_view(identity, params, own)
         return self._page(view, view.tools_wire, "tools", cursor)
 
-    def list_resources(self, identity: Identity, cursor: str | None, params: Mapping[str, Any] | None = None,
-                       own: SessionLists = ()) -> dict[str, Any]:
+    def list_resources(self, identity: Identity, cursor: str | None, params: Mapping[str, JSON] | None = None,
+                       own: SessionLists = ()) -> JSONObject:
         view = self.live.request_view(identity, params, own)
         return self._page(view, view.resources_wire, "resources", cursor)
 
-    def list_resource_templates(self, identity: Identity, cursor: str | None, params: Mapping[str, Any] | None = None,
-                                own: SessionLists = ()) -> dict[str, Any]:
+    def list_resource_templates(self, identity: Identity, cursor: str | None, params: Mapping[str, JSON] | None = None,
+                                own: SessionLists = ()) -> JSONObject:
         view = self.live.request_view(identity, params, own)
         return self._page(view, view.templates_wire, "resourceTemplates", cursor)
 
-    def list_prompts(self, identity: Identity, cursor: str | None, params: Mapping[str, Any] | None = None,
-                     own: SessionLists = ()) -> dict[str, Any]:
+    def list_prompts(self, identity: Identity, cursor: str | None, params: Mapping[str, JSON] | None = None,
+                     own: SessionLists = ()) -> JSONObject:
         view = self.live.request_view(identity, params, own)
         return self._page(view, view.prompts_wire, "prompts", cursor)
 
-    def _page(self, view: ClientView, items: tuple[dict[str, Any], ...], key: str, cursor: str | None
-              ) -> dict[str, Any]:
+    def _page(self, view: ClientView, items: tuple[JSONObject, ...], key: str, cursor: str | None
+              ) -> JSONObject:
         page = paginate(items, key, cursor, view.version, self.config.page_size)
         return with_page_meta(page, key, (self.pool.get(name) for name in sorted(view.visible_upstreams)))
 

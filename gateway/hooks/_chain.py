@@ -34,13 +34,13 @@ import warnings
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import anyio
 import mcp_types as types
 from mcp.shared.exceptions import MCPDeprecationWarning
 
-from consumers import CURRENT_DOWNSTREAM, Downstream, ProgressFn
+from consumers import CURRENT_DOWNSTREAM, Answer, Downstream, JSONObject, ProgressFn
 from gateway.errors import HookBlocked, TriadError, UpstreamError
 from gateway.hooks._protocols import (
     AfterCall,
@@ -78,7 +78,7 @@ RESULT_FIELDS = ("content", "structuredContent", "isError", "_meta", "contents",
 
 WITHHELD = "The upstream's error message was withheld because a hook failed on it; the gateway's log has the details."
 
-def _log_fields(ctx: CallContext, **more: str) -> dict[str, Any]:
+def _log_fields(ctx: CallContext, **more: str) -> JSONObject:
     """The structured fields of a log line about `ctx` (`gateway.observe`): names only, the session hashed."""
     return {"kind": ctx.kind, "client": ctx.client_id, "session": ctx.session.id, "tool": ctx.name,
             "upstream": ctx.upstream, "raw": ctx.raw_name, **more}
@@ -164,7 +164,7 @@ class HookChain:
                 ctx.arguments = dict(outcome.values) if outcome.replace else {**ctx.arguments, **outcome.values}
         return None
 
-    async def after(self, ctx: CallContext, outcome: Outcome) -> dict[str, Any] | None:
+    async def after(self, ctx: CallContext, outcome: Outcome) -> JSONObject | None:
         """Run the after-hooks; each sees the result as the previous one left it. Returns the final result."""
         result = outcome.result
         for name, method in self._after[ctx.kind]:
@@ -179,7 +179,7 @@ class HookChain:
                 result = {**result, **{k: v for k, v in change.items() if k in RESULT_FIELDS}}
         return result
 
-    async def message(self, ctx: CallContext, message: Message) -> dict[str, Any] | None:
+    async def message(self, ctx: CallContext, message: Message) -> JSONObject | None:
         """Run the `on_message` hooks; the params to relay, or None: withheld. Not under the session lock: a log or
         progress message is relayed from the upstream's reading task, which must not wait on a session's hooks."""
         params = dict(message.params)
@@ -201,7 +201,7 @@ class HookChain:
         if progress is None or not self._message:
             return progress
 
-        async def relay(params: dict[str, Any]) -> None:
+        async def relay(params: JSONObject) -> None:
             if params.get("message") is not None:
                 changed = await self.message(ctx, Message("progress", params))
                 if changed is None:
@@ -228,8 +228,8 @@ class HookChain:
         error.args = (error.message,)
         error.data = changed.get("data")
 
-    async def run(self, ctx: CallContext, send: Callable[[CallContext], Awaitable[dict[str, Any]]]
-                  ) -> dict[str, Any]:
+    async def run(self, ctx: CallContext, send: Callable[[CallContext], Awaitable[JSONObject]]
+                  ) -> JSONObject:
         """before-hooks (under the session lock), then `send` (not under it), then after-hooks (under it).
 
         A blocked tool call becomes a tool error the model can read (`isError`); a blocked read or get becomes a
@@ -239,7 +239,7 @@ class HookChain:
         if block is not None and self.on_block is not None:
             self.on_block(ctx, block.hook)
         start = anyio.current_time()
-        result: dict[str, Any] | None = None
+        result: JSONObject | None = None
         failure: TriadError | None = None
         if block is not None and ctx.kind == "tool":
             result = {"content": [{"type": "text", "text": block.reason}], "isError": True}
@@ -291,7 +291,7 @@ class _HookedDownstream:
         return self._inner.log_level
 
     @property
-    def capabilities(self) -> dict[str, Any] | None:
+    def capabilities(self) -> JSONObject | None:
         return self._inner.capabilities
 
     @property
@@ -308,7 +308,7 @@ class _HookedDownstream:
             rewritten = types.LoggingMessageNotificationParams.model_validate(changed, by_name=False)
         await self._inner.log(rewritten)
 
-    async def ask(self, request: Any, result_type: Any) -> Any:
+    async def ask(self, request: types.ServerRequest, result_type: type[Answer]) -> Answer | types.ErrorData:
         return await self._inner.ask(request, result_type)
 
 

@@ -18,7 +18,7 @@ import socket
 import sys
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import anyio
@@ -44,6 +44,9 @@ from gateway.observe import JsonFormatter
 from gateway.runtime._reload import Reloader
 from gateway.state import NameLedger
 
+if TYPE_CHECKING:  # with `cluster:` only: redis-py and cryptography are optional (`_cluster`)
+    from gateway.cluster import Cluster
+
 logger = logging.getLogger("triad")
 
 LISTEN_BACKLOG = 2048
@@ -64,7 +67,7 @@ class Gateway:
     rounds: InputRounds
     reloader: Reloader | None
     task_group: TaskGroup
-    cluster: Any = None
+    cluster: Cluster | None = None
     """With `cluster:`, this replica's `gateway.cluster.Cluster`."""
 
 
@@ -154,7 +157,7 @@ def _redirects(config: TriadConfig, host: str, address: str, replica: str | None
     return Redirects(base, replica)
 
 
-def _cluster(config: TriadConfig) -> Any:
+def _cluster(config: TriadConfig) -> Cluster | None:
     """This replica's `gateway.cluster.Cluster`, or None without `cluster:` (Redis is then never imported)."""
     if config.cluster is None:
         return None
@@ -251,7 +254,8 @@ def _stopper(userver: uvicorn.Server, gw: Gateway) -> Callable[[], None]:
         gw.task_group.start_soon(gw.pool.drain, grace, SHUTDOWN_REASON, name="drain")
 
     async def leave_then_stop() -> None:
-        await gw.cluster.leave()
+        if gw.cluster is not None:  # started only with a cluster (above)
+            await gw.cluster.leave()
         if not userver.should_exit:
             stop_now()
     return stop

@@ -14,12 +14,11 @@ from __future__ import annotations
 import logging
 import weakref
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
 
 import anyio
-from anyio.abc import TaskGroup
+from anyio.abc import TaskGroup, TaskStatus
 
-from consumers import CURRENT_DOWNSTREAM, Upstream
+from consumers import CURRENT_DOWNSTREAM, JSON, ClientOrigin, JSONObject, Upstream
 from consumers.errors import UpstreamError, UpstreamRefused
 from gateway.errors import INVALID_PARAMS, TriadError, UnknownName
 from gateway.hooks import CallContext, Outcome, Session
@@ -58,7 +57,7 @@ from gateway.tasks._relayed import (
 )
 from gateway.tasks._seams import Current, Forwarding
 
-Watcher = Callable[[dict[str, Any]], None]
+Watcher = Callable[[JSONObject], None]
 """Told a translated task as its `tasks/get` shows it (a DetailedTask, with Triad's id), each time it changes."""
 Unwatch = Callable[[], None]
 MAX_LIST_PAGES = 100
@@ -86,15 +85,15 @@ class TaskRelay:
         """Translated tasks whose watchers are being told (one at a time, in order) -> it changed again since."""
         self._tg: TaskGroup | None = None
 
-    async def run(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Own the `tasks/result` streams held open for translated tasks' questions (for the daemon's life)."""
         async with anyio.create_task_group() as tg:
             self._tg = tg
             task_status.started()
             await anyio.sleep_forever()
 
-    def task_param(self, upstream: Upstream, tool: Mapping[str, Any], params: Mapping[str, Any], name: str,
-                   era: Era) -> Any:
+    def task_param(self, upstream: Upstream, tool: Mapping[str, JSON], params: Mapping[str, JSON], name: str,
+                   era: Era) -> JSON:
         """The `params.task` of a call to `upstream` (None: none). A 2026-07-28 upstream decides itself; a
         handshake-era one gets a 2025-11-25 client's own, and for a 2026-07-28 client one that follows from the
         tool's `taskSupport` and whether the request declares the extension (`gateway.tasks`)."""
@@ -108,8 +107,8 @@ class TaskRelay:
                                      name)
         return params.get("task")
 
-    def adopt(self, result: dict[str, Any], upstream: Upstream, identity: Identity, session: Any,
-              call: CallContext | None, era: Era) -> dict[str, Any]:
+    def adopt(self, result: JSONObject, upstream: Upstream, identity: Identity, session: object,
+              call: CallContext | None, era: Era) -> JSONObject:
         """A `tools/call` result as its client (of `era`) gets it: a task the upstream created is recorded for
         the client (with the hooks' view of the call, `call`) and named by Triad's own id; any other result is
         returned as it is."""
@@ -128,7 +127,7 @@ class TaskRelay:
 
     # -- status pushes of translated tasks (2026-07-28 `notifications/tasks`, on `subscriptions/listen`) --------
 
-    def watch(self, identity: Identity, task_ids: Iterable[Any], watcher: Watcher) -> tuple[list[str], Unwatch]:
+    def watch(self, identity: Identity, task_ids: Iterable[JSON], watcher: Watcher) -> tuple[list[str], Unwatch]:
         """Have `watcher` told each change of the caller's own translated tasks among `task_ids` (a 2026-07-28
         listen stream's `taskIds`), as the task's `tasks/get` would show it then. Returns the ids it will be told
         of (another's, an unknown id, or a task of a 2026 upstream: not) and the callable that stops it."""
@@ -189,8 +188,8 @@ class TaskRelay:
         """The downstream session that created a handshake-era task, while it lasts (in this process)."""
         return self._sessions.get(entry.session) if entry.session is not None else None
 
-    async def request(self, identity: Identity, session: Any, method: str, params: Mapping[str, Any],
-                      era: Era) -> dict[str, Any]:
+    async def request(self, identity: Identity, session: ClientOrigin | None, method: str, params: Mapping[str, JSON],
+                      era: Era) -> JSONObject:
         """A client's `tasks/*` request of `era`, sent to the upstream session that holds the task."""
         if method == "tasks/list":
             return await self._list(identity, session, params.get("cursor"))
@@ -215,7 +214,7 @@ class TaskRelay:
         if method == "tasks/result":  # the call's own result, marked as the task's (the spec requires it)
             final = await self._after_hooks(entry, expose_links(dict(result), part))
             found = final.get("_meta")
-            meta: dict[str, Any] = found if isinstance(found, dict) else {}
+            meta: JSONObject = found if isinstance(found, dict) else {}
             return {**final, "_meta": {**meta, RELATED_TASK: {"taskId": task_id}}}
         if isinstance(result.get("result"), dict):  # 2026-07-28: a terminal task's result, inlined
             result = {**result, "result": await self._after_hooks(entry, expose_links(dict(result["result"]), part))}
@@ -224,7 +223,7 @@ class TaskRelay:
     # -- a 2026-07-28 client's task on a handshake-era upstream (`gateway.tasks`) ----------------------------
 
     async def _translated(self, task_id: str, entry: TaskEntry, upstream: Upstream, identity: Identity,
-                          method: str, params: Mapping[str, Any]) -> dict[str, Any]:
+                          method: str, params: Mapping[str, JSON]) -> JSONObject:
         bridge = self._bridges.get(task_id)
         if method == "tasks/update":
             if bridge is not None:
@@ -267,7 +266,7 @@ class TaskRelay:
         return out
 
     async def _send(self, task_id: str, upstream: Upstream, entry: TaskEntry, identity: Identity, method: str,
-                    final: bool = False) -> dict[str, Any]:
+                    final: bool = False) -> JSONObject:
         """`method` about the entry's task, to the upstream that holds it (`final`: `tasks/result`, which waits)."""
         limits = (upstream.config.max_call_time,) * 2 if final else (None, None)
         try:
@@ -277,7 +276,7 @@ class TaskRelay:
             raise refused_as_triads(exc, entry, task_id) from exc
 
     async def _outcome(self, task_id: str, bridge: InputBridge | None, upstream: Upstream, entry: TaskEntry,
-                       identity: Identity) -> dict[str, Any]:
+                       identity: Identity) -> JSONObject:
         """A terminal task's payload: `{"result": ...}` or `{"error": ...}` (its `tasks/result`)."""
         if bridge is not None:
             with anyio.move_on_after(OUTCOME_WAIT):  # the stream Triad holds ends as the task does
@@ -312,7 +311,7 @@ class TaskRelay:
         self._tg.start_soon(hold, name=f"task-questions-{upstream.name}")
         return bridge
 
-    async def _after_hooks(self, entry: TaskEntry, result: dict[str, Any]) -> dict[str, Any]:
+    async def _after_hooks(self, entry: TaskEntry, result: JSONObject) -> JSONObject:
         """A task's result through the after-hooks, as the call's own result would have gone (a redaction hook
         must not be passed by running a tool as a task)."""
         hooks, kept = self._current.hooks, entry.call
@@ -323,7 +322,7 @@ class TaskRelay:
             final = await hooks.after(call, Outcome(result, None, 0.0))
         return final if final is not None else result
 
-    async def _list(self, identity: Identity, session: Any, cursor: Any) -> dict[str, Any]:
+    async def _list(self, identity: Identity, session: ClientOrigin | None, cursor: JSON) -> JSONObject:
         """A page of the caller's own tasks (2025-11-25), oldest first, as each upstream session holding some of
         them lists them (an upstream session shared by clients lists every client's; only the caller's are kept).
         The cursor is Triad's own: where the page ended in the order Triad adopted the tasks."""
@@ -332,7 +331,7 @@ class TaskRelay:
         rest = [(task_id, entry) for task_id, entry in mine if entry.seq > after]
         size = max(1, self._current.page_size)
         page = dict(rest[:size])
-        found: dict[str, dict[str, Any]] = {}
+        found: dict[str, JSONObject] = {}
         for name in sorted({entry.upstream for entry in page.values()}):
             upstream, upstream_cursor = self._upstream(name), None
             holder = holder_of(upstream, session)
@@ -347,7 +346,7 @@ class TaskRelay:
                 upstream_cursor = listed.get("nextCursor")
                 if not isinstance(upstream_cursor, str) or len(found) == len(page):
                     break
-        out: dict[str, Any] = {"tasks": [found[task_id] for task_id in page if task_id in found]}
+        out: JSONObject = {"tasks": [found[task_id] for task_id in page if task_id in found]}
         if len(rest) > size:
             out["nextCursor"] = cursor_at(page[list(page)[-1]].seq)
         return out

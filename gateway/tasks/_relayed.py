@@ -12,12 +12,11 @@ import re
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import mcp_types as types
 from pydantic import ValidationError
 
-from consumers import Upstream
+from consumers import JSON, Answer, JSONObject, Upstream
 from consumers.errors import UpstreamRefused
 from gateway.errors import INVALID_PARAMS, InvalidRequest
 from gateway.hooks import CallContext, Session, json_size
@@ -28,7 +27,7 @@ MAX_KEPT_ARGUMENTS = 64 * 1024
 """Bytes (JSON) of a task's call arguments Triad keeps for its after-hooks for as long as the task lasts (up to
 `MAX_TTL`); larger arguments are dropped (the hooks then see `{}`), not held for a day."""
 
-def key_of(session: Any) -> str | None:
+def key_of(session: object) -> str | None:
     """The key a downstream session's tasks are bound to (None: a request without a session)."""
     return session.key if isinstance(session, Session) else None
 
@@ -37,7 +36,7 @@ def cursor_at(seq: int) -> str:
     return base64.urlsafe_b64encode(f"tasks:{seq}".encode()).decode()
 
 
-def cursor_position(cursor: Any) -> int:
+def cursor_position(cursor: JSON) -> int:
     """Where a `tasks/list` cursor of Triad's own points (0: the start); anything else is -32602."""
     if cursor is None:
         return 0
@@ -50,7 +49,7 @@ def cursor_position(cursor: Any) -> int:
     raise InvalidRequest(f"Invalid cursor: {cursor}")
 
 
-def holder_of(upstream: Upstream, session: Any) -> str | None:
+def holder_of(upstream: Upstream, session: object) -> str | None:
     """The key of the downstream session whose own upstream session `session`'s requests to `upstream` go on
     (`TaskEntry.holder`); None: the shared one."""
     return key_of(upstream.own_session(session if isinstance(session, Session) else None))
@@ -83,7 +82,7 @@ def kept_call(call: CallContext | None) -> KeptCall | None:
     return KeptCall(dataclasses.replace(call, session=stand_in, arguments=arguments), weakref.ref(session))
 
 
-def _renamed(value: Any, upstream_id: str, task_id: str) -> Any:
+def _renamed(value: JSON, upstream_id: str, task_id: str) -> JSON:
     """`value` (an error's message or data) with the upstream's task id, as a word, replaced by Triad's."""
     if isinstance(value, str):
         return re.sub(rf"(?<![\w-]){re.escape(upstream_id)}(?![\w-])", lambda _: task_id, value)
@@ -117,13 +116,13 @@ class BridgeDownstream:
         self._bridge = bridge
 
     @property
-    def capabilities(self) -> dict[str, Any] | None:
+    def capabilities(self) -> JSONObject | None:
         return {"elicitation": {"form": {}}, "sampling": {}}
 
     async def log(self, params: types.LoggingMessageNotificationParams) -> None:
         return None
 
-    async def ask(self, request: Any, result_type: Any) -> Any:
+    async def ask(self, request: types.ServerRequest, result_type: type[Answer]) -> Answer | types.ErrorData:
         answer = await self._bridge.ask(request.model_dump(by_alias=True, mode="json", exclude_none=True))
         try:
             return result_type.model_validate(answer, by_name=False)
