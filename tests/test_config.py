@@ -12,6 +12,7 @@ import pytest
 
 from gateway.cli import main
 from gateway.config._models import parse_duration
+from gateway.config._yaml import MAX_DEPTH, load_with_lines
 from gateway.errors import ConfigError
 from gateway.runtime._loading import load_config, parse_config
 from tests.conftest import ROOT, TRIAD
@@ -215,3 +216,60 @@ def test_lean_path_is_read_as_direct_path_and_check_says_to_rename_it(
         return
     assert code == 0 and load_config(path).listen.direct_path is direct
     assert ("listen.lean_path is deprecated" in err) == ("lean_path" in listen)
+
+
+def _nested(kind: str, depth: int) -> str:
+    if kind == "flow-list":
+        return "x: " + "[" * depth + "]" * depth + "\n"
+    if kind == "flow-map":
+        return "x: " + "{a: " * depth + "1" + "}" * depth + "\n"
+    if kind == "block-map":
+        return "".join("  " * i + f"k{i}:\n" for i in range(depth)) + "  " * depth + "v: 1\n"
+    return "x:\n" + "".join("  " * i + "-\n" for i in range(1, depth)) + "  " * depth + "- 1\n"  # block list
+
+
+def _bomb(fan_out: int, depth: int) -> str:
+    lines = [f"a0: &a0 [{', '.join(['x'] * fan_out)}]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * fan_out)}]" for i in range(1, depth)]
+    return "\n".join(lines) + "\n"
+
+
+HOSTILE_YAML = {
+    **{f"{kind}-{depth}": (_nested(kind, depth), "levels deep")
+       for kind in ("flow-list", "flow-map", "block-map", "block-list") for depth in (MAX_DEPTH + 1, 300, 3000)},
+    "alias-in-its-own-list": ("a: &a [*a]\n", "refers to a node that contains it"),
+    "alias-in-its-own-map": ("a: &a {b: *a}\n", "refers to a node that contains it"),
+    "alias-deep-inside-itself": ("a: &a {b: [1, {c: [*a]}]}\n", "refers to a node that contains it"),
+    "alias-in-an-upstream": ("upstreams:\n  u: &u {command: x, args: [*u]}\n", "refers to a node that contains it"),
+    "alias-at-the-top": ("&top {a: *top}\n", "refers to a node that contains it"),
+    **{f"bomb-{fan}x{depth}": (_bomb(fan, depth), "values once aliases are expanded")
+       for fan, depth in ((9, 9), (2, 40), (100, 4), (3, 14))},
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_YAML))
+def test_a_file_that_nests_for_ever_or_expands_without_end_is_one_clear_problem(
+        case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Self-containing aliases, nesting past the limit and alias bombs are problems of the file like any other:
+    `check` names them (no traceback), and parsing them costs time linear in the file, not in their expansion."""
+    text, expected = HOSTILE_YAML[case]
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text)
+    assert expected in " ".join(caught.value.problems)
+    path = tmp_path / "triad.yaml"
+    path.write_text(text)
+    assert main(["check", "-c", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert expected in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("depth", [1, 10, MAX_DEPTH - 1])
+def test_nesting_and_aliases_within_the_limits_are_read(depth: int) -> None:
+    shared = "upstreams:\n  a: {command: x, env: &d {A: '1'}}\n  b: {command: y, env: *d}\n"
+    config = parse_config(shared)
+    assert config.upstreams["a"].env == config.upstreams["b"].env
+    loaded = load_with_lines("x: " + "[" * depth + "]" * depth + "\n")
+    value, levels = loaded.data["x"], 1
+    while value:
+        value, levels = value[0], levels + 1
+    assert not loaded.problems and levels == depth

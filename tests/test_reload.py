@@ -119,9 +119,19 @@ async def test_policy_change_notifies_only_the_sessions_whose_view_changed(procs
         assert two_changes.count == 0 and one_changes.count == 1
 
 
+def _alias_bomb(fan_out: int, depth: int) -> str:
+    lines = [f"a0: &a0 [{', '.join(['x'] * fan_out)}]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * fan_out)}]" for i in range(1, depth)]
+    return "\n".join(lines) + "\n"
+
+
 @pytest.mark.parametrize(("broken", "logged"), [
     ("upstreams: [oops\n", "not valid YAML"),
     ("upstreams:\n  a: {command: x, timeout: forever}\n", "upstreams.a.timeout: not a duration"),
+    # files that once took the daemon down (a recursion out of the watcher) or held the reload for ever
+    ("a: &a [*a]\n", "refers to a node that contains it"),
+    ("x: " + "[" * 3000 + "]" * 3000 + "\n", "levels deep"),
+    (_alias_bomb(9, 9), "values once aliases are expanded"),
 ])
 async def test_invalid_config_on_reload_changes_nothing(procs: list[Proc], tmp_path: Path, broken: str,
                                                        logged: str) -> None:

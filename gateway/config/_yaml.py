@@ -21,6 +21,16 @@ from consumers import JSON, JSONObject
 Path = tuple[str | int, ...]
 LineMap = dict[Path, int]
 
+MAX_DEPTH = 64
+"""Levels of nesting a config may have (a real one has fewer than ten). Deeper, and a node that contains itself
+through an alias (`a: &a [*a]`), are problems of the file, reported like any other, never a recursion that takes
+the reader (or the reloading daemon) down."""
+
+MAX_VALUES = 200_000
+"""Values (keys' values, list items, scalars) a config may hold once its aliases are expanded: a thousand upstreams
+of twenty settings are 20,000; an alias bomb (`a1: [*a0, *a0, ...]`, nine times nine...) is refused in linear time
+instead of expanding to billions."""
+
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
@@ -48,6 +58,8 @@ def load_with_lines(text: str, environ: Mapping[str, str] | None = None) -> Load
     env = os.environ if environ is None else environ
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except RecursionError:  # PyYAML composes nested nodes recursively: a file nested thousands of levels deep
+        raise YamlProblem((), f"nested more than {MAX_DEPTH} levels deep", None) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
@@ -66,14 +78,28 @@ class _Converter:
     def __init__(self, loaded: Loaded, env: Mapping[str, str]) -> None:
         self.lines, self.problems, self.variables, self.env = loaded.lines, loaded.problems, loaded.variables, env
         self._scalars = yaml.SafeLoader("")
+        self._open: set[int] = set()
+        self._values = 0
+        """The collections being converted, outermost first: one met again is an alias to its own ancestor."""
 
     def convert(self, node: yaml.Node, path: Path) -> JSON:
         lines, problems = self.lines, self.problems
-        lines[path] = node.start_mark.line + 1
-        if isinstance(node, yaml.MappingNode):
-            return self._mapping(node, path)
-        if isinstance(node, yaml.SequenceNode):
-            return [self.convert(item, (*path, i)) for i, item in enumerate(node.value)]
+        lines[path] = line = node.start_mark.line + 1
+        self._values += 1
+        if self._values > MAX_VALUES:
+            raise YamlProblem(path, f"more than {MAX_VALUES} values once aliases are expanded", line)
+        if isinstance(node, yaml.CollectionNode):
+            if id(node) in self._open:
+                raise YamlProblem(path, "an alias (`*name`) refers to a node that contains it", line)
+            if len(path) >= MAX_DEPTH:
+                raise YamlProblem(path, f"nested more than {MAX_DEPTH} levels deep", line)
+            self._open.add(id(node))
+            try:
+                if isinstance(node, yaml.MappingNode):
+                    return self._mapping(node, path)
+                return [self.convert(item, (*path, i)) for i, item in enumerate(node.value)]
+            finally:
+                self._open.discard(id(node))
         value = self._scalars.construct_object(node)
         if isinstance(value, str) and "$" in value:
             return _interpolate(value, path, lines[path], problems, self.env, self.variables)

@@ -49,7 +49,7 @@ def parse_config(text: str, *, source: Path | None = None, environ: dict[str, st
     try:
         loaded = load_with_lines(text, environ)
     except YamlProblem as exc:
-        raise ConfigError([format_problem((), exc.message, exc.line)]) from None
+        raise ConfigError([format_problem(exc.path, exc.message, exc.line)]) from None
     try:
         config = _validate(loaded, source)
     except ConfigError as exc:

@@ -94,22 +94,14 @@ class Reloader:
                 new = await anyio.to_thread.run_sync(functools.partial(parse_config, text, source=self.path))
                 if problems := fail_closed_problems(self.config, new):
                     raise ConfigError(problems)
-            except ConfigError as exc:
-                self.status.failures += 1
-                self.status.last_error = exc.problems
-                self.status.record(trigger, False, exc.problems, {})
-                logger.error("reload (%s) refused, the running config stays in force:\n  %s", trigger,
-                             "\n  ".join(exc.problems))
-                return ReloadResult(False, exc.problems)
-            try:
                 hooks = build_chain(new.hooks, self._dispatcher.shared, on_block=self._dispatcher.metrics.blocked)
+            except ConfigError as exc:
+                return self._refused(trigger, exc.problems)
             except HookConfigError as exc:
-                self.status.failures += 1
-                self.status.last_error = [new.hide_values(f"hooks: {exc}")]
-                self.status.record(trigger, False, self.status.last_error, {})
-                logger.error("reload (%s) refused, the running config stays in force: %s", trigger,
-                             self.status.last_error[0])
-                return ReloadResult(False, self.status.last_error)
+                return self._refused(trigger, [new.hide_values(f"hooks: {exc}")])
+            except Exception as exc:  # no file may take the daemon down: whatever reading it raised, it is refused
+                logger.exception("reload (%s): reading the config failed unexpectedly", trigger)
+                return self._refused(trigger, [f"the file could not be read ({type(exc).__name__})"])
             if new.listen != self.config.listen:
                 logger.warning("reload (%s): listen changed (%s:%d -> %s:%d); it takes effect on restart only",
                                trigger, self.config.listen.host, self.config.listen.port, new.listen.host,
@@ -126,6 +118,13 @@ class Reloader:
             logger.info("reloaded config (%s): %s; registry version %d", trigger, summary,
                         self._dispatcher.registry.version)
             return ReloadResult(True, [], changes)
+
+    def _refused(self, trigger: str, problems: list[str]) -> ReloadResult:
+        self.status.failures += 1
+        self.status.last_error = problems
+        self.status.record(trigger, False, problems, {})
+        logger.error("reload (%s) refused, the running config stays in force:\n  %s", trigger, "\n  ".join(problems))
+        return ReloadResult(False, problems)
 
     async def watch(self) -> None:
         """Reload when the config file changes. The directory is watched, so a write-and-rename (what editors
