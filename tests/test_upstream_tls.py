@@ -26,6 +26,7 @@ from mcp.shared.exceptions import MCPError
 from consumers.config import UpstreamTlsConfig
 from consumers.errors import UpstreamUnavailable
 from consumers.transports import ssl_context
+from gateway.cli import main
 from gateway.runtime import load_config
 from tests.conftest import FIXTURE, PYTHON, Proc, marker, start_triad, write_config
 from tests.test_gateway_e2e import call, http_session
@@ -153,3 +154,19 @@ def test_tls_files_are_found_relative_to_the_config_file(key: str, form: str, tm
     expected = {"relative": config_dir / "ca.pem", "nested": config_dir / "certs/../certs/ca.pem",
                 "absolute": Path("/etc/ssl/ca.pem"), "home": Path("~/ca.pem").expanduser()}[form]
     assert Path(seen) == expected
+
+
+@pytest.mark.parametrize("key", ["ca_bundle", "client_cert", "client_key"])
+@pytest.mark.parametrize("present", [True, False])
+def test_check_warns_of_a_tls_file_that_is_not_there(key: str, present: bool, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """The config stays valid (a secret may be mounted later; the upstream is down until then), but `check` says so."""
+    files = {key: "file.pem", **({"client_cert": "cert.pem"} if key == "client_key" else {})}
+    for name in files.values():
+        if present or name != files[key]:
+            (tmp_path / name).write_text("-----BEGIN CERTIFICATE-----\n")
+    path = tmp_path / "triad.yaml"
+    path.write_text(json.dumps({"upstreams": {"secure": {"url": "https://127.0.0.1:1/mcp", "tls": files}}}))
+    assert main(["check", "-c", str(path)]) == 0
+    warned = f"upstreams.secure.tls.{key}: file not found" in capsys.readouterr().err
+    assert warned is not present
