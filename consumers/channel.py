@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Collection
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import mcp_types as types
 from mcp import ClientSession
@@ -30,7 +30,7 @@ from mcp.client.session import ListRootsFnT, MessageHandlerFnT
 
 from consumers._json import JSONObject
 from consumers._progress import CallWrites
-from consumers._sdk import send_raw
+from consumers._sdk import Incoming, send_raw
 from consumers._streams import EOFWatch
 from consumers.child_process import ChildOutput
 from consumers.config import UpstreamConfig
@@ -154,11 +154,11 @@ TASK_STATUS = "notifications/tasks/status"
 
 
 def _intercept(relays: InFlight, on_notification: Callable[[str, JSONObject], None] | None
-               ) -> Callable[[Any], bool]:
+               ) -> Callable[[Incoming], bool]:
     """What a session's read stream hands to Triad before the SDK sees it: progress of a call in flight, and task
     status pushes (to `on_notification`)."""
 
-    def take(item: Any) -> bool:
+    def take(item: Incoming) -> bool:
         if relays.progress.deliver(item):
             return True
         message = getattr(item, "message", None)

@@ -31,7 +31,6 @@ import math
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import anyio
 import mcp_types as types
@@ -102,7 +101,7 @@ class ClientLink:
 
 class ClientSessions:
     def __init__(self, upstream: str, config: Callable[[], UpstreamConfig], cwd: str | None,
-                 on_message: Callable[[Any, ClientOrigin | None], Awaitable[None]],
+                 on_message: Callable[[object, ClientOrigin | None], Awaitable[None]],
                  on_notification: Callable[[str, JSONObject, ClientOrigin | None], None],
                  tls: TlsContexts | None = None,
                  credentials: Credentials | None = None) -> None:
@@ -293,7 +292,7 @@ class ClientSessions:
                 link.changed(OWN_LISTS[method])
             self._on_notification(method, params, link.origin)
 
-        async def on_message(message: Any) -> None:
+        async def on_message(message: object) -> None:
             found = getattr(message, "root", message)
             if isinstance(found, types.Notification) and found.method in OWN_LISTS:
                 link.changed(OWN_LISTS[found.method])

@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Callable
-from typing import Any
 
 import anyio
 import mcp_types as types
@@ -242,7 +241,7 @@ class Upstream:
         elif method == "notifications/resources/updated" and isinstance(params.get("uri"), str):
             self._on_updated(self.name, params["uri"])
 
-    async def _on_message(self, message: Any, origin: ClientOrigin | None = None) -> None:
+    async def _on_message(self, message: object, origin: ClientOrigin | None = None) -> None:
         message = getattr(message, "root", message)
         if isinstance(message, types.Notification):
             params = message.params.model_dump(by_alias=True, mode="json", exclude_none=True) if message.params else {}

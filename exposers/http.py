@@ -15,8 +15,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING
 
 import anyio
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
@@ -340,7 +340,7 @@ class McpFirst:
             await self._app(scope, receive, send)
 
 
-def _endpoint(handler: Any) -> ASGIApp:
+def _endpoint(handler: Callable[[Request], Awaitable[Response]]) -> ASGIApp:
     """Wrap a request handler as a plain ASGI app so the auth middleware can sit in front of it."""
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:

@@ -29,7 +29,9 @@ from typing import Any, Protocol
 
 import anyio
 from anyio.abc import TaskGroup
+from mcp.server import ServerRequestContext
 from mcp.server.connection import Connection
+from mcp.server.session import ServerSession
 from mcp.server.subscriptions import (
     InMemorySubscriptionBus,
     ListenHandler,
@@ -44,9 +46,11 @@ from mcp_types import (
     MISSING_REQUIRED_CLIENT_CAPABILITY,
     SubscriptionFilter,
     SubscriptionsAcknowledgedNotification,
+    SubscriptionsListenRequestParams,
+    SubscriptionsListenResult,
 )
 
-from consumers import TASK_STATUS, ClientOrigin, JSONObject
+from consumers import JSON, TASK_STATUS, ClientOrigin, JSONObject
 from exposers.relay import envelope_capabilities
 from exposers.sessions import MAX_SUBSCRIPTIONS, DownstreamSession, SessionRelay, Sessions
 from gateway.calls import Dispatcher
@@ -74,6 +78,7 @@ OUTBOX_SIZE = 1024
 changed); more, and the connection is stuck."""
 
 Send = Callable[[], Awaitable[None]]
+ListenFn = Callable[[ServerRequestContext, SubscriptionsListenRequestParams], Awaitable[SubscriptionsListenResult]]
 
 
 class SessionRecords(Protocol):
@@ -224,12 +229,13 @@ class Notifier:
         self._send(back.session, ("task", found[0], status.get("status")),
                    functools.partial(back.connection.notify, TASK_STATUS, status))
 
-    def listen_handler(self, identity_of: Any) -> Any:
+    def listen_handler(self, identity_of: Callable[[ServerRequestContext], Identity]) -> ListenFn:
         """`subscriptions/listen` for 2026-07-28 clients: the SDK's handler on this notifier's bus, with the
         stream's resource subscriptions made at their upstreams while it lasts (`identity_of(ctx)` routes them)."""
         inner = ListenHandler(self.bus)
 
-        async def listen(ctx: Any, params: Any) -> Any:
+        async def listen(ctx: ServerRequestContext, params: SubscriptionsListenRequestParams
+                         ) -> SubscriptionsListenResult:
             uris = params.notifications.resource_subscriptions or ()
             if len(uris) > MAX_SUBSCRIPTIONS:  # each is made at its upstream: bounded as a session's are
                 raise InvalidRequest(f"a listen stream may hold at most {MAX_SUBSCRIPTIONS} resource subscriptions; "
@@ -258,8 +264,9 @@ class Notifier:
 
         return listen
 
-    async def _listen_with_tasks(self, inner: ListenHandler, ctx: Any, params: Any, identity: Identity,
-                                 task_ids: Any) -> Any:
+    async def _listen_with_tasks(self, inner: ListenHandler, ctx: ServerRequestContext,
+                                 params: SubscriptionsListenRequestParams, identity: Identity,
+                                 task_ids: JSON) -> SubscriptionsListenResult:
         """A listen stream that also asks for task status pushes (`taskIds`, the tasks extension). Triad pushes
         those of the caller's own tasks that it translates (a handshake-era upstream's: `TaskRelay.watch`); the
         acknowledgement names them. A 2026-07-28 upstream's own pushes are not relayed (its tasks are not acked)."""
@@ -282,14 +289,15 @@ class Notifier:
             await acked.wait()  # the acknowledgement is the stream's first frame
             async for task in pushed:
                 await ctx.session.send_notification(  # an extension's notification: not among the SDK's types
-                    TaskPush(params=TaskPushParams.model_validate({**task, "_meta": meta}, by_name=False)),
+                    TaskPush(params=TaskPushParams.model_validate({**task, "_meta": meta}, by_name=False)),  # type: ignore[arg-type]
                     related_request_id=ctx.request_id)
 
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(push)
-                result = await inner(dataclasses.replace(ctx, session=_AckNamingTasks(ctx.session, honored, acked)),
-                                     params)
+                # the SDK's handler sees the session through the wrapper that names the tasks in its acknowledgement
+                stand_in = _AckNamingTasks(ctx.session, honored, acked)
+                result = await inner(dataclasses.replace(ctx, session=stand_in), params)  # type: ignore[arg-type]
                 tg.cancel_scope.cancel()
             return result
         finally:
@@ -373,7 +381,7 @@ class _AckNamingTasks:
     """A listen stream's session as the SDK's `ListenHandler` sees it: the acknowledgement it sends (the first
     frame) also names the task ids Triad agreed to push (the SDK knows only its own kinds), then `acked` is set."""
 
-    def __init__(self, session: Any, task_ids: list[str], acked: anyio.Event) -> None:
+    def __init__(self, session: ServerSession, task_ids: list[str], acked: anyio.Event) -> None:
         self._session, self._task_ids, self._acked = session, task_ids, acked
 
     async def send_notification(self, notification: Any, related_request_id: Any = None) -> None:
@@ -385,5 +393,5 @@ class _AckNamingTasks:
         await self._session.send_notification(notification, related_request_id)
         self._acked.set()
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> Any:  # everything else is the SDK session's own, as it types it
         return getattr(self._session, name)

@@ -79,6 +79,9 @@ Handler = Callable[[ServerRequestContext, Any], Awaitable[Any]]
 
 
 class GatewayServer(Server[Any]):
+    """The SDK's server with Triad's capabilities; its overrides pass the SDK's own arguments through unchanged
+    (`*args: Any`), so that a new keyword of the SDK needs no change here."""
+
     def __init__(self, *args: Any, dispatcher: Dispatcher, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._dispatcher = dispatcher
@@ -145,14 +148,14 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
     def lister(method: Callable[[Identity, str | None, Mapping[str, JSON] | None, SessionLists], JSONObject]
                ) -> Handler:
         """A list, as the session's own upstream sessions list it (`sessions: per_client`)."""
-        async def handle(ctx: ServerRequestContext, _params: Any) -> JSONObject:
+        async def handle(ctx: ServerRequestContext, _params: object) -> JSONObject:
             await dispatcher.settled()
             identity = identity_of(ctx)
             own = await dispatcher.own_lists(caller_session(session_of(ctx), identity, ctx.params))
             return results.keep(ctx, complete(method(identity, cursor_of(ctx), ctx.params, own)))
         return handle
 
-    async def forwarded(ctx: ServerRequestContext, _params: Any) -> JSONObject:
+    async def forwarded(ctx: ServerRequestContext, _params: object) -> JSONObject:
         """`tools/call`, `resources/read`, `prompts/get`: served by the one runner, with this request's stream as
         the relay back to its client."""
         return results.keep(ctx, complete(await run(ctx)))
@@ -171,7 +174,7 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
         assert result is not None  # without `answer_first`, serve always has the result
         return result
 
-    async def task_method(ctx: ServerRequestContext, _params: Any) -> JSONObject:
+    async def task_method(ctx: ServerRequestContext, _params: object) -> JSONObject:
         """`tasks/*`, after the gates of the request's era (`gateway.tasks`): a method of the other era does not
         exist; at 2026-07-28 the request must declare the extension and name its task in `Mcp-Name` too."""
         modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
@@ -194,7 +197,7 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
             found.set_log_level(params.level)
         return {}
 
-    async def subscribe(ctx: ServerRequestContext, _params: Any) -> JSONObject:
+    async def subscribe(ctx: ServerRequestContext, _params: object) -> JSONObject:
         uri = str((ctx.params or {}).get("uri"))
         found = downstream(ctx)
         # the place is taken before the upstream is asked: subscriptions sent at once stay within the bound
@@ -209,19 +212,19 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
             await dispatcher.unsubscribe(owner, raw_uri)  # already subscribed: one upstream count per connection
         return {}
 
-    async def unsubscribe(ctx: ServerRequestContext, _params: Any) -> JSONObject:
+    async def unsubscribe(ctx: ServerRequestContext, _params: object) -> JSONObject:
         session = downstream(ctx)
         found = session.unsubscribe(str((ctx.params or {}).get("uri"))) if session is not None else None
         if found is not None:
             await dispatcher.unsubscribe(*found)
         return {}
 
-    async def completion(ctx: ServerRequestContext, _params: Any) -> JSONObject:
+    async def completion(ctx: ServerRequestContext, _params: object) -> JSONObject:
         identity = identity_of(ctx)
         session = caller_session(session_of(ctx), identity, ctx.params)
         return results.keep(ctx, complete(await dispatcher.complete(identity, raw(ctx), session)))
 
-    async def roots_changed(ctx: ServerRequestContext, _params: Any) -> None:
+    async def roots_changed(ctx: ServerRequestContext, _params: object) -> None:
         """The client's roots changed: its own upstream sessions are told (`sessions: per_client`)."""
         found = downstream(ctx)
         if found is not None and not found.modern:

@@ -25,7 +25,7 @@ import anyio
 import uvicorn
 from anyio.abc import TaskGroup
 
-from consumers import UpstreamPool, UpstreamState
+from consumers import Upstream, UpstreamPool, UpstreamState
 from consumers.oauth import Redirects
 from exposers import (
     InputRounds,
@@ -80,7 +80,7 @@ async def running_gateway(config: TriadConfig, host: str | None = None, *, watch
     dispatcher: Dispatcher | None = None
     cluster_changed: Callable[[Any], None] | None = None
 
-    def on_change(upstream: Any) -> None:
+    def on_change(upstream: Upstream) -> None:
         if dispatcher is not None:
             dispatcher.on_upstream_change(upstream)
         if cluster_changed is not None:
