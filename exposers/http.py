@@ -36,7 +36,6 @@ from consumers import JSONObject
 from exposers._sdk import hide_session_ids, session_transport
 from exposers._wire import StrictJson, refuse
 from exposers.auth import KeysUnavailable, TokenGate, TokenRejected, challenge, metadata_routes
-from exposers.cluster_routes import ClusterRouter
 from exposers.console import build_console
 from exposers.direct import DirectPath
 from exposers.input_rounds import InputRounds
@@ -298,6 +297,8 @@ def build_app(server: GatewayServer, dispatcher: Dispatcher, notifier: Notifier,
                               enabled=listen.direct_path)
     router = None
     if cluster is not None:
+        from exposers.cluster_routes import ClusterRouter  # it needs redis-py: only with `cluster:` (an extra)
+
         router = ClusterRouter(mcp, cluster, lambda sid: session_transport(manager, sid) is not None,
                                MAX_REQUEST_BODY)
         mcp = HostGuard(router, security, mcp_too=True)  # not forwarded before the Host/Origin check
