@@ -196,6 +196,11 @@ class UpstreamTlsConfig(_Model):
             raise ValueError("client_key needs client_cert")
         return self
 
+    def files(self) -> dict[str, str]:
+        """The files this block names, by setting (those that are set)."""
+        return {key: value for key in ("ca_bundle", "client_cert", "client_key")
+                if (value := getattr(self, key)) is not None}
+
 
 Transport = Literal["stdio", "streamable-http", "sse"]
 

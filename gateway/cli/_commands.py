@@ -181,8 +181,7 @@ def _missing_tls_files(config: TriadConfig) -> list[str]:
     """A `tls` file that is not there yet (a secret still to be mounted): the upstream stays down until it is."""
     return [f"upstreams.{name}.tls.{key}: file not found: {value} (the upstream stays down until it exists)"
             for name, upstream in config.enabled_upstreams().items() if upstream.tls is not None
-            for key in ("ca_bundle", "client_cert", "client_key")
-            if (value := getattr(upstream.tls, key)) is not None and not Path(value).is_file()]
+            for key, value in upstream.tls.files().items() if not Path(value).is_file()]
 
 
 def _login(config: TriadConfig, name: str, client: str | None) -> int:

@@ -336,8 +336,7 @@ class TriadConfig(_Model):
         if upstream.tls is None or self.source is None:
             return upstream
         base = self.source.parent
-        files = {key: str(base / Path(value).expanduser()) for key in ("ca_bundle", "client_cert", "client_key")
-                 if (value := getattr(upstream.tls, key)) is not None}
+        files = {key: str(base / Path(value).expanduser()) for key, value in upstream.tls.files().items()}
         return upstream.model_copy(update={"tls": upstream.tls.model_copy(update=files)})
 
     def resolve_cwd(self, upstream: UpstreamConfig) -> str | None:
