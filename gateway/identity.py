@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 
 from gateway.config import TriadConfig
 from gateway.errors import InvalidRequest, UnknownSession
-from policy import Identity
+from policy import Identity, search_cost
 
 LOCAL_CLIENT = "local"
 DEFAULT_PROVIDER_MAP: Mapping[str, str] = {
@@ -31,6 +31,7 @@ __all__ = [
     "LOCAL",
     "MAX_PATTERN_LENGTH",
     "MAX_RUN_LIST_PATTERNS",
+    "MAX_RUN_LIST_WILDCARDS",
     "Identity",
     "RunListTooLarge",
     "bounded_run_list",
@@ -104,10 +105,14 @@ MAX_RUN_LIST_PATTERNS = 512
 generates for one run (one pattern per tool of a large fleet still fits), far less than it takes to stall a view."""
 MAX_PATTERN_LENGTH = 256
 """Characters in one pattern: an exposed name has at most 128 (the spec's limit), `upstream:raw` a little more."""
+MAX_RUN_LIST_WILDCARDS = 64
+"""Stars in one run-level list's globs that are neither exact names nor a prefix `x*` nor a suffix `*x` (those are
+dict lookups): each costs a segment search per form of every tool's name that a view or a call decides on."""
 
 
 class RunListTooLarge(InvalidRequest):
-    """A run-level list over `MAX_RUN_LIST_PATTERNS` patterns or with a pattern over `MAX_PATTERN_LENGTH`.
+    """A run-level list over `MAX_RUN_LIST_PATTERNS` patterns, with a pattern over `MAX_PATTERN_LENGTH`, or with
+    more than `MAX_RUN_LIST_WILDCARDS` stars in its inner globs (`policy.search_cost`).
 
     A list comes from a request's `_meta["triad/tools"]`, a session's `X-Triad-Tools` header or its `tools` query
     parameter, so its size is the client's choice: it is bounded here, before anything compiles or caches it."""
@@ -121,6 +126,10 @@ def bounded_run_list(patterns: Sequence[str], source: str) -> tuple[str, ...]:
         if len(pattern) > MAX_PATTERN_LENGTH:
             raise RunListTooLarge(f"{source} has a pattern of {len(pattern)} characters; the limit is "
                                   f"{MAX_PATTERN_LENGTH}")
+    cost = sum(map(search_cost, patterns))
+    if cost > MAX_RUN_LIST_WILDCARDS:
+        raise RunListTooLarge(f"{source} has {cost} stars in globs other than exact names, prefixes (x*) and "
+                              f"suffixes (*x); the limit is {MAX_RUN_LIST_WILDCARDS}")
     return tuple(patterns)
 
 

@@ -1,7 +1,15 @@
 """Policy: patterns and groups, and the seven-layer allow/deny pipeline with its decision traces."""
 
-from policy.patterns import Glob, ToolFacts, compile_glob, compile_globs, compile_patterns, first_match
+from policy.patterns import (
+    Glob,
+    ToolFacts,
+    compile_glob,
+    compile_globs,
+    compile_patterns,
+    first_match,
+    search_cost,
+)
 from policy.pipeline import LAYER_NAMES, Decision, Identity, Pipeline, Step
 
 __all__ = ["LAYER_NAMES", "Decision", "Glob", "Identity", "Pipeline", "Step", "ToolFacts", "compile_glob",
-           "compile_globs", "compile_patterns", "first_match"]
+           "compile_globs", "compile_patterns", "first_match", "search_cost"]

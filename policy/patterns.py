@@ -4,10 +4,13 @@ A glob has `*` as its only wildcard: `*` alone matches everything; a pattern wit
 otherwise the pattern is regex-escaped, each `*` becomes `.*`, anchored at both ends (`?` and `[]` are
 literals). Both sides are trimmed and lowercased, so matching ignores case. Empty patterns are dropped.
 
-Run-level lists come from clients, so a glob must cost time linear in the name whatever its stars: each segment
-between two stars is matched at its first occurrence and never retried (an atomic group). For globs, the first
-match is also the right one, so nothing is lost; a plain `.*` per star would backtrack (n choose stars) ways.
-A `MatcherSet` compiles a whole list once: exact names in a dict, every other glob in one regex.
+Run-level lists come from clients, so neither compiling nor matching may cost more than linear time, whatever the
+stars: a glob is split at its stars once (no regex is built), and matched with `startswith`, `endswith` and one
+`str.find` per middle segment, each at its first occurrence after the previous one and never retried. For globs the
+first occurrence is also the right one, so nothing is lost; a regex `.*` per star would backtrack (n choose stars)
+ways, and compiling a regex of every pattern costs seconds for a list a client may send with each request.
+A `MatcherSet` indexes a whole list: exact names in a dict, prefixes (`x*`) and suffixes (`*x`) in a dict per
+length, and only the other globs, whose count `search_cost` lets a caller bound, are tried one by one.
 
 Groups: `group:<upstream>` (every tool of that upstream), `group:readonly` (annotated `readOnlyHint: true`),
 `group:destructive` (not read-only and `destructiveHint` not false — the spec's default is destructive), and the
@@ -17,7 +20,6 @@ user's `policy.tool_groups`, which expand to their own patterns. A tool is match
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -50,16 +52,32 @@ class ToolFacts:
 class Glob:
     pattern: str
     _exact: str | None
-    _regex: re.Pattern[str] | None
+    """The normalised pattern when it has no star."""
+    _parts: tuple[str, ...] = ()
+    """Else its segments: the first, the non-empty middle ones, the last (`a**b*` -> ("a", "b", ""))."""
+    _size: int = 0
+    """Characters a name needs at least: those of the segments."""
 
     def matches_text(self, text: str) -> bool:
-        text = text.strip().lower()
-        if self._regex is not None:
-            return self._regex.fullmatch(text) is not None
-        return text == self._exact
+        return self._matches(text.strip().lower())
 
     def matches(self, tool: ToolFacts) -> bool:
-        return any(self.matches_text(form) for form in tool.forms())
+        return any(self._matches(form) for form in tool.forms())
+
+    def _matches(self, text: str) -> bool:
+        """`text` is normalised. Linear in it: each segment is looked for once, after the one before."""
+        if self._exact is not None:
+            return text == self._exact
+        first, last = self._parts[0], self._parts[-1]
+        if len(text) < self._size or not text.startswith(first) or not text.endswith(last):
+            return False
+        position, end = len(first), len(text) - len(last)
+        for part in self._parts[1:-1]:
+            position = text.find(part, position, end)
+            if position < 0:
+                return False
+            position += len(part)
+        return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,16 +103,27 @@ def compile_glob(pattern: str) -> Glob | None:
     if not normalized:
         return None
     if "*" not in normalized:
-        return Glob(pattern, normalized, None)
-    return Glob(pattern, None, re.compile(_glob_regex(normalized), re.DOTALL))
-
-
-def _glob_regex(normalized: str) -> str:
-    """`a*b*c` -> `a(?>.*?b).*c`: the middle segments at their first occurrence (atomic: no retry), the last one
-    at the end. Linear in the name for any number of stars."""
+        return Glob(pattern, normalized)
     first, *middle, last = normalized.split("*")
-    return (re.escape(first) + "".join(f"(?>.*?{re.escape(part)})" for part in middle if part)
-            + ".*" + re.escape(last))
+    parts = (first, *(part for part in middle if part), last)
+    return Glob(pattern, None, parts, sum(map(len, parts)))
+
+
+def search_cost(pattern: str) -> int:
+    """How many segment searches matching `pattern` costs per name, beyond dict lookups: 0 for an exact name, a
+    prefix `x*`, a suffix `*x`, `*` or a group; else its stars (a bound on these bounds a run-level list's work)."""
+    glob = None if pattern.strip().lower().startswith("group:") else compile_glob(pattern)
+    return 0 if glob is None or _shape(glob) != "other" else len(glob._parts) - 1
+
+
+def _shape(glob: Glob) -> str:
+    if glob._exact is not None:
+        return "exact"
+    if len(glob._parts) == 2 and not glob._parts[1]:
+        return "prefix"
+    if len(glob._parts) == 2 and not glob._parts[0]:
+        return "suffix"
+    return "other"
 
 
 def compile_globs(patterns: Iterable[str]) -> tuple[Glob, ...]:
@@ -139,24 +168,34 @@ def first_matcher(matchers: Iterable[Matcher], tool: ToolFacts) -> Matcher | Non
 
 
 class MatcherSet:
-    """A list of matchers compiled for lookup: `first(tool)` is `first_matcher(matchers, tool)`, found with one
-    dict lookup and one regex match per form of the tool's name (plus the groups, few and cheap)."""
+    """A list of matchers compiled for lookup: `first(tool)` is `first_matcher(matchers, tool)`, found per form of
+    the tool's name with one dict lookup for exact names, one per distinct length of the prefixes and suffixes,
+    and a scan of the other globs (and the groups, few and cheap) that stops at the best index found so far."""
 
-    __slots__ = ("_exact", "_groups", "_union", "matchers")
+    __slots__ = ("_exact", "_globs", "_groups", "_prefixes", "_suffixes", "matchers")
 
     def __init__(self, matchers: Sequence[Matcher]) -> None:
         self.matchers = tuple(matchers)
         self._exact: dict[str, int] = {}
+        prefixes: dict[int, dict[str, int]] = {}
+        suffixes: dict[int, dict[str, int]] = {}
+        self._globs: list[tuple[int, Glob]] = []
         self._groups: list[tuple[int, Group]] = []
-        alternatives: list[str] = []
         for index, matcher in enumerate(self.matchers):
             if isinstance(matcher, Group):
                 self._groups.append((index, matcher))
-            elif matcher._regex is not None:
-                alternatives.append(f"(?P<m{index}>{matcher._regex.pattern})")
-            elif matcher._exact is not None:
+                continue
+            shape = _shape(matcher)
+            if shape == "exact" and matcher._exact is not None:
                 self._exact.setdefault(matcher._exact, index)
-        self._union = re.compile("|".join(alternatives), re.DOTALL) if alternatives else None
+            elif shape == "prefix":
+                prefixes.setdefault(len(matcher._parts[0]), {}).setdefault(matcher._parts[0], index)
+            elif shape == "suffix":
+                suffixes.setdefault(len(matcher._parts[1]), {}).setdefault(matcher._parts[1], index)
+            else:
+                self._globs.append((index, matcher))
+        self._prefixes = sorted(prefixes.items())
+        self._suffixes = sorted(suffixes.items())
 
     def __bool__(self) -> bool:
         return bool(self.matchers)
@@ -169,9 +208,20 @@ class MatcherSet:
         for form in tool.forms():
             form = form.strip()
             best = min(best, self._exact.get(form, best))
-            found = self._union.fullmatch(form) if self._union is not None else None
-            if found is not None and found.lastgroup is not None:
-                best = min(best, int(found.lastgroup[1:]))
+            for length, table in self._prefixes:
+                if length > len(form):
+                    break
+                best = min(best, table.get(form[:length], best))
+            for length, table in self._suffixes:
+                if length > len(form):
+                    break
+                best = min(best, table.get(form[len(form) - length:], best))
+            for index, glob in self._globs:
+                if index >= best:
+                    break
+                if glob._matches(form):
+                    best = index
+                    break
         for index, group in self._groups:
             if index >= best:
                 break
