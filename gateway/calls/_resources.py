@@ -21,6 +21,10 @@ from gateway.hooks import CallContext, Kind, Session
 from gateway.identity import Identity
 from gateway.registry import ClientView, forwardable_meta, input_round, parse_exposed_uri
 
+MAX_URI_CHARS = 8192
+"""Characters in a resource URI a caller names (a read, a completion, a subscription): routing one may match it
+against every resource template of every upstream, so its length is bounded before anything scans it."""
+
 
 def subscribable(upstream: Upstream) -> bool:
     resources = upstream.catalog.capabilities.get("resources") if upstream.catalog is not None else None
@@ -119,6 +123,8 @@ class Resources:
 
     def _route_uri(self, view: ClientView, uri: str) -> tuple[str, str]:
         """(upstream, raw URI) for an exposed URI or URI template expansion; unknown looks like hidden."""
+        if len(uri) > MAX_URI_CHARS:
+            raise InvalidRequest(f"the resource URI has {len(uri)} characters; the limit is {MAX_URI_CHARS}")
         registry = self._live.registry
         visible = view.visible_upstreams
         if registry.uri_owners:

@@ -6,6 +6,7 @@ is a config error naming the hook). Options are documented in the README.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import re
@@ -20,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from consumers import JSON, JSONObject
 from gateway.config import Duration
+from gateway.hooks._linear_schema import LinearValidator, nonlinear_patterns
 from gateway.hooks._values import MESSAGE_FIELDS, Block, CallContext, Message, Outcome
 from gateway.state import Buckets, FilePins, LocalBuckets, Pins, PinStore, SharedState
 
@@ -80,15 +82,21 @@ class Audit:
                           "detail": detail})
 
 
+MAX_ARGUMENT_ERRORS = 20
+"""Errors of one call's arguments that are reported (the arguments are the caller's: their errors are countless)."""
+
+
 class ValidateArguments:
-    """Checks tool arguments against the tool's inputSchema (JSON Schema 2020-12) before any upstream is called."""
+    """Checks tool arguments against the tool's inputSchema (JSON Schema 2020-12) before any upstream is called,
+    in time linear in the arguments (`gateway.hooks._linear_schema`): a schema with a pattern that cannot be
+    matched so blocks every call of its tool, with a message naming the pattern."""
 
     class Options(_Options):
         priority: int = 100
 
     def __init__(self, **options: JSON) -> None:
         self.priority = self.Options(**options).priority
-        self._validators: dict[str, Draft202012Validator | None] = {}
+        self._validators: dict[str, Draft202012Validator | list[str] | None] = {}
 
     async def before_call(self, ctx: CallContext) -> Block | None:
         schema = ctx.input_schema
@@ -98,18 +106,25 @@ class ValidateArguments:
         if key not in self._validators:
             try:
                 Draft202012Validator.check_schema(schema)
-                self._validators[key] = Draft202012Validator(schema)
+                refused = nonlinear_patterns(schema)
+                self._validators[key] = refused or LinearValidator(schema)
             except SchemaError:
                 logger.warning("tool %s has an invalid inputSchema; arguments are not validated", ctx.name)
                 self._validators[key] = None
         validator = self._validators[key]
         if validator is None:
             return None
-        errors = sorted(validator.iter_errors(ctx.arguments), key=lambda e: list(e.absolute_path))
-        if not errors:
+        if isinstance(validator, list):
+            shown = ", ".join(repr(pattern) for pattern in validator[:3])
+            return Block(f"Arguments for tool {ctx.name} cannot be checked in linear time: its inputSchema has "
+                         f"patterns with look-around or back-references ({shown}); the call is refused")
+        found = list(itertools.islice(validator.iter_errors(ctx.arguments), MAX_ARGUMENT_ERRORS + 1))
+        if not found:
             return None
-        lines = [f"- {'/'.join(map(str, e.absolute_path)) or '(arguments)'}: {e.message}" for e in errors]
-        return Block(f"Invalid arguments for tool {ctx.name}:\n" + "\n".join(lines))
+        errors = sorted(found[:MAX_ARGUMENT_ERRORS], key=lambda e: [str(part) for part in e.absolute_path])
+        lines = [f"- {'/'.join(map(str, e.absolute_path))[:200] or '(arguments)'}: {e.message[:300]}" for e in errors]
+        more = ["- (more errors not shown)"] if len(found) > MAX_ARGUMENT_ERRORS else []
+        return Block(f"Invalid arguments for tool {ctx.name}:\n" + "\n".join([*lines, *more]))
 
 
 _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*/\s*(s|m|h)\s*$")

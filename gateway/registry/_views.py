@@ -217,7 +217,15 @@ def _encode_cursor(version: int, offset: int) -> str:
     return base64.urlsafe_b64encode(f"v1:{version}:{offset}".encode()).decode().rstrip("=")
 
 
+MAX_CURSOR_CHARS = 128
+"""Characters in a list cursor: Triad's own are about 20 (`v1:<version>:<offset>` in base64); anything longer was
+not issued here, and is refused before it is decoded."""
+
+
 def _decode_cursor(cursor: str, version: int) -> int:
+    if len(cursor) > MAX_CURSOR_CHARS:
+        raise StaleCursor(f"invalid cursor: it has {len(cursor)} characters, the limit is {MAX_CURSOR_CHARS}; it was "
+                          "not issued by this server; list again without a cursor")
     try:
         text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
         tag, cursor_version, offset = text.split(":")

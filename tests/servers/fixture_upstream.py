@@ -102,6 +102,13 @@ def page(items: list[dict[str, Any]], key: str, params: Any, size: int, loop: bo
 
 def build_server(args: argparse.Namespace) -> Server[Any]:
     tools = build_tools(args.prefix, args.extra_tools, args.echo_description)
+    if args.redos_tool:  # regexes Python's `re` backtracks on for ever: an upstream's schema is not the caller's
+        tools.append(tool(f"{args.prefix}redos", "A schema whose patterns backtrack.",
+                          {"s": {"type": "string", "pattern": "^(a|a)*$"}},
+                          ))
+        tools[-1]["inputSchema"]["patternProperties"] = {"^(b+)+$": {"type": "string"}}
+        tools.append(tool(f"{args.prefix}lookaround", "A schema pattern with a look-ahead.",
+                          {"s": {"type": "string", "pattern": "^(?=x)x+$"}}))
     if args.task_tool:  # a tool only callable as a task (the tasks extension)
         tools.append(tool(f"{args.prefix}only_as_task", "Runs only as a task.", execution={"taskSupport": "required"}))
     resources = [
@@ -390,6 +397,7 @@ def main() -> None:
     parser.add_argument("--page-size", type=int, default=1000)
     parser.add_argument("--extra-tools", type=int, default=0)
     parser.add_argument("--task-tool", action="store_true", help="add a tool whose execution requires tasks")
+    parser.add_argument("--redos-tool", action="store_true", help="add tools whose schemas have costly patterns")
     parser.add_argument("--hang-initialize", action="store_true")
     parser.add_argument("--slow-first-ping", type=float, default=0.0, help="seconds the first ping takes")
     parser.add_argument("--loop-cursor", action="store_true", help="tools/list repeats its second cursor forever")

@@ -1,0 +1,209 @@
+"""Cost, not count (issue 28, item 1): every input a caller controls costs linear time in its size, under a bound.
+
+The class: run-level lists (`_meta["triad/tools"]`, `X-Triad-Tools`, `?tools=`), argument validation against an
+upstream's schema, cursors, URIs, search queries, completion values and prompt arguments. Each kind's worst inputs
+are generated and sent to a real Triad in front of a real upstream; each gets a correct answer or a precise error,
+and a well-behaved client's calls all complete while an attacker loop sends them.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway.errors import InvalidRequest
+from gateway.identity import MAX_PATTERN_LENGTH, MAX_RUN_LIST_PATTERNS, MAX_RUN_LIST_WILDCARDS, bounded_run_list
+from gateway.registry import MAX_QUERY_CHARS
+from policy import ToolFacts, compile_glob, search_cost
+from policy.patterns import MatcherSet, compile_patterns, first_matcher
+from tests.conftest import Proc, start_triad, stdio_upstream, write_config
+from tests.raw_clients import DEADLINE, HandshakeSession, answer_of, call, dumps
+
+# -- the matcher: a reference, and no regex engine on caller patterns -------------------------------------------
+
+
+def reference(pattern: str, name: str) -> bool:
+    """fnmatch with `*` as the only wildcard, on normalised text (a backtracking regex: fine on short strings)."""
+    pattern, name = pattern.strip().lower(), name.strip().lower()
+    if pattern == "*":
+        return True
+    return re.fullmatch(".*".join(map(re.escape, pattern.split("*"))), name, re.DOTALL) is not None
+
+
+PATTERNS = st.text(alphabet="ab*:_", min_size=1, max_size=10)
+NAMES = st.text(alphabet="ab:_", max_size=12)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(PATTERNS, NAMES)
+def test_a_glob_agrees_with_the_reference(pattern: str, name: str) -> None:
+    glob = compile_glob(pattern)
+    assert glob is not None and glob.matches_text(name) is reference(pattern, name)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(PATTERNS, max_size=8), NAMES, NAMES)
+def test_a_matcher_set_finds_the_first_matcher_a_scan_finds(patterns: list[str], name: str, raw: str) -> None:
+    matchers = compile_patterns(patterns, {})
+    tool = ToolFacts(name, "up", raw)
+    assert MatcherSet(matchers).first(tool) is first_matcher(matchers, tool)
+
+
+def worst_patterns(count: int = MAX_RUN_LIST_PATTERNS, length: int = MAX_PATTERN_LENGTH) -> list[str]:
+    """`a*b*c*...`, each different: the known instance (a union regex of these compiled for ~1.6 s)."""
+    letters = string.ascii_lowercase
+    return [("*".join(letters[(i + j) % 26] for j in range(length)))[:length] for i in range(count)]
+
+
+def test_no_regex_is_compiled_for_a_run_level_list(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Python's `re` compiles in pure Python (seconds for a full list) and backtracks: caller patterns never reach
+    it. Compiling and matching the worst list with `re` unusable still gives the scan's answers."""
+    patterns = worst_patterns()
+    expected = [first_matcher(compile_patterns(patterns, {}), ToolFacts(n, "u", n)) for n in ("abc", "a" * 300)]
+
+    def refuse(*_args: Any, **_kwargs: Any) -> Any:
+        raise AssertionError("a regex was compiled for a caller's patterns")
+
+    monkeypatch.setattr(re, "compile", refuse)
+    monkeypatch.setattr(re, "_compile", refuse)
+    found = MatcherSet(compile_patterns(patterns, {}))
+    assert [found.first(ToolFacts(n, "u", n)) for n in ("abc", "a" * 300)] == expected
+
+
+@pytest.mark.parametrize(("pattern", "cost"), [
+    ("fx__echo", 0), ("fx__*", 0), ("*echo", 0), ("*", 0), ("**", 0), ("group:readonly", 0), ("group:a*b*c", 0),
+    ("fx:*", 0), ("a*b", 1), ("*a*", 2), ("a*b*c", 2), ("a**b", 1), ("*a*b*", 3), (worst_patterns(1)[0], 128),
+])
+def test_search_cost_counts_the_segment_searches_a_pattern_costs(pattern: str, cost: int) -> None:
+    assert search_cost(pattern) == cost
+
+
+def test_a_run_level_list_over_its_search_budget_is_refused_naming_the_bound() -> None:
+    with pytest.raises(InvalidRequest, match=rf"X-Triad-Tools has \d+ stars .* the limit is {MAX_RUN_LIST_WILDCARDS}"):
+        bounded_run_list(worst_patterns(), "X-Triad-Tools")
+    at_budget = ["*a*"] * (MAX_RUN_LIST_WILDCARDS // 2)
+    assert bounded_run_list(at_budget, "x") == tuple(at_budget)
+    with pytest.raises(InvalidRequest, match="stars"):
+        bounded_run_list([*at_budget, "a*b"], "x")
+    # exact names, prefixes and suffixes are dict lookups: a full list of them is in budget
+    cheap = [f"{'p' * 200}{i}*" if i % 2 else f"*{i}{'s' * 200}" for i in range(MAX_RUN_LIST_PATTERNS)]
+    assert len(bounded_run_list(cheap, "x")) == MAX_RUN_LIST_PATTERNS
+
+
+# -- end to end: the worst input of each kind, and a victim's calls beside an attacker --------------------------
+
+
+@pytest.fixture(scope="module")
+def triad(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    config = write_config(tmp_path_factory.mktemp("cost"), {
+        "upstreams": {"fx": stdio_upstream("cost", "--redos-tool", "--extra-tools", "200")},
+        "naming": {"prefix": "always"}, "hooks": ["validate_arguments"]})
+    procs: list[Proc] = []
+    url = start_triad(procs, config, wait_ready=1)
+    yield url
+    for proc in procs:
+        proc.terminate()
+
+
+def budget_list() -> list[str]:
+    """A run-level list as costly as the bounds let it be: every search it may make, and 512 long patterns."""
+    inner = [f"*{c}*x" for c in "fx_extra"][: MAX_RUN_LIST_WILDCARDS // 2]
+    return [*inner, *(f"fx__{'e' * 240}{i}*" for i in range(MAX_RUN_LIST_PATTERNS - len(inner) - 1)), "fx__echo"]
+
+
+def worst_inputs() -> list[tuple[str, dict[str, Any], str | None]]:
+    """(kind, request, the error it must get, or None for a result), one row per kind of caller input."""
+    echo = {"text": "hi"}
+    return [
+        ("run list over budget", call(1, "fx__echo", echo, {"triad/tools": worst_patterns()}), "the limit is"),
+        ("run list at budget", call(1, "fx__echo", echo, {"triad/tools": budget_list()}), None),
+        ("run list, no match", call(1, "fx__echo", echo, {"triad/tools": budget_list()[:-1]}), "Unknown tool"),
+        ("schema pattern", call(1, "fx__redos", {"s": "a" * 5000 + "!"}), "does not match"),
+        ("schema patternProperties", call(1, "fx__redos", {"b" * 5000 + "!": "x", "s": "aa"}), None),
+        ("schema look-ahead", call(1, "fx__lookaround", {"s": "xxx"}), "cannot be checked in linear time"),
+        ("cursor", {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"cursor": "A" * 500_000}},
+         "invalid cursor"),
+        ("cursor of digits", {"jsonrpc": "2.0", "id": 1, "method": "tools/list",
+                              "params": {"cursor": "djE6MTo" + "5" * 100_000}}, "invalid cursor"),
+        ("uri", {"jsonrpc": "2.0", "id": 1, "method": "resources/read",
+                 "params": {"uri": "fixture://items/" + "{" * 100_000}}, None),
+        ("prompt arguments", {"jsonrpc": "2.0", "id": 1, "method": "prompts/get",
+                              "params": {"name": "fx__greet", "arguments": {f"k{i}": "v" * 50 for i in range(5000)}}},
+         None),
+        ("completion value", {"jsonrpc": "2.0", "id": 1, "method": "completion/complete",
+                              "params": {"ref": {"type": "ref/prompt", "name": "fx__greet"},
+                                         "argument": {"name": "who", "value": "w" * 200_000}}}, None),
+    ]
+
+
+async def answer(session: HandshakeSession, request: dict[str, Any]) -> dict[str, Any]:
+    return answer_of(await session.post(dumps(request)))
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("row", worst_inputs(), ids=lambda row: row[0])
+async def test_the_worst_input_of_each_kind_is_answered(triad: str, row: tuple[str, dict[str, Any], str | None]
+                                                        ) -> None:
+    _kind, request, error = row
+    async with httpx2.AsyncClient(timeout=DEADLINE) as http:
+        session = await HandshakeSession(http, triad).open()
+        found = await answer(session, request)
+        text = str(found.get("error") or found.get("result"))
+        if error is None:
+            assert "result" in found or found["error"]["code"] != -32603, found  # answered, and not a crash
+        else:
+            assert error in text, text
+        assert (await answer(session, call(2, "fx__echo", {"text": "still"})))["result"]["content"][0]["text"] \
+            == "still"
+
+
+@pytest.mark.anyio
+async def test_a_search_with_every_token_distinct_is_answered(triad: str) -> None:
+    words = iter(f"w{i}" for i in range(MAX_QUERY_CHARS))
+    query = ""
+    while len(query) < MAX_QUERY_CHARS - 8:
+        query += next(words) + " "
+    async with httpx2.AsyncClient(timeout=DEADLINE) as http:
+        session = await HandshakeSession(http, triad).open()
+        found = await answer(session, call(1, "search_tools", {"query": query}))
+        assert "result" in found or "Unknown tool" in str(found)  # core tools are listed only in search mode
+
+
+@pytest.mark.anyio
+async def test_a_victims_calls_complete_while_an_attacker_sends_the_worst_inputs(triad: str) -> None:
+    victim_calls, done = 30, []
+    attacks = [request for _kind, request, _error in worst_inputs()]
+
+    async def attacker(http: httpx2.AsyncClient, stop: anyio.Event) -> None:
+        session = await HandshakeSession(http, triad).open()
+        while not stop.is_set():
+            for request in attacks:
+                await session.post(dumps(request))
+
+    async with httpx2.AsyncClient(timeout=DEADLINE) as http:
+        stop = anyio.Event()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(attacker, http, stop)
+            tg.start_soon(attacker, http, stop)
+            victim = await HandshakeSession(http, triad).open()
+            for i in range(victim_calls):
+                found = await answer(victim, call(i, "fx__echo", {"text": f"v{i}"}))
+                done.append(found["result"]["content"][0]["text"])
+            stop.set()
+    assert done == [f"v{i}" for i in range(victim_calls)]
+
+
+def test_the_bounds_are_in_the_readme() -> None:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme.split("## Security: bounds and quotas", 1)[1].split("\n## ", 1)[0]
+    for name in ("MAX_RUN_LIST_WILDCARDS", "MAX_RUN_LIST_PATTERNS", "MAX_PATTERN_LENGTH", "MAX_CURSOR_CHARS"):
+        assert name in section
