@@ -40,6 +40,10 @@ class CompiledRule:
     deny: MatcherSet
 
 
+EMPTY_RUN_LIST = "denied: the run-level allow list is empty"
+NOT_IN_RUN_LIST = "denied: not in the run-level allow list"
+
+
 @dataclass(frozen=True, slots=True)
 class Step:
     """One layer's verdict on one tool, for explanations and diagnostics."""
@@ -121,7 +125,7 @@ class Pipeline:
                                   f"{'allowed: caller is an owner' if ok else 'denied: owners only'} "
                                   f"(pattern {match.pattern!r})"))
         for index, patterns in enumerate(caller.run_lists, 1):
-            steps.append(self._run_level(index, patterns, tool))
+            steps.append(self.run_level(index, patterns, tool))
         return Decision(all(s.allowed for s in steps), tuple(steps))
 
     def _rules(self, caller: Identity) -> list[tuple[int, CompiledRule]]:
@@ -144,15 +148,27 @@ class Pipeline:
                 rules.append((4, rule))
         return rules
 
-    def _run_level(self, index: int, patterns: Sequence[str], tool: ToolFacts) -> Step:
+    def run_level(self, index: int, patterns: Sequence[str], tool: ToolFacts) -> Step:
         source = f"run-level list {index}"
         if not patterns:
-            return Step(7, source, False, None, "denied: the run-level allow list is empty")
+            return Step(7, source, False, None, EMPTY_RUN_LIST)
         match = self._run_set(tuple(patterns)).first(tool)
         if match is None:
-            return Step(7, source, False, None, "denied: not in the run-level allow list")
+            return Step(7, source, False, None, NOT_IN_RUN_LIST)
         return Step(7, source, True, match.pattern, f"allowed by {match.pattern!r}")
 
+    def run_level_denials(self, index: int, patterns: Sequence[str], tools: Mapping[str, ToolFacts]
+                          ) -> dict[str, Step]:
+        """Layer 7 alone for many tools: the step of each tool of `tools` (by name) that the `index`-th run-level
+        list denies. A view narrowed by one more list decides only this, for the tools its caller's view already
+        allows (`gateway.registry.narrow_by_run_list`): one match per tool, the list compiled once."""
+        source = f"run-level list {index}"
+        if not patterns:
+            empty = Step(7, source, False, None, EMPTY_RUN_LIST)
+            return dict.fromkeys(tools, empty)
+        matchers = self._run_set(tuple(patterns))
+        unlisted = Step(7, source, False, None, NOT_IN_RUN_LIST)  # one for all
+        return {name: unlisted for name, tool in tools.items() if matchers.first(tool) is None}
 
     def _run_set(self, patterns: tuple[str, ...]) -> MatcherSet:
         found = self._run_sets.get(patterns)

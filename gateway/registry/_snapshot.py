@@ -10,6 +10,7 @@ used first, never pushing a client's own view out).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -21,7 +22,7 @@ from consumers import JSONObject
 from gateway.config import ToolsMode
 from gateway.identity import Identity
 from gateway.registry._descriptors import Registry
-from gateway.registry._views import ClientView, SessionLists, build_view, narrow_view
+from gateway.registry._views import ClientView, SessionLists, build_view, narrow_by_run_list, narrow_view
 from policy import Pipeline
 
 logger = logging.getLogger("triad.dispatch")
@@ -66,8 +67,13 @@ class Snapshot:
             return view
         if not narrowed and len(self._views) >= MAX_CACHED_VIEWS:
             self._views = {}
-        view = build_view(self.registry, identity, self.pipeline, profile, self.schemas, mode, always_list,
-                          tool_groups)
+        if narrowed:  # the view without its last list, narrowed by it (`narrow_by_run_list`)
+            fewer = dataclasses.replace(identity, run_lists=identity.run_lists[:-1])
+            view = narrow_by_run_list(self.view(fewer, profile, mode, always_list, tool_groups), identity,
+                                      self.registry, self.pipeline)
+        else:
+            view = build_view(self.registry, identity, self.pipeline, profile, self.schemas, mode, always_list,
+                              tool_groups)
         if narrowed:
             self._run_list_views[identity] = view
             if len(self._run_list_views) > MAX_CACHED_RUN_LIST_VIEWS:

@@ -51,11 +51,21 @@ class ClientView:
     mode: ToolsMode = "all"
     profile: str | None = None
     """The provider schema profile of the input schemas this caller sees."""
+    unlisted: ClientView | None = None
+    """When run-level lists narrow this view, the caller's view without them: search ranks over that view's index
+    (built once per policy view) and keeps what this one allows, so a list a client picks per request never costs
+    an index build."""
 
     @functools.cached_property
     def searchable(self) -> Mapping[str, ToolDescriptor]:
         """The tools `search_tools` ranks: every tool this caller may call but the core tools themselves."""
         return {name: entry.descriptor for name, entry in self.tools.items() if entry.executor.kind != "core"}
+
+    @functools.cached_property
+    def facts(self) -> Mapping[str, ToolFacts]:
+        """What a pattern sees of each tool this caller may call, computed once per view: views narrowed from
+        this one by a run-level list match against these."""
+        return {name: tool_facts(entry.descriptor) for name, entry in self.tools.items()}
 
     @functools.cached_property
     def tool_names(self) -> frozenset[str]:
@@ -95,13 +105,11 @@ def build_view(registry: Registry, identity: Identity, pipeline: Pipeline, profi
     tools = {entry.descriptor.name: entry for entry in allowed}
     # An upstream's resources and prompts are visible when the caller may use at least one of its tools, or when
     # it has no tools at all (then tool policy has nothing to say about it).
-    with_tools = {d.executor.id for d in registry.tools.values() if d.executor is not None and d.executor.kind == "mcp"}
+    with_tools = _with_tools(registry)
     seen = {entry.executor.id for entry in allowed if entry.executor.kind == "mcp"}
     serving = {upstream_of_key(key) for key, state in registry.context.values.items() if state in SERVING}
     ready = {name for name in serving if name is not None and (name in seen or name not in with_tools)}
-    resources = tuple(dict(r.wire) for r in registry.resources.values() if r.upstream in ready)
-    templates = tuple(dict(t.wire) for t in registry.templates if t.upstream in ready)
-    prompts = {name: p for name, p in registry.prompts.items() if p.upstream in ready}
+    resources, templates, prompts = _of_upstreams(registry, ready)
     listed = allowed
     if mode == "search":  # the always-listed tools, and the core tools (sorted last)
         matchers = compile_patterns(always_list, tool_groups or {})
@@ -109,7 +117,6 @@ def build_view(registry: Registry, identity: Identity, pipeline: Pipeline, profi
                   or any(m.matches(tool_facts(entry.descriptor)) for m in matchers)]
     tools_wire = tuple(tool_wire(entry.descriptor, profile, schemas if schemas is not None else {})
                        for entry in listed)
-    prompts_wire = tuple(dict(p.wire) for p in sorted(prompts.values(), key=lambda p: p.exposed))
     return ClientView(
         version=registry.version,
         identity=identity,
@@ -120,12 +127,59 @@ def build_view(registry: Registry, identity: Identity, pipeline: Pipeline, profi
         resources_wire=resources,
         templates_wire=templates,
         prompts=prompts,
-        prompts_wire=prompts_wire,
+        prompts_wire=_prompts_wire(prompts),
         visible_upstreams=frozenset(ready),
-        fingerprint=(_digest(tools_wire), _digest(resources + templates), _digest(prompts_wire)),
+        fingerprint=(_digest(tools_wire), _digest(resources + templates), _digest(_prompts_wire(prompts))),
         mode=mode,
         profile=profile,
     )
+
+
+def narrow_by_run_list(base: ClientView, identity: Identity, registry: Registry, pipeline: Pipeline) -> ClientView:
+    """The view of `identity`, which is `base.identity` with one more run-level list (its last): `base` with only
+    layer 7 decided, for the tools `base` allows. A run-level list only narrows, so every other layer's decision,
+    the plan and the serialised tools are `base`'s: a list a client sends with one request costs one match per
+    tool it could call, not a new view (which decides every layer and serialises every tool)."""
+    index, patterns = len(identity.run_lists), identity.run_lists[-1]
+    # a run-level list narrows what the core tools reach, not the core tools themselves
+    listed = {name: facts for name, facts in base.facts.items() if base.tools[name].executor.kind != "core"}
+    steps = pipeline.run_level_denials(index, patterns, listed)
+    tools = {name: entry for name, entry in base.tools.items() if name not in steps}
+    decisions = {step: Decision(False, (step,)) for step in set(steps.values())}  # one or two, shared
+    denied = base.denied + tuple((base.tools[name].descriptor, decisions[step]) for name, step in steps.items())
+    unlisted = base.unlisted or base
+    if len(tools) == len(base.tools):
+        return dataclasses.replace(base, identity=identity, unlisted=unlisted)
+    seen = {entry.executor.id for entry in tools.values() if entry.executor.kind == "mcp"}
+    with_tools = _with_tools(registry)
+    ready = {name for name in base.visible_upstreams if name in seen or name not in with_tools}
+    resources, templates, prompts = _of_upstreams(registry, ready)
+    tools_wire = tuple(wire for wire in base.tools_wire if wire.get("name") in tools)
+    prompts_wire = _prompts_wire(prompts)
+    # what a client would notice: `base`'s tools and which of them this list keeps (no new serialisation)
+    names = tuple(str(wire.get("name")) for wire in tools_wire)
+    fingerprint = (hash((base.fingerprint[0], names)), _digest(resources + templates), _digest(prompts_wire))
+    return dataclasses.replace(base, identity=identity, denied=denied, tools=tools, tools_wire=tools_wire,
+                               resources_wire=resources, templates_wire=templates, prompts=prompts,
+                               prompts_wire=prompts_wire, visible_upstreams=frozenset(ready), fingerprint=fingerprint,
+                               unlisted=unlisted)
+
+
+def _with_tools(registry: Registry) -> set[str]:
+    """The upstreams that offer tools (their resources and prompts follow their tools' visibility)."""
+    return {d.executor.id for d in registry.tools.values() if d.executor is not None and d.executor.kind == "mcp"}
+
+
+def _of_upstreams(registry: Registry, ready: set[str]
+                  ) -> tuple[tuple[JSONObject, ...], tuple[JSONObject, ...], dict[str, PromptEntry]]:
+    """The resources, resource templates and prompts of the `ready` upstreams."""
+    return (tuple(dict(r.wire) for r in registry.resources.values() if r.upstream in ready),
+            tuple(dict(t.wire) for t in registry.templates if t.upstream in ready),
+            {name: p for name, p in registry.prompts.items() if p.upstream in ready})
+
+
+def _prompts_wire(prompts: Mapping[str, PromptEntry]) -> tuple[JSONObject, ...]:
+    return tuple(dict(p.wire) for p in sorted(prompts.values(), key=lambda p: p.exposed))
 
 
 SessionLists = tuple[tuple[str, OwnLists | None], ...]
