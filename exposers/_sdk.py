@@ -11,10 +11,12 @@ starts with `_`.
   session, as `StreamableHTTPServerTransport.handle_request` counts its own (`_requests_in_flight`,
   `_idle_timeout`, `idle_scope`); the transport is found in `StreamableHTTPSessionManager._server_instances`.
 - `SESSION_LOGGERS`: the SDK's session managers log session ids in clear (a session id is a bearer secret);
-  `hide_session_ids` filters those loggers' records.
+  `hide_session_ids` filters those loggers' records (and drops their per-request credential-mismatch lines).
 - `request_channel`: a request's own outbound channel (its `DispatchContext`: on streamable HTTP the request's
   stream) is `ServerSession._request_outbound`; its `notify(method, params)` sends params as given, where the
   session's typed helpers (`report_progress`) re-type numbers and know no `_meta`.
+- `sse_session_owner`: the SDK binds a legacy SSE session to its opener in `SseServerTransport._session_owners`;
+  Triad reads it to count a request with another identity's session id as a failed authentication.
 - `drop_idle_tracing`: the SDK pre-installs `mcp.server._otel.OpenTelemetryMiddleware` on every server; with no
   tracer provider it only costs CPU per request.
 """
@@ -27,11 +29,14 @@ import logging
 import math
 import re
 from collections.abc import Callable, Iterator
+from uuid import UUID
 
 import anyio
 from mcp.server import Server, ServerRequestContext
 from mcp.server._otel import OpenTelemetryMiddleware
+from mcp.server.auth.middleware.bearer_auth import AuthorizationContext
 from mcp.server.connection import Connection
+from mcp.server.sse import SseServerTransport
 from mcp.server.streamable_http import StreamableHTTPServerTransport
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.dispatcher import Outbound
@@ -106,12 +111,19 @@ SESSION_LOGGERS = ("mcp.server.streamable_http_manager", "mcp.server.streamable_
 _SESSION_ID = re.compile(r"\b[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}\b")
 
 
+MISMATCH_LINES = ("Rejecting request for session", "Rejecting message for session")
+"""The SDK's WARNING for each request with another identity's session id: one line per request, at any rate a client
+likes; Triad counts these requests itself (`exposers._throttle`, summarised), so these lines are dropped."""
+
+
 class _SessionIdFilter(logging.Filter):
     def __init__(self, label: Callable[[str], str]) -> None:
         super().__init__()
         self._label = label
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str) and record.msg.startswith(MISMATCH_LINES):
+            return False
         message = record.getMessage()
         hidden = _SESSION_ID.sub(lambda found: self._label(found.group().replace("-", "")), message)
         if hidden != message:
@@ -125,3 +137,8 @@ def hide_session_ids(label: Callable[[str], str]) -> None:
         found = logging.getLogger(name)
         if not any(isinstance(f, _SessionIdFilter) for f in found.filters):
             found.addFilter(_SessionIdFilter(label))
+
+
+def sse_session_owner(transport: SseServerTransport, session_id: UUID) -> AuthorizationContext | None:
+    """Who opened a legacy SSE session, as the SDK bound it (`SseServerTransport._session_owners`); None: unknown."""
+    return transport._session_owners.get(session_id)

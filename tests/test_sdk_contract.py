@@ -91,8 +91,27 @@ def test_session_ids_in_the_sdks_log_lines_are_replaced_by_labels(caplog: pytest
     _sdk.hide_session_ids(lambda raw: f"label-{len(raw)}")
     secret = "0123456789abcdef0123456789abcdef"
     with caplog.at_level(logging.INFO, logger="mcp.server.streamable_http_manager"):
-        mcp.server.streamable_http_manager.logger.warning("Rejecting request for session %s: no", secret)
+        mcp.server.streamable_http_manager.logger.info("Rejected request with unknown or expired session ID: %s",
+                                                       secret)
+        mcp.server.streamable_http_manager.logger.warning(
+            "Rejecting request for session %s: credential does not match the one that created the session", secret)
     assert secret not in caplog.text and "label-32" in caplog.text
+    expect("credential does not match" not in caplog.text, "the per-request mismatch line starts as MISMATCH_LINES")
+
+
+def test_a_legacy_sse_session_is_bound_to_its_opener_in_session_owners() -> None:
+    from uuid import uuid4
+
+    from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, authorization_context
+    from mcp.server.auth.provider import AccessToken
+    from mcp.server.sse import SseServerTransport
+
+    transport = SseServerTransport("/messages/")
+    session_id = uuid4()
+    owner = authorization_context(AuthenticatedUser(AccessToken(token="", client_id="a", scopes=[])))
+    transport._session_owners[session_id] = owner
+    expect(_sdk.sse_session_owner(transport, session_id) == owner, "SSE sessions' owners are in _session_owners")
+    expect(_sdk.sse_session_owner(transport, uuid4()) is None, "an unknown SSE session has no owner")
 
 
 # -- consumer side (`consumers/_sdk.py`) ---------------------------------------------------------------------------

@@ -3,12 +3,14 @@ introspection, mapped to Triad identities, and the protected-resource metadata r
 """
 
 from exposers.auth._routes import challenge, metadata_routes
-from exposers.auth._tokens import KeysUnavailable, TokenGate, TokenRejected
+from exposers.auth._tokens import KeysUnavailable, MalformedAuthorization, TokenGate, TokenRejected, bearer_token
 
 __all__ = [
     "KeysUnavailable",
+    "MalformedAuthorization",
     "TokenGate",
     "TokenRejected",
+    "bearer_token",
     "challenge",
     "metadata_routes",
 ]

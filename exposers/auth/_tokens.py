@@ -13,7 +13,8 @@ ever sent it (upstreams get their own configured headers, or nothing).
 
     TriadError
      ├── TokenRejected          401 `invalid_token`: bad signature, issuer, audience, expiry, shape
-     │    └── InsufficientScope 403 `insufficient_scope`: a good token without the scopes Triad requires
+     │    ├── InsufficientScope 403 `insufficient_scope`: a good token without the scopes Triad requires
+     │    └── MalformedAuthorization 400 `invalid_request`: an `Authorization` header that is no bearer credential
      └── KeysUnavailable        503: the issuer's keys cannot be had (`exposers.auth`)
 
 Ownership: `TokenValidator` holds one `KeySet`; `TokenGate` keeps the validator of the config in force and
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -37,8 +39,8 @@ from gateway.config import OAuthConfig, TriadConfig
 from gateway.errors import INVALID_REQUEST, TriadError
 from gateway.identity import Identity, identity_for
 
-__all__ = ["InsufficientScope", "KeysUnavailable", "TokenGate", "TokenRejected", "TokenValidator",
-           "identity_from_claims", "token_scopes"]
+__all__ = ["InsufficientScope", "KeysUnavailable", "MalformedAuthorization", "TokenGate", "TokenRejected",
+           "TokenValidator", "bearer_token", "identity_from_claims", "token_scopes"]
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +66,33 @@ class InsufficientScope(TokenRejected):
 
     status = 403
     error = "insufficient_scope"
+
+
+class MalformedAuthorization(TokenRejected):
+    """RFC 6750 §3.1: a request with a malformed `Authorization` header is answered 400 `invalid_request` (a
+    missing one stays 401, without an error code)."""
+
+    status = 400
+    error = "invalid_request"
+
+
+BEARER = re.compile(r"[Bb][Ee][Aa][Rr][Ee][Rr] +([A-Za-z0-9\-._~+/]+=*)")
+"""RFC 6750 §2.1, `credentials = "Bearer" 1*SP b64token`; the scheme is case-insensitive (RFC 9110 §11.1)."""
+
+
+def bearer_token(headers: list[tuple[bytes, bytes]]) -> str | None:
+    """The bearer token of a request's headers (ASGI's raw list: several `Authorization` fields stay visible);
+    None without one; `MalformedAuthorization` for several, another scheme, no token, or anything but a
+    b64token after the scheme (non-ASCII, spaces or a second parameter included)."""
+    fields = [value for key, value in headers if key.lower() == b"authorization"]
+    if not fields:
+        return None
+    if len(fields) > 1:
+        raise MalformedAuthorization("a request carries one Authorization header")
+    found = BEARER.fullmatch(fields[0].decode("latin-1"))
+    if found is None or len(found.group(1)) > MAX_TOKEN_LENGTH:
+        raise MalformedAuthorization("the Authorization header must be `Bearer <token>` (RFC 6750)")
+    return found.group(1)
 
 
 def token_scopes(claims: Mapping[str, JSON]) -> frozenset[str]:

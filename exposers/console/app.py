@@ -26,6 +26,7 @@ from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from consumers import JSONObject
+from exposers._throttle import AuthThrottle, source_key
 from exposers.console import pages
 from exposers.console.auth import (
     COOKIE,
@@ -82,7 +83,9 @@ def _templates() -> Jinja2Templates:
     return Jinja2Templates(env=env)
 
 
-def build_console(dispatcher: Dispatcher, reloader: Reloads | None) -> ASGIApp:
+def build_console(dispatcher: Dispatcher, reloader: Reloads | None, throttle: AuthThrottle) -> ASGIApp:
+    """`throttle`: the listener's brake on failed authentications; a wrong sign-in token counts against its
+    source, and a source over the limit gets 429 before its token is compared."""
     templates = _templates()
     sessions = ConsoleSessions(dispatcher.config.console.session_lifetime)
     clock = pages.StateClock(dispatcher)
@@ -119,12 +122,16 @@ def build_console(dispatcher: Dispatcher, reloader: Reloads | None) -> ASGIApp:
     async def login(request: Request) -> Response:
         if request.method == "GET":
             return render(request, "login.html", None, error=None)
+        source = source_key(request.scope)
+        if (throttled := throttle.refusal((source,))) is not None:
+            return throttled
         form = await _form(request)
         if form is None or not same_origin(request):
             return refused(request, "sign-in must come from the console's own page")
         token = form.get("token")
         found = sessions.sign_in(dispatcher.config, token) if isinstance(token, str) else None
         if found is None:
+            throttle.failed("console_sign_in", source)
             return render(request, "login.html", None, status_code=401,
                           error="That is not the token of an owner client.")
         session_id, _session = found

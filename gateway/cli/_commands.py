@@ -110,6 +110,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"  {problem}", file=sys.stderr)
         return 1
     if args.verb == "check":
+        if (open_listener := config.unauthenticated_off_loopback(config.listen.host)) is not None:
+            if not config.listen.allow_unauthenticated:
+                print(f"triad: {args.config}: listen.host: {open_listener}", file=sys.stderr)
+                return 1
+            print(f"warning: listen.host: {open_listener}", file=sys.stderr)
         for warning in policy_warnings(config):
             print(f"warning: {warning}", file=sys.stderr)
         print(f"{args.config}: valid ({len(config.upstreams)} upstream(s), {len(config.clients)} client(s))")

@@ -76,6 +76,9 @@ class ListenConfig(_Model):
     every request goes through the SDK's server. Semantics are the same either way."""
     lean_path: bool | None = None
     """The old name of `direct_path`, still read (`triad check` says to rename it)."""
+    allow_unauthenticated: bool = False
+    """Serve off loopback with no client token and no `auth.oauth` (every caller then unauthenticated, and none of
+    them an owner). Without it, `triad serve` refuses to listen off loopback unauthenticated."""
     public_url: str | None = Field(default=None, pattern=r"^https?://[^/?#\s]+/?$")
     """Where people reach this listener (scheme, host and port; behind a proxy, the proxy's): a user's own
     upstream authorization (`auth: per_user`) comes back to `<public_url>/oauth/callback/<upstream>`. Unset: the
@@ -296,6 +299,23 @@ class TriadConfig(_Model):
         if missing is not None:
             raise ValueError(missing)
         return self
+
+    def authenticates(self) -> bool:
+        """HTTP callers prove who they are: some client has a token, or OAuth is on."""
+        return self.auth.oauth is not None or any(client.token is not None for client in self.clients.values())
+
+    def unauthenticated_off_loopback(self, host: str) -> str | None:
+        """Why listening on `host` is refused (or, with `listen.allow_unauthenticated`, what it means): off loopback
+        with no authentication, every network caller would be anonymous."""
+        if is_loopback(host) or self.authenticates():
+            return None
+        if self.listen.allow_unauthenticated:
+            return (f"listening on {host} with no client token and no auth.oauth (listen.allow_unauthenticated): "
+                    "every network caller is unauthenticated and none is an owner (/admin and the console refuse "
+                    "them)")
+        return (f"listening on {host} (off loopback) needs authentication: give a client a token, or set "
+                "auth.oauth, or set listen.allow_unauthenticated: true to serve every network caller as a "
+                "non-owner")
 
     def cluster_address_missing(self, host: str) -> str | None:
         """Why listening on `host` cannot work in this config's cluster: a wildcard address announced to the other

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -74,3 +76,31 @@ def request_name(request: UpstreamRequest) -> str | None:
     params = getattr(request, "params", None)
     value = getattr(params, "name", None) or getattr(params, "uri", None)
     return str(value) if value is not None else None
+
+
+class LogSummary:
+    """One log line per `interval` about events that a client can cause at any rate (failed authentications):
+    the first event after a quiet interval writes a line with the count of each kind since the previous line, so
+    a flood costs one line per interval, never one per event. Kinds are a fixed set of the caller's, never a
+    client's values."""
+
+    def __init__(self, logger: logging.Logger, what: str, interval: float = 60.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._logger = logger
+        self._what = what
+        self._interval = interval
+        self._clock = clock
+        self._counts: Counter[str] = Counter()
+        self._last: float | None = None
+
+    def note(self, kind: str) -> None:
+        self._counts[kind] += 1
+        now = self._clock()
+        if self._last is not None and now - self._last < self._interval:
+            return
+        since = "" if self._last is None else f" in the last {now - self._last:.0f}s"
+        counts = ", ".join(f"{name} {count}" for name, count in sorted(self._counts.items()))
+        self._logger.warning("%s%s: %d (%s); at most one such line every %gs", self._what, since,
+                             sum(self._counts.values()), counts, self._interval)
+        self._counts.clear()
+        self._last = now

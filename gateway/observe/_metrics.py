@@ -55,6 +55,9 @@ class Metrics:
                               registry=self.registry)
         self.restarts = Counter("triad_upstream_restarts", "Times an upstream that was down was connected (a stdio "
                                 "child started) again", ["upstream"], registry=self.registry)
+        self.auth_failures = Counter("triad_auth_failures", "Failed authentications at the HTTP listener, by reason "
+                                     "(exposers: invalid_token, invalid_request, console_sign_in, session_mismatch, "
+                                     "throttled)", ["reason"], registry=self.registry)
         self.call_log = CallLog()
         """The calls in flight and the recent ones, by name (the console's; never exported to Prometheus)."""
 

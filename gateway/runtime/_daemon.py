@@ -184,6 +184,10 @@ async def serve_http(config: TriadConfig, host: str, port: int) -> None:
     missing = config.cluster_address_missing(host)  # `--host` may differ from listen.host, checked in the config
     if missing is not None:
         raise SystemExit(f"triad: {missing}")
+    if (open_listener := config.unauthenticated_off_loopback(host)) is not None:
+        if not config.listen.allow_unauthenticated:
+            raise SystemExit(f"triad: {open_listener}")
+        logger.warning("%s", open_listener)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
