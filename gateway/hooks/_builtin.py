@@ -19,7 +19,8 @@ from jsonschema.exceptions import SchemaError
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from consumers import JSON, JSONObject
-from gateway.config import Duration
+from gateway.config import STANDARD_STREAM, Duration
+from gateway.hooks._protocols import PathResolver
 from gateway.hooks._values import MESSAGE_FIELDS, Block, CallContext, Message, Outcome
 from gateway.state import Buckets, FilePins, LocalBuckets, Pins, PinStore, SharedState
 
@@ -46,7 +47,14 @@ class Audit:
     def __init__(self, **options: JSON) -> None:
         self.options = self.Options(**options)
         self.priority = self.options.priority
-        self._path = None if self.options.path == "-" else Path(self.options.path)
+        self._path = self._file(self.options.path)
+
+    def locate(self, resolve: PathResolver) -> None:
+        self._path = self._file(resolve(self.options.path))
+
+    @staticmethod
+    def _file(path: str) -> Path | None:
+        return None if path == STANDARD_STREAM else Path(path)
 
     def _write(self, ctx: CallContext, record: JSONObject) -> None:
         line = {"time": datetime.now(UTC).isoformat(timespec="milliseconds"), "client": ctx.client_id,
@@ -317,6 +325,11 @@ class PinDefinitions:
         self.store = PinStore(Path(self.options.state))
         self.pins: Pins = FilePins(self.store)
         """Where approvals are kept: the state file, or with `cluster:` the cluster's (`share`)."""
+
+    def locate(self, resolve: PathResolver) -> None:
+        """The state file relative to the config file (the cluster's approvals keep the name as written)."""
+        self.store = PinStore(Path(resolve(self.options.state)))
+        self.pins = FilePins(self.store)
 
     def share(self, state: SharedState) -> None:
         """Keep approvals where every replica sees them (`triad approve` and the console write there too)."""

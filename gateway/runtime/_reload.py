@@ -94,7 +94,8 @@ class Reloader:
                 new = await anyio.to_thread.run_sync(functools.partial(parse_config, text, source=self.path))
                 if problems := fail_closed_problems(self.config, new):
                     raise ConfigError(problems)
-                hooks = build_chain(new.hooks, self._dispatcher.shared, on_block=self._dispatcher.metrics.blocked)
+                hooks = build_chain(new.hooks, self._dispatcher.shared, on_block=self._dispatcher.metrics.blocked,
+                                    resolve=new.resolve_path)
             except ConfigError as exc:
                 return self._refused(trigger, exc.problems)
             except HookConfigError as exc:
