@@ -185,10 +185,13 @@ class Timeout:
         self.priority = self.options.priority
 
     async def before_call(self, ctx: CallContext) -> None:
+        """`max` caps only the calls this hook times (a listed tool or upstream, or any call with `default`):
+        another upstream's calls keep its own `timeout` and `max_call_time`."""
         o = self.options
         chosen = o.tools.get(ctx.name, o.upstreams.get(ctx.upstream, o.default))
-        if chosen is not None:
-            ctx.timeout = chosen
+        if chosen is None:
+            return
+        ctx.timeout = chosen
         if o.max is not None:
             ctx.max_time = o.max
 
