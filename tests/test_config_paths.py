@@ -30,7 +30,8 @@ PATH_SETTINGS: dict[str, tuple[str, PathOf]] = {
                                    lambda c: (c.enabled_upstreams()["h"].tls or _no()).client_key),
     "upstreams.*.auth.token_store": ("upstreams: {h: {url: 'https://h.example/mcp', auth: {token_store: rel/x}}}\n",
                                      lambda c: (c.enabled_upstreams()["h"].auth or _no()).token_store),
-    "hooks.audit.path": ("hooks: [{audit: {path: rel/x}}]\n", lambda c: c.resolve_path(str(c.hooks[0].options["path"]))),
+    "hooks.audit.path": ("hooks: [{audit: {path: rel/x}}]\n",
+                         lambda c: c.resolve_path(str(c.hooks[0].options["path"]))),
     "hooks.pin_definitions.state": ("hooks: [{pin_definitions: {state: rel/x}}]\n",
                                     lambda c: c.resolve_path(str(c.hooks[0].options["state"]))),
 }

@@ -25,7 +25,8 @@ from consumers.config import Duration, UpstreamConfig, parse_duration
 from gateway.config._problems import hide_values
 from policy.config import PolicyConfig, ToolRule
 
-__all__ = ["STANDARD_STREAM", "AuthConfig", "ClientConfig", "ClusterConfig", "Duration", "HookSpec", "ListenConfig", "NamingConfig",
+__all__ = ["STANDARD_STREAM",
+           "AuthConfig", "ClientConfig", "ClusterConfig", "Duration", "HookSpec", "ListenConfig", "NamingConfig",
            "OAuthConfig", "PolicyConfig", "ToolRule", "TriadConfig", "UpstreamConfig", "is_loopback", "parse_duration",
            "resolve_path"]
 """The whole file's model; the upstreams' and the policy's own models come from their packages, and reading a file
