@@ -100,6 +100,18 @@ class ConsoleConfig(_Model):
     """How long a console sign-in lasts; a reload that changes or removes the owner's token ends it sooner."""
 
 
+DEFAULT_RELOAD_SETTLE = 1.0
+"""An in-place writer that pauses mid-file for less than this is never caught half-way (the reliability run saw
+pauses of 0.4 s apply a partial file); a change takes at least this long to apply."""
+
+
+class ReloadConfig(_Model):
+    """`reload:`: how a changed config file is applied."""
+
+    settle: Duration = Field(default=DEFAULT_RELOAD_SETTLE, gt=0, le=60)
+    """A changed file is applied only when two readings this far apart agree."""
+
+
 class NamingConfig(_Model):
     separator: str = Field(default="__", min_length=1, pattern=r"^[A-Za-z0-9_-]+$")
     prefix: Literal["always", "conditional", "never"] = "conditional"
@@ -265,6 +277,7 @@ class TriadConfig(_Model):
     """`/readyz` answers 200 once this many upstreams are ready (or all of them, if there are fewer)."""
     page_size: int = Field(default=DEFAULT_PAGE_SIZE, ge=1, le=10_000)
     console: ConsoleConfig = ConsoleConfig()
+    reload: ReloadConfig = ReloadConfig()
     state_dir: str | None = None
     """Where Triad keeps state across restarts (the exposed-name ledger); relative to the config file, whose
     directory is the default."""
