@@ -44,9 +44,7 @@ async def send_within_deadline(name: str, channel: SessionChannel, request: Upst
         if calls.grace_over:
             raise UpstreamUnavailable(name, f"upstream {name!r} was {calls.retired} and its grace "
                                       f"period ran out during {method}")
-        raise UpstreamTimeout(name, f"upstream {name!r} did not answer {method} within "
-                              + (f"{timeout:g}s" if scope.deadline - start <= timeout else
-                                 f"{timeout:g}s of its last progress (after {anyio.current_time() - start:.3g}s)"))
+        raise UpstreamTimeout(name, _expired(name, method, limits, scope.deadline - start))
     except Exception as exc:
         failure = call_failure(name, method, exc, http=http, retired=calls.retired)
         if failure is None:
@@ -54,3 +52,15 @@ async def send_within_deadline(name: str, channel: SessionChannel, request: Upst
         raise failure from None
     finally:
         channel.relays.calls.pop(call_key, None)
+
+
+def _expired(name: str, method: str, limits: tuple[float, float], allowed: float) -> str:
+    """Which limit cut the call, given how long its deadline `allowed` in the end: the timeout (no progress), the
+    timeout counted from the last progress, or the cap that progress cannot push back."""
+    timeout, cap = limits
+    if allowed <= timeout:
+        return f"upstream {name!r} did not answer {method} within {timeout:g}s"
+    if allowed >= max(cap, timeout):
+        return (f"upstream {name!r} did not finish {method} within its maximum call time of {max(cap, timeout):g}s "
+                "(progress does not extend a call past it)")
+    return f"upstream {name!r} did not answer {method} within {timeout:g}s of its last progress (after {allowed:.3g}s)"

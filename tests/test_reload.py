@@ -300,7 +300,7 @@ async def test_a_file_written_in_place_slowly_is_applied_once_whole(procs: list[
         for line in lines:
             stream.write(line)
             stream.flush()
-            await anyio.sleep(0.03)  # a slow writer, not synchronisation: pauses well within SETTLE_SECONDS
+            await anyio.sleep(0.03)  # a slow writer, not synchronisation: pauses well within reload.settle
     await triad.until(r"upstream c ready")
     await triad.until(r"reloaded config \(file changed\): added c;")
     assert "refused" not in triad.stderr and "removed" not in triad.stderr

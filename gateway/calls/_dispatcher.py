@@ -53,7 +53,7 @@ class Dispatcher:
         self.names = names if names is not None else NameLedger()
         self.pool = pool
         self.metrics = Metrics()
-        hooks = build_chain(config.hooks, shared, on_block=self.metrics.blocked)
+        hooks = build_chain(config.hooks, shared, on_block=self.metrics.blocked, resolve=config.resolve_path)
         self.live = Live(config, pool, hooks, remote=remote, names=self.names)
         """The config, policy, hooks, search indexes and registry of the moment."""
         self._changed = anyio.Event()

@@ -5,6 +5,7 @@ that span sub-packages are `gateway.runtime.load_config`.
 
 from gateway.config._models import (
     PYTHON_VARIABLE,
+    STANDARD_STREAM,
     ClusterConfig,
     Duration,
     HookSpec,
@@ -15,12 +16,14 @@ from gateway.config._models import (
     TriadConfig,
     UpstreamConfig,
     is_loopback,
+    resolve_path,
 )
 from gateway.config._problems import describe_error, format_problem, hide_values
 from gateway.config._yaml import LineMap, Loaded, YamlProblem, load_with_lines
 
 __all__ = [
     "PYTHON_VARIABLE",
+    "STANDARD_STREAM",
     "ClusterConfig",
     "Duration",
     "HookSpec",
@@ -38,4 +41,5 @@ __all__ = [
     "hide_values",
     "is_loopback",
     "load_with_lines",
+    "resolve_path",
 ]

@@ -25,8 +25,10 @@ from consumers.config import Duration, UpstreamConfig, parse_duration
 from gateway.config._problems import hide_values
 from policy.config import PolicyConfig, ToolRule
 
-__all__ = ["AuthConfig", "ClientConfig", "ClusterConfig", "Duration", "HookSpec", "ListenConfig", "NamingConfig",
-           "OAuthConfig", "PolicyConfig", "ToolRule", "TriadConfig", "UpstreamConfig", "is_loopback", "parse_duration"]
+__all__ = ["STANDARD_STREAM",
+           "AuthConfig", "ClientConfig", "ClusterConfig", "Duration", "HookSpec", "ListenConfig", "NamingConfig",
+           "OAuthConfig", "PolicyConfig", "ToolRule", "TriadConfig", "UpstreamConfig", "is_loopback", "parse_duration",
+           "resolve_path"]
 """The whole file's model; the upstreams' and the policy's own models come from their packages, and reading a file
 is `gateway.runtime`."""
 
@@ -99,6 +101,18 @@ class ConsoleConfig(_Model):
     enabled: bool = False
     session_lifetime: Duration = 8 * 3600.0
     """How long a console sign-in lasts; a reload that changes or removes the owner's token ends it sooner."""
+
+
+DEFAULT_RELOAD_SETTLE = 1.0
+"""An in-place writer that pauses mid-file for less than this is never caught half-way (the reliability run saw
+pauses of 0.4 s apply a partial file); a change takes at least this long to apply."""
+
+
+class ReloadConfig(_Model):
+    """`reload:`: how a changed config file is applied."""
+
+    settle: Duration = Field(default=DEFAULT_RELOAD_SETTLE, gt=0, le=60)
+    """A changed file is applied only when two readings this far apart agree."""
 
 
 class NamingConfig(_Model):
@@ -266,6 +280,7 @@ class TriadConfig(_Model):
     """`/readyz` answers 200 once this many upstreams are ready (or all of them, if there are fewer)."""
     page_size: int = Field(default=DEFAULT_PAGE_SIZE, ge=1, le=10_000)
     console: ConsoleConfig = ConsoleConfig()
+    reload: ReloadConfig = ReloadConfig()
     state_dir: str | None = None
     """Where Triad keeps state across restarts (the exposed-name ledger); relative to the config file, whose
     directory is the default."""
@@ -333,13 +348,17 @@ class TriadConfig(_Model):
         return {name: self._with_tls_files(self._with_token_store(name, up)) for name, up in self.upstreams.items()
                 if up.enabled}
 
+    def resolve_path(self, value: str) -> str:
+        """Every path the config holds (state_dir, tls files, cwd, token_store, hook options such as `audit.path`
+        and `pin_definitions.state`) means the same from any working directory: see `resolve_path`."""
+        return resolve_path(value, self.source)
+
     def state_directory(self) -> Path | None:
         """Where state across restarts is kept: `state_dir` (relative to the config file), else the config
         file's directory; None for a config that has no file."""
         if self.source is None:
             return None
-        base = self.source.parent
-        return base / Path(self.state_dir).expanduser() if self.state_dir is not None else base
+        return Path(self.resolve_path(self.state_dir if self.state_dir is not None else "."))
 
     def _with_token_store(self, name: str, upstream: UpstreamConfig) -> UpstreamConfig:
         """An OAuth upstream's tokens go to `<state dir>/<config name>.tokens/<upstream>.json` unless its
@@ -347,20 +366,33 @@ class TriadConfig(_Model):
         directory = self.state_directory()
         if upstream.auth is None or directory is None or self.source is None:
             return upstream
-        store = directory / f"{self.source.stem}.tokens" / f"{name}.json" if upstream.auth.token_store is None \
-            else self.source.parent / Path(upstream.auth.token_store).expanduser()
-        return upstream.model_copy(update={"auth": upstream.auth.model_copy(update={"token_store": str(store)})})
+        store = str(directory / f"{self.source.stem}.tokens" / f"{name}.json") if upstream.auth.token_store is None \
+            else self.resolve_path(upstream.auth.token_store)
+        return upstream.model_copy(update={"auth": upstream.auth.model_copy(update={"token_store": store})})
 
     def _with_tls_files(self, upstream: UpstreamConfig) -> UpstreamConfig:
-        """`tls` files given as relative paths are relative to the config file, as `cwd` and `token_store` are."""
+        """`tls` files given as relative paths are relative to the config file, as every path is."""
         if upstream.tls is None or self.source is None:
             return upstream
-        base = self.source.parent
-        files = {key: str(base / Path(value).expanduser()) for key, value in upstream.tls.files().items()}
+        files = {key: self.resolve_path(value) for key, value in upstream.tls.files().items()}
         return upstream.model_copy(update={"tls": upstream.tls.model_copy(update=files)})
 
     def resolve_cwd(self, upstream: UpstreamConfig) -> str | None:
         """A relative `cwd` is taken relative to the config file, so a config works from any directory."""
         if upstream.cwd is None or self.source is None:
             return upstream.cwd
-        return str((self.source.parent / upstream.cwd).resolve())
+        return str(Path(self.resolve_path(upstream.cwd)).resolve())
+
+
+STANDARD_STREAM = "-"
+"""A path option written `-` names a standard stream (`audit: {path: "-"}` is stderr), never a file."""
+
+
+def resolve_path(value: str, source: Path | None) -> str:
+    """The one rule for a path in the config: `~` expanded, and a relative path taken relative to the directory of
+    the config file `source` (not the working directory: Claude Desktop starts Triad from `/`). The directory is
+    the one the file is named in, not its symlink's target's, so a Kubernetes ConfigMap (`config.yaml ->
+    ..data/config.yaml`) keeps its paths when `..data` is swapped. `-` and a config without a file stay as written."""
+    if value == STANDARD_STREAM or source is None:
+        return value
+    return str(source.absolute().parent / Path(value).expanduser())

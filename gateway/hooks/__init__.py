@@ -16,9 +16,10 @@ keeps.
   (`PinDefinitions` is named for the console, which reads its approvals).
 """
 
-from gateway.hooks._builtin import PinDefinitions, json_size
+from gateway.hooks._builtin import PinDefinitions
 from gateway.hooks._chain import HookChain
 from gateway.hooks._factory import build_chain, check_hook
+from gateway.hooks._options import json_size
 from gateway.hooks._protocols import (
                                       AfterCall,
                                       AfterGet,

@@ -10,77 +10,23 @@ import itertools
 import json
 import logging
 import re
-import sys
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
 from pathlib import Path
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
 from consumers import JSON, JSONObject
 from gateway.config import Duration
+from gateway.hooks._audit import Audit
 from gateway.hooks._linear_schema import LinearValidator, nonlinear_patterns
+from gateway.hooks._options import HookOptions, json_size
+from gateway.hooks._protocols import PathResolver
 from gateway.hooks._values import MESSAGE_FIELDS, Block, CallContext, Message, Outcome
 from gateway.state import Buckets, FilePins, LocalBuckets, Pins, PinStore, SharedState
 
 logger = logging.getLogger("triad.hooks")
-
-
-class _Options(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    priority: int = 0
-
-
-def json_size(value: JSON) -> int:
-    return len(json.dumps(value, separators=(",", ":"), default=str)) if value is not None else 0
-
-
-class Audit:
-    """One JSON line per call, read and get (and per call the policy denied), to a file or stderr."""
-
-    class Options(_Options):
-        path: str = "-"
-        bodies: bool = False
-        priority: int = -1000  # last among after-hooks: it records what the client actually gets
-
-    def __init__(self, **options: JSON) -> None:
-        self.options = self.Options(**options)
-        self.priority = self.options.priority
-        self._path = None if self.options.path == "-" else Path(self.options.path)
-
-    def _write(self, ctx: CallContext, record: JSONObject) -> None:
-        line = {"time": datetime.now(UTC).isoformat(timespec="milliseconds"), "client": ctx.client_id,
-                "session": ctx.session.id, "kind": ctx.kind, "name": ctx.name, "raw": ctx.raw_name,
-                "upstream": ctx.upstream, **record}
-        text = json.dumps(line, default=str) + "\n"
-        if self._path is None:
-            sys.stderr.write(text)
-            return
-        # opened per line: nothing to close when a reload drops this hook, and rotation tools just work
-        with self._path.open("a") as stream:
-            stream.write(text)
-
-    async def _after(self, ctx: CallContext, outcome: Outcome) -> None:
-        result = outcome.result
-        status = ("blocked" if outcome.blocked else "error" if outcome.error is not None
-                  else "tool-error" if result and result.get("isError") else "ok")
-        record: JSONObject = {"decision": "blocked" if outcome.blocked else "allowed", "outcome": status,
-                                  "duration_ms": round(outcome.duration * 1000, 3),
-                                  "arguments_bytes": json_size(ctx.arguments), "result_bytes": json_size(result)}
-        if outcome.error is not None:
-            record["error"] = outcome.error
-        if self.options.bodies:
-            record["arguments"], record["result"] = ctx.arguments, result
-        self._write(ctx, record)
-
-    after_call = after_read = after_get = _after
-
-    async def on_denied(self, ctx: CallContext, layer: int, pattern: str | None, detail: str) -> None:
-        self._write(ctx, {"decision": "denied", "outcome": "denied", "layer": layer, "pattern": pattern,
-                          "detail": detail})
-
 
 MAX_ARGUMENT_ERRORS = 20
 """Errors of one call's arguments that are reported (the arguments are the caller's: their errors are countless)."""
@@ -91,7 +37,7 @@ class ValidateArguments:
     in time linear in the arguments (`gateway.hooks._linear_schema`): a schema with a pattern that cannot be
     matched so blocks every call of its tool, with a message naming the pattern."""
 
-    class Options(_Options):
+    class Options(HookOptions):
         priority: int = 100
 
     def __init__(self, **options: JSON) -> None:
@@ -143,7 +89,7 @@ def parse_rate(text: str) -> tuple[float, float]:
 class RateLimit:
     """Token buckets per client, per tool or per upstream; over the limit, a tool error that says when to retry."""
 
-    class Options(_Options):
+    class Options(HookOptions):
         per_client: str | None = None
         per_tool: str | None = None
         per_upstream: str | None = None
@@ -181,10 +127,10 @@ class RateLimit:
 class Timeout:
     """A per-tool or per-upstream call deadline, pushed back by upstream progress, with a hard cap (`max`)."""
 
-    class Options(_Options):
+    class Options(HookOptions):
         default: Duration | None = None
-        tools: dict[str, Duration] = {}
-        upstreams: dict[str, Duration] = {}
+        tools: dict[str, Duration] = Field(default_factory=dict)
+        upstreams: dict[str, Duration] = Field(default_factory=dict)
         max: Duration | None = None
 
     def __init__(self, **options: JSON) -> None:
@@ -192,10 +138,13 @@ class Timeout:
         self.priority = self.options.priority
 
     async def before_call(self, ctx: CallContext) -> None:
+        """`max` caps only the calls this hook times (a listed tool or upstream, or any call with `default`):
+        another upstream's calls keep its own `timeout` and `max_call_time`."""
         o = self.options
         chosen = o.tools.get(ctx.name, o.upstreams.get(ctx.upstream, o.default))
-        if chosen is not None:
-            ctx.timeout = chosen
+        if chosen is None:
+            return
+        ctx.timeout = chosen
         if o.max is not None:
             ctx.max_time = o.max
 
@@ -203,7 +152,7 @@ class Timeout:
 class MaxResultSize:
     """Results over `bytes` (their JSON size) become a tool error, or with `truncate`, have their text cut."""
 
-    class Options(_Options):
+    class Options(HookOptions):
         bytes: int = Field(default=1_000_000, ge=64)
         truncate: bool = False
 
@@ -267,7 +216,7 @@ class Redact:
     prompt messages and description, and `_meta`, dictionary keys included; base64 payloads excepted), in the
     upstream's error messages and in relayed log and progress messages."""
 
-    class Options(_Options):
+    class Options(HookOptions):
         patterns: tuple[str, ...] = ()
         defaults: bool = True
         replacement: str = "[REDACTED]"
@@ -321,7 +270,7 @@ class PinDefinitions:
     """Remembers a hash of each tool's definition and blocks a tool whose definition changed since it was approved,
     until `triad approve` approves it again (protection against a tool silently rewritten after it was trusted)."""
 
-    class Options(_Options):
+    class Options(HookOptions):
         state: str = "triad-pins.json"
         trust_new: bool = True
         priority: int = 200
@@ -332,6 +281,11 @@ class PinDefinitions:
         self.store = PinStore(Path(self.options.state))
         self.pins: Pins = FilePins(self.store)
         """Where approvals are kept: the state file, or with `cluster:` the cluster's (`share`)."""
+
+    def locate(self, resolve: PathResolver) -> None:
+        """The state file relative to the config file (the cluster's approvals keep the name as written)."""
+        self.store = PinStore(Path(resolve(self.options.state)))
+        self.pins = FilePins(self.store)
 
     def share(self, state: SharedState) -> None:
         """Keep approvals where every replica sees them (`triad approve` and the console write there too)."""

@@ -14,21 +14,24 @@ from consumers import JSON
 from gateway.config import HookSpec
 from gateway.hooks._builtin import BUILTIN_HOOKS
 from gateway.hooks._chain import BlockObserver, HookChain, HookEntry
-from gateway.hooks._protocols import HookConfigError, Prioritised, Shares, check_methods
+from gateway.hooks._protocols import HookConfigError, Locates, PathResolver, Prioritised, Shares, check_methods
 from gateway.state import SharedState
 
 __all__ = ["HookConfigError", "build_chain", "check_hook", "make_hook"]
 
 
 def build_chain(specs: Sequence[HookSpec], shared: SharedState | None = None, *,
-                on_block: BlockObserver | None = None) -> HookChain:
+                on_block: BlockObserver | None = None, resolve: PathResolver | None = None) -> HookChain:
     """Instantiate every hook of the config (`HookSpec`s), in order, and build the (immutable) chain. Raises
     HookConfigError naming the hook. With `shared` (a cluster's state), hooks that keep state (`share(state)`) keep it
-    there; `on_block` is told of every call a before-hook blocks."""
+    there; hooks with path options (`locate(resolve)`) resolve them with `resolve` (the config's
+    `TriadConfig.resolve_path`); `on_block` is told of every call a before-hook blocks."""
     entries = []
     for order, spec in enumerate(specs):
         name, options = spec.name, spec.options
         hook = make_hook(name, options)
+        if resolve is not None and isinstance(hook, Locates):
+            hook.locate(resolve)
         if shared is not None and isinstance(hook, Shares):
             hook.share(shared)
         entries.append(HookEntry(name, hook, _priority(name, hook), order))

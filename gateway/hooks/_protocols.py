@@ -86,6 +86,17 @@ class Shares(Protocol):
     def share(self, state: SharedState) -> None: ...
 
 
+PathResolver = Callable[[str], str]
+"""`TriadConfig.resolve_path`: a path option as written -> the path it means (relative to the config file)."""
+
+
+@runtime_checkable
+class Locates(Protocol):
+    """A hook with options that are paths: told, when the chain is built, how the config resolves a path."""
+
+    def locate(self, resolve: PathResolver) -> None: ...
+
+
 @dataclass(frozen=True)
 class HookMethod:
     name: str
@@ -104,7 +115,10 @@ HOOK_METHODS: tuple[HookMethod, ...] = (
 SHARE = HookMethod("share", ("state",), awaited=False)
 """Not a hook method (a hook with only `share` does nothing), but checked like one: an async `share` would share
 nothing, silently."""
-_BY_NAME: Mapping[str, HookMethod] = {m.name: m for m in (*HOOK_METHODS, SHARE)}
+LOCATE = HookMethod("locate", ("resolve",), awaited=False)
+"""Likewise: told how paths resolve before the first call, so it must not be async."""
+_SETUP = (SHARE, LOCATE)
+_BY_NAME: Mapping[str, HookMethod] = {m.name: m for m in (*HOOK_METHODS, *_SETUP)}
 _NONE_OF = ", ".join(m.name for m in HOOK_METHODS)
 
 
@@ -131,7 +145,7 @@ def check_methods(name: str, target: object) -> tuple[str, ...]:
                 problems.append(f"{attr!r} is not a hook method; did you mean {near!r}? (a helper's name starts "
                                 "with _)")
             continue
-        if method is not SHARE:
+        if method not in _SETUP:
             found.append(attr)
         try:
             value = _attribute(target, attr)

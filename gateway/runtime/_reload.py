@@ -5,8 +5,8 @@ Ownership: the daemon creates one `Reloader` and runs `watch()` as a task in its
 upstream: the pool starts or retires connections in its own tasks, the dispatcher swaps its config, policy and
 registry by assignment, and the notifier tells each session whose view changed.
 
-Fail closed: a file caught mid-write is never applied (the watcher waits until the content has stopped changing,
-then parses exactly that content); an empty file is invalid; and a reload that would turn authentication off or
+Fail closed: a file caught mid-write is never applied (the watcher waits until two readings `reload.settle` apart
+agree, then parses exactly that content); an empty file is invalid; and a reload that would turn authentication off or
 remove every upstream is refused unless the new file says so (`clients: {}`, `upstreams: {}`), since a truncated
 or half-written file looks just like that.
 """
@@ -30,14 +30,15 @@ from gateway.hooks import HookConfigError, build_chain
 from gateway.identity import requires_token
 from gateway.observe import ReloadResult, ReloadStatus
 from gateway.runtime._loading import parse_config
+from gateway.runtime._watch import Fingerprint, fingerprint
 
 logger = logging.getLogger("triad.reload")
 
 WATCH_DEBOUNCE_MS = 300
 """Editors write in bursts (truncate, write, rename); one reload per burst."""
-SETTLE_SECONDS = 0.3
-"""A changed file is read again after this long, and applied only once two readings agree: an in-place writer
-(truncate, then write in pieces) is not caught half-way unless it pauses longer than this mid-file."""
+WATCH_POLL_MS = 1000
+"""Between events, the link chain and the file are compared this often: a change no event announced (a directory
+that was swapped away under the watch, a network file system) is seen within it."""
 
 
 def fail_closed_problems(old: TriadConfig, new: TriadConfig) -> list[str]:
@@ -94,7 +95,8 @@ class Reloader:
                 new = await anyio.to_thread.run_sync(functools.partial(parse_config, text, source=self.path))
                 if problems := fail_closed_problems(self.config, new):
                     raise ConfigError(problems)
-                hooks = build_chain(new.hooks, self._dispatcher.shared, on_block=self._dispatcher.metrics.blocked)
+                hooks = build_chain(new.hooks, self._dispatcher.shared, on_block=self._dispatcher.metrics.blocked,
+                                    resolve=new.resolve_path)
             except ConfigError as exc:
                 return self._refused(trigger, exc.problems)
             except HookConfigError as exc:
@@ -127,30 +129,49 @@ class Reloader:
         return ReloadResult(False, problems)
 
     async def watch(self) -> None:
-        """Reload when the config file changes. The directory is watched, so a write-and-rename (what editors
-        do) is seen as well as an in-place write."""
-        target = self.path.resolve()
+        """Reload when the config file changes: written in place, renamed over, or reached through a symlink that
+        is retargeted (`ln -sfn`, a Kubernetes ConfigMap's `..data` swap). Every directory on the link chain is
+        watched, the chain is recomputed on each change, and a poll every `WATCH_POLL_MS` catches what no event
+        announced (`gateway.runtime._watch`)."""
+        seen = fingerprint(self.path)
+        while not self._stop_watching.is_set():
+            directories = seen.directories(self.path)
+            try:
+                seen = await self._watch_chain(seen, directories)
+            except OSError as exc:  # a watched directory went away (the old side of a swap): watch the new chain
+                logger.debug("config watch restarted: %s", exc)
+                await anyio.sleep(WATCH_POLL_MS / 1000)  # not a busy loop while a directory is missing
+                seen = await self._apply_if_changed(seen)
 
-        def is_config(_change: watchfiles.Change, changed: str) -> bool:
-            return Path(changed).resolve() == target
+    async def _watch_chain(self, seen: Fingerprint, directories: frozenset[Path]) -> Fingerprint:
+        """Watch `directories` until the chain leads elsewhere; the fingerprint last applied."""
+        async for _changes in watchfiles.awatch(*(d for d in directories if d.is_dir()), debounce=WATCH_DEBOUNCE_MS,
+                                                step=50, recursive=False, stop_event=self._stop_watching,
+                                                rust_timeout=WATCH_POLL_MS, yield_on_timeout=True):
+            seen = await self._apply_if_changed(seen)
+            if seen.directories(self.path) != directories:
+                logger.info("config file %s is now reached through %s; watching there", self.path,
+                            seen.target[0] if seen.target is not None else "a missing file")
+                break
+        return seen
 
-        async for _changes in watchfiles.awatch(target.parent, watch_filter=is_config,
-                                                debounce=WATCH_DEBOUNCE_MS, step=50, recursive=False,
-                                                stop_event=self._stop_watching):
-            text = await self._settled_text()
-            if text is None:
-                continue  # gone (a rename in progress, or deleted): the next change brings it back
-            if text == self._last_text:
-                logger.debug("config file touched, content unchanged; not reloaded")
-                continue
+    async def _apply_if_changed(self, seen: Fingerprint) -> Fingerprint:
+        if fingerprint(self.path) == seen:
+            return seen
+        now = fingerprint(self.path)  # before reading: a change during the read shows as a difference next time
+        text = await self._settled_text()
+        if text is not None and text != self._last_text:
             await self.reload("file changed", text)
+        elif text is not None:
+            logger.debug("config file touched, content unchanged; not reloaded")
+        return now
 
     async def _settled_text(self) -> str | None:
-        """The file's content once two readings `SETTLE_SECONDS` apart agree; None if it cannot be read."""
+        """The file's content once two readings `reload.settle` apart agree; None if it cannot be read."""
         try:
             text = await _read(self.path)
             while True:
-                await anyio.sleep(SETTLE_SECONDS)
+                await anyio.sleep(self.config.reload.settle)
                 again = await _read(self.path)
                 if again == text:
                     return text

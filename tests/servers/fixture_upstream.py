@@ -70,7 +70,8 @@ def build_tools(prefix: str, extra: int, echo_description: str = "Echo the text.
              outputSchema={"type": "object", "properties": {"double": {"type": "integer"}}, "required": ["double"]}),
         tool(f"{prefix}fail", "Always a tool error."),
         tool(f"{prefix}slow", "Sleeps.", {"seconds": {"type": "number"}}),
-        tool(f"{prefix}progress", "Reports progress.", {"steps": {"type": "integer"}, "delay": {"type": "number"}}),
+        tool(f"{prefix}progress", "Reports progress.", {"steps": {"type": "integer"}, "delay": {"type": "number"},
+                                                          "then": {"type": "number"}}),
         tool(f"{prefix}die", "Exits the process mid-call."),
         tool(f"{prefix}garbage", "Writes malformed JSON-RPC on stdout (stdio only), then never answers."),
         tool(f"{prefix}ask", "Asks the user (elicitation).", {"question": {"type": "string"}}),
@@ -182,6 +183,7 @@ def build_server(args: argparse.Namespace) -> Server[Any]:
             for i in range(steps):
                 await anyio.sleep(float(arguments.get("delay", 0)))
                 await ctx.session.report_progress(i + 1, steps, f"step {i + 1}")
+            await anyio.sleep(float(arguments.get("then", 0)))  # silent after its progress
             return {"content": [{"type": "text", "text": f"{steps} steps"}]}
         if name == "die":
             os._exit(3)
