@@ -281,14 +281,14 @@ async def test_abandoned_sessions_of_one_identity_do_not_keep_another_out(procs:
     """`max_sessions: 3`, filled by Alice's three idle sessions (within her default share): Bob still gets one, from
     the identity that holds the most; Alice's busy session is never the one taken."""
     url = start_triad(procs, config(tmp_path, {}, sessions="per_client", max_sessions=3), wait_ready=1)
-    async with client("alice") as http, client("bob") as theirs, anyio.create_task_group() as tg:
+    async with client("alice") as http, anyio.create_task_group() as tg:
         hers = [await HandshakeSession(http, url).open() for _ in range(3)]
         for ident, session in enumerate(hers):
             assert "result" in answer_of(await session.post(dumps(call(ident, "echo", {"text": "a"}))))
         tg.start_soon(hers[0].post, dumps(call("busy", "slow", {"seconds": 120})))
         await until_held(url, "calls_in_flight", "client", 1)
-        for other in (theirs, client("olivia")):
-            async with other:
+        for who in ("bob", "olivia"):
+            async with client(who) as other:
                 session = await HandshakeSession(other, url).open()
                 assert answer_of(await session.post(dumps(call(9, "echo", {"text": "in"}))))["result"]["content"][0][
                     "text"] == "in"
