@@ -16,6 +16,7 @@ from consumers.relay import (
     Downstream,
     ProgressFn,
     RequestOptions,
+    Share,
     UpstreamRequest,
 )
 from consumers.upstream import Upstream
@@ -33,6 +34,7 @@ __all__ = [
     "OwnLists",
     "ProgressFn",
     "RequestOptions",
+    "Share",
     "Upstream",
     "UpstreamPool",
     "UpstreamRequest",

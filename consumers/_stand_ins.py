@@ -4,8 +4,9 @@ handshake-era `sessions: per_client` upstream.
 Such a request has no downstream session that lasts (each is its own), so it cannot have an upstream session of
 its own the way a handshake-era client does. It gets one bound to who it is and what it declared instead: one
 stand-in per (caller, declared capabilities), whose upstream session lists and serves for that caller alone, and
-closes after `IDLE_CLOSE` without requests (`consumers.per_client` closes it). A caller has at most
-`MAX_PER_CALLER` declarations with a session open at once. A caller Triad cannot name goes on the shared session.
+closes after `IDLE_CLOSE` without requests (`consumers.per_client` closes it). A caller has at most its share's
+`stand_ins` declarations (`limits.stand_ins`; `MAX_PER_CALLER` without a share) with a session open at once. A
+caller Triad cannot name goes on the shared session.
 """
 
 from __future__ import annotations
@@ -16,14 +17,15 @@ import time
 from collections.abc import Awaitable, Callable
 
 from consumers._json import JSONObject
-from consumers.errors import UpstreamUnavailable
-from consumers.relay import ClientOrigin, Downstream
+from consumers.errors import QuotaExceeded
+from consumers.relay import ClientOrigin, Downstream, Share
 
 IDLE_CLOSE = 300.0
 """Seconds without a request after which a stand-in's upstream session closes (the next request opens a new one)."""
 MAX_PER_CALLER = 8
-"""Distinct capability declarations one caller may have upstream sessions for at once (declarations are the
-caller's free choice: each would otherwise cost an upstream session, up to the upstream's `max_sessions`)."""
+"""Distinct capability declarations a caller without a share (`consumers.Share.stand_ins`) may have upstream
+sessions for at once (declarations are the caller's free choice: each would otherwise cost an upstream session,
+up to the upstream's `max_sessions`)."""
 HANDED_OUT = 60.0
 """Seconds a new stand-in counts as open before its upstream session exists (its request is on its way there):
 requests of one caller sent at once must not each take a place another is about to use."""
@@ -37,9 +39,11 @@ class StandIn:
 
     back: Downstream | None = None
 
-    def __init__(self, key: tuple[str, str]) -> None:
+    def __init__(self, key: tuple[str, str], share: Share | None) -> None:
         self.made = time.monotonic()
         self.user: str | None = key[0]
+        self.share = share
+        """Its caller's: its upstream session counts among that identity's slots."""
         self.declared: JSONObject | None = json.loads(key[1])
         self.id = "c-" + secrets.token_hex(6)
         """Its label in log lines (`consumers.log_fields`): random, since a hash of who it is could be guessed."""
@@ -75,12 +79,14 @@ class StandIns:
             if len(self._by_key) >= MAX_STAND_INS:
                 self._by_key = {k: v for k, v in self._by_key.items() if in_use(v)}
             mine = [k for k in self._by_key if k[0] == client.user]
-            if len(mine) >= MAX_PER_CALLER:
+            most = client.share.stand_ins if client.share is not None else MAX_PER_CALLER
+            if len(mine) >= most:
                 idle = [k for k in mine if not in_use(self._by_key[k])]
                 if not idle:
-                    raise UpstreamUnavailable(self._upstream, (
-                        f"upstream {self._upstream!r} already has sessions for {MAX_PER_CALLER} capability "
-                        "declarations of this caller; one must idle out before another declaration can be used"))
+                    raise QuotaExceeded("stand_ins", most, (
+                        f"upstream {self._upstream!r} already has sessions for {len(mine)} capability declarations "
+                        f"of this client, its quota limits.stand_ins ({most}); one must idle out before another "
+                        "declaration can be used"))
                 del self._by_key[idle[0]]
-            found = self._by_key[key] = StandIn(key)
+            found = self._by_key[key] = StandIn(key, client.share)
         return found

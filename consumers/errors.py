@@ -11,6 +11,8 @@ INVALID_REQUEST = -32600
 INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
 REQUEST_TIMEOUT = -32001
+QUOTA_EXCEEDED = -32029
+"""An implementation-defined server error (JSON-RPC reserves -32000..-32099 for them): 429 in spirit."""
 
 
 class TriadError(Exception):
@@ -22,6 +24,19 @@ class TriadError(Exception):
         super().__init__(message)
         self.message = message
         self.data = data
+
+
+class QuotaExceeded(TriadError):
+    """The caller's identity is at one of its quotas (`limits:`); the message names the quota and its limit, and
+    `data` carries both (`{"quota": "limits.sessions", "limit": 100}`). Raised in `consumers` for upstream slots
+    and stand-ins, in `gateway` for the rest; refused before any JSON-RPC message, it is HTTP 429."""
+
+    code = QUOTA_EXCEEDED
+
+    def __init__(self, quota: str, limit: int, message: str) -> None:
+        super().__init__(message, data={"quota": f"limits.{quota}", "limit": limit})
+        self.quota = quota
+        self.limit = limit
 
 
 class UpstreamError(TriadError):

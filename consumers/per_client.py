@@ -41,6 +41,7 @@ from consumers._errors import describe_failure
 from consumers._json import JSON, JSONObject
 from consumers._session_loop import Wake, serve_session
 from consumers._session_open import Declaration, Handshake, OpenSession, offered, open_session
+from consumers._slots import Slot, holders, room_for
 from consumers._stand_ins import IDLE_CLOSE, StandIn, StandIns
 from consumers.channel import SessionChannel
 from consumers.config import AUTHORIZATION_WAIT, UpstreamConfig
@@ -149,10 +150,7 @@ class ClientSessions:
             config = self._config()
             if self._task_group is None:
                 raise UpstreamUnavailable(self._upstream, f"upstream {self._upstream!r} is not connected")
-            if len(self._links) >= config.max_sessions and not self._evict_idle_stand_in():
-                raise UpstreamUnavailable(self._upstream, (
-                    f"upstream {self._upstream!r} has {config.max_sessions} client sessions open, its "
-                    "max_sessions; one must end before another client can use it"))
+            self._make_room(origin, config.max_sessions)
             # a stand-in's session relays as a shared one does: its caller's requests may be in flight at once
             link = self._links[origin] = ClientLink(origin, InFlight(self._upstream, origin.back))
             if origin not in self._watched:
@@ -179,15 +177,17 @@ class ClientSessions:
                                       f"client: {reason}")
         return link.channel
 
-    def _evict_idle_stand_in(self) -> bool:
-        """Close the least recently used stand-in's session with nothing in flight, to make room: stand-ins idle
-        out on their own, so they must not keep a client with a session of its own out meanwhile."""
-        idle = [link for origin, link in self._links.items()
-                if isinstance(origin, StandIn) and link.opened.is_set() and not link.relays.calls]
-        if not idle:
-            return False
-        self.forget(min(idle, key=lambda link: link.used).origin)
-        return True
+    def _make_room(self, origin: ClientOrigin, most: int) -> None:
+        """Close an idle session if `origin`'s new one needs the room (`consumers._slots`)."""
+        slots = [Slot(found, link.used, link.opened.is_set() and link.channel is not None and not link.relays.calls)
+                 for found, link in self._links.items()]
+        victim = room_for(self._upstream, origin, slots, most)
+        if victim is not None:
+            self.forget(victim)
+
+    def slots(self) -> dict[str, int]:
+        """Sessions open by identity class, for metrics (`consumers._slots.holders`)."""
+        return holders(self._links)
 
     def routed(self, modern: bool) -> bool:
         """Each downstream session with a way back gets an upstream session of its own: `sessions: per_client`, on

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any, Protocol, TypedDict, TypeVar, runtime_checkable
 
 import mcp_types as types
@@ -80,6 +81,18 @@ class Downstream(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class Share:
+    """An identity's fair share of each `sessions: per_client` upstream (its `limits:`), as the consumers see it."""
+
+    holder: str
+    """The identity's class for metrics (`owner`, `client`, `anonymous`): bounded, never who it is."""
+    upstream_slots: int
+    """Upstream sessions the identity may hold on one upstream at once (its stand-ins' included)."""
+    stand_ins: int
+    """Capability declarations it may hold stand-in sessions for on one upstream (`consumers._stand_ins`)."""
+
+
 class ClientOrigin(Protocol):
     """The downstream session a request comes from, as the consumers see it (`gateway.hooks.Session`): the way
     back to that client outside any request, and a hook for when the session ends. None for a request without a
@@ -102,6 +115,11 @@ class ClientOrigin(Protocol):
     @property
     def declared(self) -> JSONObject | None:
         """What a session without a way back (a 2026-07-28 request) declared it can do, from its envelope."""
+        ...
+
+    @property
+    def share(self) -> Share | None:
+        """The fair share of the session's identity (set with `user`); None: only `max_sessions` bounds it."""
         ...
 
 

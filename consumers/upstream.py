@@ -284,6 +284,10 @@ class Upstream:
         """How many per-client upstream sessions are open."""
         return len(self._clients)
 
+    def client_slots(self) -> dict[str, int]:
+        """Per-client upstream sessions open, by identity class (metrics: `limits.upstream_slots` in use)."""
+        return self._clients.slots()
+
     # -- calls from other tasks ----------------------------------------------------------------------------------
 
     async def request(self, request: UpstreamRequest, *, progress: ProgressFn | None = None, retry_safe: bool = False,

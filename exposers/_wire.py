@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextvars
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from types import TracebackType
 from typing import Any, Literal, Protocol, Self
 
@@ -81,15 +81,16 @@ def error_body(code: int, message: str) -> bytes:
     return _error(None, code, message).model_dump_json(by_alias=True).encode()
 
 
-async def refuse(send: Send, exc: TriadError, status: int = 400) -> None:
+async def refuse(send: Send, exc: TriadError, status: int = 400, headers: Sequence[tuple[bytes, bytes]] = ()) -> None:
     """Answer an HTTP request refused before any JSON-RPC message in it was read (e.g. an oversized run-level
     list in its headers): `status` and a JSON-RPC error with id null and `exc`'s code."""
-    await _send_error(send, status, error_body(exc.code, exc.message))
+    await _send_error(send, status, error_body(exc.code, exc.message), headers)
 
 
-async def _send_error(send: Send, status: int, body: bytes) -> None:
+async def _send_error(send: Send, status: int, body: bytes, headers: Sequence[tuple[bytes, bytes]] = ()) -> None:
     await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                            *headers]})
     await send({"type": "http.response.body", "body": body})
 
 

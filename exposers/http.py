@@ -37,6 +37,7 @@ from exposers._host_rules import LoopbackGuard, security_settings
 from exposers._sdk import hide_session_ids, session_transport, sse_session_owner
 from exposers._throttle import AuthThrottle
 from exposers._wire import StrictJson
+from exposers.admission import Admission, refuse_quota, sse_places
 from exposers.auth import TokenGate, metadata_routes
 from exposers.console import build_console
 from exposers.direct import DirectPath
@@ -47,8 +48,10 @@ from exposers.server import IDENTITY_SCOPE_KEY, GatewayServer, SessionOrigin
 from exposers.sessions import label_session_id
 from gateway.calls import Dispatcher
 from gateway.config import is_loopback
+from gateway.errors import QuotaExceeded
 from gateway.identity import LOCAL, Identity, credential_owner, requires_token, same_principal
 from gateway.observe import LogSummary, Reloads
+from gateway.quotas import TOTALS
 
 if TYPE_CHECKING:
     from consumers.oauth import Redirects
@@ -56,7 +59,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-MAX_SESSIONS = 10_000
+MAX_SESSIONS = TOTALS["sessions"][0]
+"""The SDK's own bound on open sessions: `gateway.quotas` admits no more (and owners only into the last part)."""
 CLOSE_TIMEOUT = 5.0
 """How long ending a session that stopped reading may take."""
 MAX_REQUEST_BODY = 4 * 2**20
@@ -92,11 +96,20 @@ def build_app(server: GatewayServer, dispatcher: Dispatcher, notifier: Notifier,
     notifier.close_session = close_session
 
     async def handle_sse(scope: Scope, receive: Receive, send: Send) -> None:
-        """A legacy SSE stream: the identity of its GET (run-level list included) is the session's."""
+        """A legacy SSE stream: the identity of its GET (run-level list included) is the session's; it holds a
+        session and a stream of that identity's quotas while it lasts."""
         identity = scope.get(IDENTITY_SCOPE_KEY, LOCAL)
-        async with sse.connect_sse(scope, receive, send) as (read, write), server.lifespan(server):
-            await serve_dual_era_loop(server, read, write, lifespan_state=SessionOrigin(identity),
-                                      init_options=server.create_initialization_options())
+        try:
+            give_back = sse_places(dispatcher, identity)
+        except QuotaExceeded as exc:
+            await refuse_quota(send, exc)
+            return
+        try:
+            async with sse.connect_sse(scope, receive, send) as (read, write), server.lifespan(server):
+                await serve_dual_era_loop(server, read, write, lifespan_state=SessionOrigin(identity),
+                                          init_options=server.create_initialization_options())
+        finally:
+            give_back()
 
     async def healthz(_request: Request) -> Response:
         return JSONResponse({"status": "alive"})
@@ -170,9 +183,10 @@ def build_app(server: GatewayServer, dispatcher: Dispatcher, notifier: Notifier,
                 if router is not None:
                     await router.aclose()
 
-    mcp: ASGIApp = DirectPath(StrictJson(StreamableHTTPASGIApp(manager), MAX_REQUEST_BODY), dispatcher,
-                              notifier.sessions, manager, security, MAX_REQUEST_BODY, rounds, server.server_info_stamp,
-                              enabled=listen.direct_path)
+    mcp: ASGIApp = Admission(DirectPath(StrictJson(StreamableHTTPASGIApp(manager), MAX_REQUEST_BODY), dispatcher,
+                                        notifier.sessions, manager, security, MAX_REQUEST_BODY, rounds,
+                                        server.server_info_stamp, enabled=listen.direct_path),
+                             dispatcher, notifier.sessions)
     router = None
     if cluster is not None:
         from exposers.cluster_routes import ClusterRouter  # it needs redis-py: only with `cluster:` (an extra)

@@ -29,6 +29,7 @@ from gateway.calls import Dispatcher
 from gateway.config import TriadConfig
 from gateway.hooks import Session
 from gateway.identity import Identity, credential_owner, narrowed, with_provider
+from gateway.quotas import share_of
 from gateway.tasks import METHODS as TASKS
 
 Answer = Callable[[JSONObject], Awaitable[None]]
@@ -66,12 +67,14 @@ def acting_identity(config: TriadConfig, caller: Identity, session: Identity | N
     return dataclasses.replace(acting, tasks=True) if tasks else acting
 
 
-def caller_session(session: Session, identity: Identity, params: Mapping[str, JSON] | None) -> Session:
-    """A 2026-07-28 request's session (its own, with no way back) knows who sends it and what it declared: an
-    upstream session of its own (`sessions: per_client`) is bound to those (`consumers`)."""
+def caller_session(config: TriadConfig, session: Session, identity: Identity, params: Mapping[str, JSON] | None
+                   ) -> Session:
+    """A 2026-07-28 request's session (its own, with no way back) knows who sends it, its share and what it
+    declared: an upstream session of its own (`sessions: per_client`) is bound to those (`consumers`)."""
     if session.back is None:
         if session.user is None:
             session.user = credential_owner(identity)
+            session.share = share_of(config, identity)
         if session.declared is None:
             session.declared = envelope_capabilities(params)
     return session
@@ -84,8 +87,14 @@ async def serve(dispatcher: Dispatcher, rounds: InputRounds | None, request: Cli
     question is answered through it and None is returned (the result goes to the client's retry)."""
     if request.method not in FORWARDED | TASK_METHODS:
         raise ValueError(f"{request.method} is not a forwarded method")
-    caller_session(request.session, request.identity, request.params)
+    caller_session(dispatcher.config, request.session, request.identity, request.params)
     dispatcher.metrics.call_log.attribute(request.session, request.identity.client_id)
+    with dispatcher.quotas.hold("calls_in_flight", request.identity, dispatcher.config):
+        return await _run(dispatcher, rounds, request, answer_first)
+
+
+async def _run(dispatcher: Dispatcher, rounds: InputRounds | None, request: ClientRequest,
+               answer_first: Answer | None) -> JSONObject | None:
     if request.relay.modern and "task" in request.params:  # 2026-07-28 ignores the 2025-11-25 `task` param
         request = dataclasses.replace(request, params={k: v for k, v in request.params.items() if k != "task"})
 

@@ -132,7 +132,7 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
         if origin is not None:  # a legacy SSE stream: its GET's identity holds for the messages posted to it
             caller = narrowed(origin, caller)
         found = downstream(ctx)
-        session = found.bind(caller) if found is not None and not found.modern else None
+        session = found.bind(caller, dispatcher.config) if found is not None and not found.modern else None
         return acting_identity(dispatcher.config, caller, session, client_name(ctx, found),
                                found.takes_tasks if found is not None and session is not None else True)
 
@@ -151,7 +151,8 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
         async def handle(ctx: ServerRequestContext, _params: object) -> JSONObject:
             await dispatcher.settled()
             identity = identity_of(ctx)
-            own = await dispatcher.own_lists(caller_session(session_of(ctx), identity, ctx.params))
+            own = await dispatcher.own_lists(caller_session(dispatcher.config, session_of(ctx), identity,
+                                                            ctx.params))
             return results.keep(ctx, complete(method(identity, cursor_of(ctx), ctx.params, own)))
         return handle
 
@@ -221,7 +222,7 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
 
     async def completion(ctx: ServerRequestContext, _params: object) -> JSONObject:
         identity = identity_of(ctx)
-        session = caller_session(session_of(ctx), identity, ctx.params)
+        session = caller_session(dispatcher.config, session_of(ctx), identity, ctx.params)
         return results.keep(ctx, complete(await dispatcher.complete(identity, raw(ctx), session)))
 
     async def roots_changed(ctx: ServerRequestContext, _params: object) -> None:

@@ -38,10 +38,12 @@ from mcp.server.connection import Connection
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from consumers import JSON, Answer, JSONObject
+from consumers import JSON, Answer, JSONObject, Share
+from gateway.config import TriadConfig
 from gateway.errors import InvalidRequest
 from gateway.hooks import Session
 from gateway.identity import Identity, credential_owner
+from gateway.quotas import Ticket, share_of
 
 LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 MAX_CANCEL_REASONS = 64
@@ -75,6 +77,10 @@ class DownstreamSession:
         """Exposed URIs subscribed to -> (upstream, raw URI); None while the upstream is asked (`reserve`)."""
         self.calls: dict[str, tuple[anyio.CancelScope, Any]] = {}
         """Calls in flight on the direct path: JSON of the request id -> (its cancel scope, its relay)."""
+        self.share: Share | None = None
+        """The fair share of per-client upstreams of its identity (`bind`)."""
+        self.tickets: list[Ticket] = []
+        """Places of its identity's quotas the session holds (`gateway.quotas`), given back when it ends."""
         self._log_level: str | None = None
         self._cancel_reasons: dict[str | int, str] = {}
         self._hook: Session | None = None
@@ -124,15 +130,16 @@ class DownstreamSession:
             if self.id:
                 self._hook.key = hashlib.sha256(self.id.encode()).hexdigest()[:40]
             if self.identity is not None:
-                self._hook.user = credential_owner(self.identity)
+                self._hook.user, self._hook.share = credential_owner(self.identity), self.share
         return self._hook
 
-    def bind(self, identity: Identity) -> Identity:
-        """Fix the session's identity (its first request's caller); the one it has already wins."""
+    def bind(self, identity: Identity, config: TriadConfig) -> Identity:
+        """Fix the session's identity (its first request's caller) and its share; the identity it has already
+        wins."""
         if self.identity is None:
-            self.identity = identity
+            self.identity, self.share = identity, share_of(config, identity)
             if self._hook is not None and self._hook.user is None:
-                self._hook.user = credential_owner(identity)
+                self._hook.user, self._hook.share = credential_owner(identity), self.share
         return self.identity
 
     # -- cancellations ---------------------------------------------------------------------------------------------
@@ -213,6 +220,16 @@ class Sessions:
             connection.exit_stack.push_async_callback(self._end, found)
         return found
 
+    def adopt(self, session_id: str, ticket: Ticket) -> bool:
+        """The live session `session_id` holds `ticket` until it ends; False (and the place given back now) when
+        there is no such session (the request did not open one, or it ended already)."""
+        found = self._by_id.get(session_id)
+        if found is None:
+            ticket()
+            return False
+        found.tickets.append(ticket)
+        return True
+
     def get(self, session_id: str) -> DownstreamSession | None:
         """A live handshake-era session bound to its identity, by its id; None for a session Triad does not have
         (never opened, closed, reaped). The caller checks that the session's identity is its caller's."""
@@ -232,6 +249,9 @@ class Sessions:
             del self._by_connection[session.connection]
         if session.id is not None and self._by_id.get(session.id) is session:
             del self._by_id[session.id]
+        tickets, session.tickets = session.tickets, []
+        for ticket in tickets:
+            ticket()
         await session.close()
 
 

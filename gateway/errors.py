@@ -8,6 +8,7 @@
      ├── InvalidRequest (-32602)     a request Triad cannot make sense of (e.g. a malformed run-level list)
      ├── HookBlocked   (-32600)      a before-hook blocked a resource read or prompt get (a tool call gets isError)
      ├── UnknownSession (-32600)     a session id that is not the caller's: the same answer as one that never was
+     ├── QuotaExceeded (-32029)      the caller's identity is at one of its quotas (`limits:`); HTTP 429 at the edge
      └── UpstreamError (-32603)      something went wrong on the upstream's side
           ├── UpstreamUnavailable    not connected, or the connection closed mid-call
           │    ├── UpstreamAuthorizationRequired  an OAuth upstream needs a person's authorization (`triad login`)
@@ -30,7 +31,9 @@ from consumers.errors import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
     INVALID_REQUEST,
+    QUOTA_EXCEEDED,
     REQUEST_TIMEOUT,
+    QuotaExceeded,
     TriadError,
     UpstreamError,
     UpstreamRefused,
@@ -38,9 +41,11 @@ from consumers.errors import (
     UpstreamUnavailable,
 )
 
-__all__ = ["INTERNAL_ERROR", "INVALID_PARAMS", "INVALID_REQUEST", "REQUEST_TIMEOUT", "ConfigError", "HookBlocked",
-           "InvalidRequest", "StaleCursor", "ToolPlanContractError", "TriadError", "UnknownName", "UnknownSession",
-           "UpstreamError", "UpstreamRefused", "UpstreamTimeout", "UpstreamUnavailable"]
+__all__ = ["INTERNAL_ERROR", "INVALID_PARAMS", "INVALID_REQUEST", "QUOTA_EXCEEDED", "REQUEST_TIMEOUT", "ConfigError",
+           "HookBlocked", "InvalidRequest", "QuotaExceeded", "StaleCursor", "ToolPlanContractError", "TriadError",
+           "UnknownName", "UnknownSession", "UpstreamError", "UpstreamRefused", "UpstreamTimeout",
+           "UpstreamUnavailable"]
+
 
 class ConfigError(TriadError):
     """An invalid configuration; `problems` lists every error as `key.path: message (line N)`."""

@@ -18,7 +18,7 @@ from mcp.shared.exceptions import MCPError
 
 from consumers import Upstream
 from consumers.config import UpstreamConfig
-from consumers.errors import UpstreamError
+from consumers.errors import QuotaExceeded, UpstreamError
 from gateway.hooks._chain import Session
 from tests.conftest import Proc, start_triad, stdio_upstream, write_config
 from tests.test_gateway_e2e import RAW, http_session
@@ -179,7 +179,8 @@ async def test_stand_in_sessions_are_one_per_caller_and_declaration_bounded_and_
             for declared in declarations:
                 await echo("alice", {**declared, "experimental": {"ignored": {}}})  # only what is declared upstream
             assert upstream.client_sessions == MAX_PER_CALLER + 1
-            with pytest.raises(UpstreamError, match="sessions for 8 capability declarations of this caller"):
+            with pytest.raises(QuotaExceeded, match=r"8 capability declarations of this client, its quota "
+                               r"limits\.stand_ins"):
                 await echo("alice", {"sampling": {"tools": {}}})
             monkeypatch.setattr(consumers.per_client, "IDLE_CLOSE", 0.2)
             closed = anyio.Event()

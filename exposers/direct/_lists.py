@@ -67,7 +67,8 @@ class ListPages:
         # per distinct such lists, never shared between sessions whose upstream sessions list differently
         if session is None and modern:  # a 2026-07-28 request's session is its own
             session = Session()
-        own = await self._dispatcher.own_lists(caller_session(session, identity, params) if session else None)
+        config = self._dispatcher.config
+        own = await self._dispatcher.own_lists(caller_session(config, session, identity, params) if session else None)
         key = (identity, version, method, cursor, own)
         result = self._pages.get(key)
         if result is None:

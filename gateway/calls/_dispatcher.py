@@ -30,6 +30,7 @@ from gateway.config import TriadConfig
 from gateway.hooks import HookChain, Session, build_chain
 from gateway.identity import Identity
 from gateway.observe import Metrics
+from gateway.quotas import Quotas
 from gateway.registry import ClientView, Registry, SessionLists, paginate, with_page_meta
 from gateway.search import SearchIndexes
 from gateway.state import NameLedger, SharedState
@@ -53,6 +54,8 @@ class Dispatcher:
         self.names = names if names is not None else NameLedger()
         self.pool = pool
         self.metrics = Metrics()
+        self.quotas = Quotas()
+        """Each identity's sessions, streams and calls in flight (`gateway.quotas`): the exposers take and give back."""
         hooks = build_chain(config.hooks, shared, on_block=self.metrics.blocked, resolve=config.resolve_path)
         self.live = Live(config, pool, hooks, remote=remote, names=self.names)
         """The config, policy, hooks, search indexes and registry of the moment."""

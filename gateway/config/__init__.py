@@ -3,6 +3,7 @@ of every key, and problems worded as `key.path: message (line N)`, never with a 
 that span sub-packages are `gateway.runtime.load_config`.
 """
 
+from gateway.config._limits import DEFAULT_LIMITS, LimitsConfig, Quota
 from gateway.config._models import (
     PYTHON_VARIABLE,
     STANDARD_STREAM,
@@ -22,16 +23,19 @@ from gateway.config._problems import describe_error, format_problem, hide_values
 from gateway.config._yaml import LineMap, Loaded, YamlProblem, load_with_lines
 
 __all__ = [
+    "DEFAULT_LIMITS",
     "PYTHON_VARIABLE",
     "STANDARD_STREAM",
     "ClusterConfig",
     "Duration",
     "HookSpec",
     "IntrospectionConfig",
+    "LimitsConfig",
     "LineMap",
     "Loaded",
     "NamingConfig",
     "OAuthConfig",
+    "Quota",
     "ToolsMode",
     "TriadConfig",
     "UpstreamConfig",

@@ -22,6 +22,7 @@ from pydantic import (
 
 from consumers import JSON, JSONObject
 from consumers.config import Duration, UpstreamConfig, parse_duration
+from gateway.config._limits import LimitsConfig
 from gateway.config._problems import hide_values
 from policy.config import PolicyConfig, ToolRule
 
@@ -167,6 +168,8 @@ class ClientConfig(_Model):
     """`all` or `search` (see `SearchConfig`); unset: `search.tools_mode`."""
     always_list: tuple[str, ...] = ()
     """Tools this client lists in search mode, besides `search.always_list`."""
+    limits: LimitsConfig = LimitsConfig()
+    """This client's quotas, key by key over the top-level `limits` (`gateway.config._limits`)."""
 
 
 DEFAULT_OAUTH_CLIENT = "oauth"
@@ -281,6 +284,8 @@ class TriadConfig(_Model):
     page_size: int = Field(default=DEFAULT_PAGE_SIZE, ge=1, le=10_000)
     console: ConsoleConfig = ConsoleConfig()
     reload: ReloadConfig = ReloadConfig()
+    limits: LimitsConfig = LimitsConfig()
+    """Every identity's quotas, unless its client's `limits` say otherwise (`gateway.config._limits`)."""
     state_dir: str | None = None
     """Where Triad keeps state across restarts (the exposed-name ledger); relative to the config file, whose
     directory is the default."""
@@ -343,6 +348,11 @@ class TriadConfig(_Model):
     def hide_values(self, message: str) -> str:
         """`message` with every environment value this config was built from replaced by its `${NAME}`."""
         return hide_values(message, {name: value.get_secret_value() for name, value in self._variables.items()})
+
+    def limits_of(self, client_id: str) -> LimitsConfig:
+        """The quotas of `client_id`'s identities: its own `limits` over the top-level ones."""
+        client = self.clients.get(client_id)
+        return client.limits.over(self.limits) if client is not None else self.limits
 
     def enabled_upstreams(self) -> dict[str, UpstreamConfig]:
         return {name: self._with_tls_files(self._with_token_store(name, up)) for name, up in self.upstreams.items()

@@ -13,7 +13,7 @@ from typing import Literal
 
 import anyio
 
-from consumers import JSON, Downstream, JSONObject
+from consumers import JSON, Downstream, JSONObject, Share
 
 logger = logging.getLogger("triad.hooks")
 
@@ -47,6 +47,8 @@ class Session:
     request fixed its identity (`gateway.identity.credential_owner`)."""
     declared: JSONObject | None = None
     """A 2026-07-28 request's capabilities, from its envelope (its session has no way back to ask)."""
+    share: Share | None = None
+    """Its identity's fair share of per-client upstreams (`gateway.quotas.share_of`), set with `user`."""
     _closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
     def on_close(self, callback: Callable[[], Awaitable[None]]) -> None:

@@ -84,7 +84,8 @@ class Metrics:
 
 class _StateCollector(Collector):
     """`read()` returns {"upstreams": {name: state}, "states": [...], "tools": n, "version": n,
-    "reloads": n, "reload_failures": n, "sessions": {(era, transport): n}}."""
+    "reloads": n, "reload_failures": n, "sessions": {(era, transport): n}, "quotas": {(quota, holder): n},
+    "quota_refusals": {(quota, holder): n}}."""
 
     def __init__(self, read: Callable[[], JSONObject]) -> None:
         self._read = read
@@ -105,6 +106,17 @@ class _StateCollector(Collector):
         for (era, transport), count in data["sessions"].items():
             sessions.add_metric([era, transport], count)
         yield sessions
+        use = GaugeMetricFamily("triad_quota_use", "Places of each identity quota held now (limits.<quota>), by "
+                                "identity class (owner, client, anonymous)", labels=["quota", "holder"])
+        for (quota, holder), count in data["quotas"].items():
+            use.add_metric([quota, holder], count)
+        yield use
+        refused = CounterMetricFamily("triad_quota_refusals", "Requests refused because their identity was at one "
+                                      "of its quotas (or non-owners at the gateway's total), by quota and identity "
+                                      "class", labels=["quota", "holder"])
+        for (quota, holder), count in data["quota_refusals"].items():
+            refused.add_metric([quota, holder], count)
+        yield refused
 
 
 class _BuildInfo(Collector):

@@ -119,6 +119,8 @@ async def running_gateway(config: TriadConfig, host: str | None = None, *, watch
         "reloads": reloader.status.reloads if reloader else 0,
         "reload_failures": reloader.status.failures if reloader else 0,
         "sessions": {("handshake", transport): notifier.open_sessions},
+        "quotas": quota_use(dispatcher.quotas.use(), pool),
+        "quota_refusals": dispatcher.quotas.refusals(),
     })
     membership = cluster.running(heartbeat) if cluster is not None else contextlib.nullcontext()
     async with membership, anyio.create_task_group() as tg:
@@ -136,6 +138,15 @@ async def running_gateway(config: TriadConfig, host: str | None = None, *, watch
             if reloader is not None:
                 reloader.stop()
             tg.cancel_scope.cancel()
+
+
+def quota_use(held: dict[tuple[str, str], int], pool: UpstreamPool) -> dict[tuple[str, str], int]:
+    """What each identity class holds of each quota: the exposers' counts and the per-client upstreams' slots."""
+    use = dict(held)
+    for upstream in pool.upstreams.values():
+        for holder, count in upstream.client_slots().items():
+            use["upstream_slots", holder] = use.get(("upstream_slots", holder), 0) + count
+    return use
 
 
 def _redirects(config: TriadConfig, host: str, address: str, replica: str | None) -> Redirects | None:
