@@ -74,7 +74,7 @@ def identity_for_token(config: TriadConfig, token: str) -> Identity | None:
 
 def requires_token(config: TriadConfig) -> bool:
     """HTTP requires a bearer token as soon as any client has one configured, or OAuth is on."""
-    return config.auth.oauth is not None or any(client.token is not None for client in config.clients.values())
+    return config.authenticates_callers()
 
 
 def same_principal(a: Identity, b: Identity) -> bool:

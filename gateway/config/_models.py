@@ -291,6 +291,31 @@ class TriadConfig(_Model):
         return self
 
     @model_validator(mode="after")
+    def _per_user_needs_distinct_callers(self) -> TriadConfig:
+        """A per-user credential is keyed by the caller's identity (`gateway.identity.credential_owner`): an
+        identity several people share would hand the first one's upstream account to all of them."""
+        shared = self.shared_identity()
+        for name, upstream in self.upstreams.items():
+            if upstream.auth is not None and upstream.auth.mode == "per_user" and shared is not None:
+                raise ValueError(f"upstreams.{name}.auth.mode: per_user needs callers Triad can tell apart, but "
+                                 f"{shared}; use mode: gateway, or remove that shared identity")
+        return self
+
+    def shared_identity(self) -> str | None:
+        """Why some callers of this config share one identity (None: every caller is one client, or one OAuth
+        subject): `anonymous:`, or no authentication at all (every HTTP caller is `local`)."""
+        if not self.authenticates_callers():
+            return ("no client has a token and auth.oauth is not set (authentication), so every HTTP caller is "
+                    "the client 'local'")
+        if self.anonymous is not None:
+            return f"anonymous: makes every caller without a token the client {self.anonymous!r}"
+        return None
+
+    def authenticates_callers(self) -> bool:
+        """HTTP requires a bearer token as soon as any client has one configured, or OAuth is on."""
+        return self.auth.oauth is not None or any(client.token is not None for client in self.clients.values())
+
+    @model_validator(mode="after")
     def _cluster_address_known(self) -> TriadConfig:
         missing = self.cluster_address_missing(self.listen.host)
         if missing is not None:
