@@ -3,7 +3,7 @@ format, optional OpenTelemetry tracing, and the record of reloads (with `Reloads
 """
 
 from gateway.observe._call_log import CallRecord
-from gateway.observe._logs import JsonFormatter, log_call, log_denied
+from gateway.observe._logs import JsonFormatter, TextFormatter, escape_controls, log_call, log_denied
 from gateway.observe._metrics import Metrics
 from gateway.observe._reloads import ReloadResult, Reloads, ReloadStatus
 from gateway.observe._tracing import configure_tracing, tracing_enabled
@@ -15,7 +15,9 @@ __all__ = [
     "ReloadResult",
     "ReloadStatus",
     "Reloads",
+    "TextFormatter",
     "configure_tracing",
+    "escape_controls",
     "log_call",
     "log_denied",
     "tracing_enabled",
