@@ -16,7 +16,7 @@ from gateway.config._models import (
     UpstreamConfig,
     is_loopback,
 )
-from gateway.config._problems import describe_error, format_problem, hide_values
+from gateway.config._problems import describe_error, format_problem, hide_values, variables_mask
 from gateway.config._yaml import LineMap, Loaded, YamlProblem, load_with_lines
 
 __all__ = [
@@ -38,4 +38,5 @@ __all__ = [
     "hide_values",
     "is_loopback",
     "load_with_lines",
+    "variables_mask",
 ]

@@ -20,9 +20,9 @@ from pydantic import (
     model_validator,
 )
 
-from consumers import JSON, JSONObject
+from consumers import JSON, JSONObject, SecretMask
 from consumers.config import Duration, UpstreamConfig, parse_duration
-from gateway.config._problems import hide_values
+from gateway.config._problems import hide_values, variables_mask
 from policy.config import PolicyConfig, ToolRule
 
 __all__ = ["AuthConfig", "ClientConfig", "ClusterConfig", "Duration", "HookSpec", "ListenConfig", "NamingConfig",
@@ -269,6 +269,7 @@ class TriadConfig(_Model):
     source: Path | None = Field(default=None, exclude=True)
     _variables: dict[str, SecretStr] = PrivateAttr(default_factory=dict)
     """The environment values interpolated into this config, by variable name (see `hide_values`)."""
+    _mask: SecretMask | None = PrivateAttr(default=None)
 
     @model_validator(mode="before")
     @classmethod
@@ -331,8 +332,16 @@ class TriadConfig(_Model):
                 f"reach this one there, e.g. cluster.address: http://10.0.0.5:8765")
 
     def hide_values(self, message: str) -> str:
-        """`message` with every environment value this config was built from replaced by its `${NAME}`."""
-        return hide_values(message, {name: value.get_secret_value() for name, value in self._variables.items()})
+        """`message` with every secret of this config hidden (`secret_mask`)."""
+        return hide_values(message, self.secret_mask())
+
+    def secret_mask(self) -> SecretMask:
+        """The mask of every secret this config holds: each `${VAR}` value (shown as `${VAR}`), and each value of a
+        secret field however it was written (`SecretMask.of_fields`: tokens, env, headers, client secrets...)."""
+        if self._mask is None:
+            variables = {name: value.get_secret_value() for name, value in self._variables.items()}
+            self._mask = variables_mask(variables).with_values(SecretMask.of_fields(self))
+        return self._mask
 
     def enabled_upstreams(self) -> dict[str, UpstreamConfig]:
         return {name: self._with_tls_files(self._with_token_store(name, up)) for name, up in self.upstreams.items()

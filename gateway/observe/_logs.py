@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -55,29 +55,43 @@ def _escape(match: re.Match[str]) -> str:
 
 class TextFormatter(logging.Formatter):
     """`time LEVEL logger: message`, one record per line: every field (the message with its arguments, the
-    logger's name, a traceback) is escaped by `escape_controls`, a traceback's line breaks included."""
+    logger's name, a traceback) is escaped by `escape_controls`, a traceback's line breaks included. Both
+    formatters hide the config's secrets (`mask`, set by `mask_logs`) in whatever a record says."""
 
     def __init__(self) -> None:
         super().__init__(TEXT_FORMAT)
+        self.mask: Callable[[str], str] = str
 
     def format(self, record: logging.LogRecord) -> str:
-        return escape_controls(super().format(record))
+        return escape_controls(self.mask(super().format(record)))
+
+
+def mask_logs(mask: Callable[[str], str]) -> None:
+    """Every line Triad's log handlers write from now on hides what `mask` hides (the daemon's config's secrets,
+    set at start and by each reload): a secret a caller, an upstream or a library quotes never reaches the log."""
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler.formatter, TextFormatter | JsonFormatter):
+            handler.formatter.mask = mask
 
 
 class JsonFormatter(logging.Formatter):
     """One JSON object per line (see the module docstring)."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.mask: Callable[[str], str] = str
+
     def format(self, record: logging.LogRecord) -> str:
         line: JSONObject = {
             "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
-            "level": record.levelname.lower(), "logger": record.name, "message": record.getMessage()}
+            "level": record.levelname.lower(), "logger": record.name, "message": self.mask(record.getMessage())}
         fields = record.__dict__
         for name in FIELDS:
             value = fields.get(name)
             if value is not None and value != "":
-                line[name] = value
+                line[name] = self.mask(value) if isinstance(value, str) else value
         if record.exc_info:
-            line["exception"] = self.formatException(record.exc_info)
+            line["exception"] = self.mask(self.formatException(record.exc_info))
         return json.dumps(line, default=str)
 
 

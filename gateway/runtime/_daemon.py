@@ -40,7 +40,7 @@ from exposers import (
 from gateway.calls import Dispatcher
 from gateway.config import TriadConfig, is_loopback
 from gateway.identity import LOCAL, Identity
-from gateway.observe import JsonFormatter, TextFormatter
+from gateway.observe import JsonFormatter, TextFormatter, mask_logs
 from gateway.runtime._reload import Reloader
 from gateway.state import NameLedger
 
@@ -86,6 +86,7 @@ async def running_gateway(config: TriadConfig, host: str | None = None, *, watch
         if cluster_changed is not None:
             cluster_changed(upstream)
 
+    mask_logs(config.secret_mask())
     cluster = _cluster(config)
     pool = UpstreamPool(config, on_change)
     dispatcher = Dispatcher(config, pool, remote=not is_loopback(host or config.listen.host),
