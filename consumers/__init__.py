@@ -6,6 +6,7 @@ from consumers.channel import TASK_STATUS
 from consumers.lifecycle import UpstreamState
 from consumers.listing import Catalog
 from consumers.login import LoginError, login
+from consumers.masking import SecretMask
 from consumers.oauth import UserAuthorization
 from consumers.own_lists import OwnLists
 from consumers.pool import UpstreamPool
@@ -34,6 +35,7 @@ __all__ = [
     "OwnLists",
     "ProgressFn",
     "RequestOptions",
+    "SecretMask",
     "Share",
     "Upstream",
     "UpstreamPool",

@@ -32,6 +32,7 @@ from mcp.client.stdio import get_default_environment
 from mcp.shared.message import SessionMessage
 
 from consumers.errors import UpstreamUnavailable
+from consumers.masking import SecretMask
 
 logger = logging.getLogger("triad.upstream")
 
@@ -59,17 +60,20 @@ WriteStream = MemoryObjectSendStream[SessionMessage]
 
 class ChildOutput:
     """What is known of the latest child process of one stdio upstream: the last lines of its stderr, and how it
-    ended. Values of the upstream's `env` are masked in the lines (a child may print its own token).
+    ended. Every configured secret is masked in the lines (`consumers.masking`; a child may print its own token,
+    from its env or its args), and the values of its `env` at the least.
 
     Ownership: the `Upstream` creates one and keeps it across restarts; `open_child` resets it at each spawn,
     its stderr thread appends lines (hence the lock), and its cleanup records the end; the owner task reads it
     once the transport is closed, to say why the upstream is down."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, mask: SecretMask | None = None) -> None:
         self.name = name
         self._lines: deque[str] = deque(maxlen=STDERR_TAIL)
         self._lock = threading.Lock()
-        self._secrets: tuple[str, ...] = ()
+        self.mask = mask or SecretMask()
+        """The config's secrets (the upstream sets it anew on a reload); `spawned` adds the child's env values."""
+        self._mask = self.mask
         self.returncode: int | None = None
         """The leader's exit status once it ended (negative: the signal that ended it), else None."""
         self.stopped = False
@@ -82,14 +86,12 @@ class ChildOutput:
     def spawned(self, secrets: Iterable[str]) -> None:
         with self._lock:
             self._lines.clear()
-            self._secrets = tuple(sorted((s for s in secrets if s), key=len, reverse=True))
+            self._mask = self.mask.with_values(secrets)
         self.returncode, self.stopped = None, False
 
     def add(self, line: str) -> str:
-        """Keep one line of stderr; returns it as kept (env values masked) for the log."""
-        line = line.rstrip()
-        for secret in self._secrets:
-            line = line.replace(secret, "***")
+        """Keep one line of stderr; returns it as kept (secrets masked) for the log."""
+        line = self._mask(line.rstrip())
         if line.strip():
             with self._lock:
                 self._lines.append(line[:MAX_LINE] + ("..." if len(line) > MAX_LINE else ""))

@@ -139,7 +139,8 @@ class UpstreamAuthConfig(_Model):
     """`gateway`: one credential, Triad's, for every client. `per_user`: each client identity (each OAuth subject)
     calls with a token of its own, obtained by its own authorization (URL-mode elicitation to its client, or
     `triad login <upstream> --client <id>`); Triad's credential only lists the upstream's catalog. Needs
-    `sessions: per_client` (the default for streamable HTTP)."""
+    `sessions: per_client` (the default for streamable HTTP), and callers Triad tells apart (no `anonymous:`, and
+    some authentication: `gateway.config.TriadConfig` refuses the rest)."""
     grant: Literal["authorization_code", "client_credentials"] = "authorization_code"
     client_id: str | None = Field(default=None, min_length=1)
     client_secret: SecretStr | None = None

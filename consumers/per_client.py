@@ -44,10 +44,12 @@ from consumers._session_open import Declaration, Handshake, OpenSession, offered
 from consumers._slots import Slot, holders, room_for
 from consumers._stand_ins import IDLE_CLOSE, StandIn, StandIns
 from consumers.channel import SessionChannel
+from consumers.child_process import ChildOutput
 from consumers.config import AUTHORIZATION_WAIT, UpstreamConfig
 from consumers.errors import UpstreamAuthorizationRequired, UpstreamTimeout, UpstreamUnavailable
 from consumers.listing import Catalog
 from consumers.log_fields import log_fields
+from consumers.masking import SecretMask
 from consumers.oauth import Credentials, CredentialUse, link_asker
 from consumers.own_lists import OWN_LISTS, OwnLists, list_own, own_families
 from consumers.relay import CURRENT_DOWNSTREAM, ClientOrigin, InFlight, ListsChanged
@@ -105,8 +107,10 @@ class ClientSessions:
                  on_message: Callable[[object, ClientOrigin | None], Awaitable[None]],
                  on_notification: Callable[[str, JSONObject, ClientOrigin | None], None],
                  tls: TlsContexts | None = None,
-                 credentials: Credentials | None = None) -> None:
+                 credentials: Credentials | None = None, mask: Callable[[], SecretMask] = SecretMask) -> None:
         self._upstream = upstream
+        self._mask = mask
+        """The config's secrets, masked in a client's own child's stderr as in the shared one's."""
         self._tls = tls
         self._credentials = credentials
         self._on_notification = on_notification
@@ -302,7 +306,8 @@ class ClientSessions:
             async with open_session(self._upstream, config, self._cwd, Declaration.of_client(_declared(link.origin)),
                                     self._list_first, relays=link.relays, on_message=on_message,
                                     on_notification=on_notification, auth=self._credential(config, link),
-                                    tls=self._tls, opening=link.opening) as opened:
+                                    tls=self._tls, opening=link.opening,
+                                    output=ChildOutput(self._upstream, self._mask())) as opened:
                 link.lists = opened.lists
                 link.fresh.set()
                 self._learn(link.origin, link.lists)

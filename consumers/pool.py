@@ -22,6 +22,7 @@ from consumers._json import JSONObject
 from consumers.config import UpstreamConfig
 from consumers.lifecycle import UpstreamState
 from consumers.log_fields import log_fields
+from consumers.masking import SecretMask
 from consumers.oauth import UserAuthorization
 from consumers.relay import ClientOrigin
 from consumers.transports import TlsContext
@@ -49,6 +50,8 @@ class Fleet(Protocol):
 
     def resolve_cwd(self, upstream: UpstreamConfig) -> str | None: ...
 
+    def secret_mask(self) -> SecretMask: ...
+
 
 class UpstreamPool:
     def __init__(self, config: Fleet, on_change: Callable[[Upstream], None],
@@ -70,7 +73,7 @@ class UpstreamPool:
         """Where per-user authorizations come back and their tokens are kept (the daemon fills it in)."""
         for name, up in config.enabled_upstreams().items():
             self._upstreams[name] = self._wired(Upstream(name, up, config.resolve_cwd(up), self._changed,
-                                                                 self._updated, self._tls))
+                                                         self._updated, self._tls, config.secret_mask()))
 
     @property
     def upstreams(self) -> Mapping[str, Upstream]:
@@ -112,8 +115,9 @@ class UpstreamPool:
             if current is not None and connection_key(current.config, current.cwd) == connection_key(up, cwd):
                 diff["kept" if current.config == up else "updated"].append(name)
                 current.config = up
+                current.child.mask = config.secret_mask()
                 continue
-            fresh = self._wired(Upstream(name, up, cwd, self._changed, self._updated, self._tls))
+            fresh = self._wired(Upstream(name, up, cwd, self._changed, self._updated, self._tls, config.secret_mask()))
             if name in self._pending:
                 self._pending.pop(name).stop()
             if name in self._upstreams and self._upstreams[name].state is UpstreamState.READY:

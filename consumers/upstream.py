@@ -35,6 +35,7 @@ from consumers.errors import UpstreamAuthorizationRequired, UpstreamRefused, Ups
 from consumers.lifecycle import CallsInFlight, UpstreamState, check_transition
 from consumers.listing import Catalog, list_catalog
 from consumers.log_fields import log_fields
+from consumers.masking import SecretMask
 from consumers.modern import ModernLink
 from consumers.oauth import Credentials, CredentialUse
 from consumers.own_lists import OwnLists
@@ -54,7 +55,7 @@ class Upstream:
     def __init__(self, name: str, config: UpstreamConfig, cwd: str | None,
                  on_change: Callable[[Upstream], None],
                  on_updated: Callable[[str, str], None] = lambda _upstream, _uri: None,
-                 tls: TlsContexts | None = None) -> None:
+                 tls: TlsContexts | None = None, mask: SecretMask | None = None) -> None:
         self.name = name
         self.tls = tls or TlsContext()
         """The TLS contexts for HTTPS (the pool shares them among its upstreams)."""
@@ -68,7 +69,7 @@ class Upstream:
         self.reason = "connecting"
         self.catalog: Catalog | None = None
         """The last catalog listed; kept while down so names stay stable and tools can be shown as hidden."""
-        self.child = ChildOutput(name)
+        self.child = ChildOutput(name, mask)
         """A stdio child's last stderr lines and exit code, shown with the state (empty for HTTP upstreams)."""
         self.settled = anyio.Event()
         """Set once the first connection attempt has succeeded or failed (what `triad plan` waits for)."""
@@ -90,7 +91,7 @@ class Upstream:
         """Told (upstream, params) of each `notifications/tasks/status` the upstream pushes on any of its sessions
         (2025-11-25 tasks; the pool sets it)."""
         self._clients = ClientSessions(name, lambda: self.config, cwd, self._on_message,
-                                       self._on_notification, self.tls, self.credentials)
+                                       self._on_notification, self.tls, self.credentials, lambda: self.child.mask)
         """With `sessions: per_client`: each downstream session's own upstream session."""
         self._modern = ModernLink(name, self.request_relist, on_updated, lambda: self.subscriptions.uris())
         self.subscriptions = Subscriptions(name, self.request, lambda: self.modern, self._modern)
@@ -251,6 +252,7 @@ class Upstream:
 
     def _set_state(self, state: UpstreamState, reason: str) -> None:
         check_transition(self.name, self.state, state)
+        reason = self.child.mask(reason)  # what /readyz, the log and `triad plan` show: never a secret
         changed = (state, reason) != (self.state, self.reason)
         self.state, self.reason = state, reason
         if changed:

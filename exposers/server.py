@@ -33,7 +33,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from starlette.requests import Request
 from starlette.types import Receive
 
-from consumers import JSON, JSONObject
+from consumers import JSON, JSONObject, SecretMask
 from exposers._sdk import connection_of, drop_idle_tracing
 from exposers.input_rounds import InputRounds
 from exposers.notify import Notifier
@@ -270,7 +270,7 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
             # checked and shaped by the SDK, then sent as Triad has it (`exposers.raw_results`)
             return results.restore(ctx, await call_next(ctx))
         except TriadError as exc:
-            raise MCPError.from_error_data(error_data(ctx.method, exc)) from None
+            raise MCPError.from_error_data(error_data(ctx.method, exc, dispatcher.config.secret_mask())) from None
         finally:
             results.drop(ctx)
 
@@ -316,15 +316,16 @@ def client_name(ctx: ServerRequestContext, session: DownstreamSession | None) ->
     return info.get("name") if isinstance(info, dict) else None
 
 
-def error_data(method: str, exc: Exception) -> types.ErrorData:
+def error_data(method: str, exc: Exception, mask: SecretMask) -> types.ErrorData:
     """The one rendering of a failed request: a `TriadError` keeps its code; anything else is logged with its
-    traceback and becomes INTERNAL_ERROR without details."""
+    traceback and becomes INTERNAL_ERROR without details. `mask`: the config's secrets (`consumers.SecretMask`),
+    hidden in what an upstream's error or an upstream's reason quotes."""
     if isinstance(exc, TriadError):
         if not isinstance(exc, UpstreamRefused):
-            logger.info("%s failed: %s", method, exc.message)
-        return types.ErrorData(code=exc.code, message=exc.message, data=exc.data)
+            logger.info("%s failed: %s", method, mask(exc.message))
+        return types.ErrorData(code=exc.code, message=mask(exc.message), data=mask.json(exc.data))
     if isinstance(exc, MCPError):
-        return exc.error
+        return types.ErrorData(code=exc.error.code, message=mask(exc.error.message), data=mask.json(exc.error.data))
     logger.exception("%s failed", method)
     return types.ErrorData(code=types.INTERNAL_ERROR, message="Internal error")
 

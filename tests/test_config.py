@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -273,3 +274,43 @@ def test_nesting_and_aliases_within_the_limits_are_read(depth: int) -> None:
     while value:
         value, levels = value[0], levels + 1
     assert not loaded.problems and levels == depth
+
+
+PER_USER_UPSTREAM = {"url": "http://127.0.0.1:1/mcp", "auth": {"type": "oauth", "mode": "per_user"}}
+OAUTH_INBOUND = {"oauth": {"issuer": "https://login.example", "audience": "https://triad.example/mcp"}}
+IDENTITY_KINDS: list[tuple[str, dict[str, Any], str | None]] = [
+    # (how callers are told apart, the rest of the config, what the refusal names; None: accepted)
+    ("anonymous callers share one client", {"clients": {"ide": {"token": "ide-token-0123456789"}, "anon": {}},
+                                            "anonymous": "anon"}, "anonymous"),
+    ("anonymous acts as a client that also has a token",
+     {"clients": {"ide": {"token": "ide-token-0123456789"}}, "anonymous": "ide"}, "anonymous"),
+    ("anonymous beside inbound OAuth", {"clients": {"anon": {}}, "anonymous": "anon", "auth": OAUTH_INBOUND},
+     "anonymous"),
+    ("no authentication: every HTTP caller is local", {}, "authentication"),
+    ("no authentication, clients without tokens", {"clients": {"ide": {}, "ops": {}}}, "authentication"),
+    ("static tokens tell clients apart", {"clients": {"ide": {"token": "ide-token-0123456789"}}}, None),
+    ("OAuth callers are told apart by issuer and subject", {"auth": OAUTH_INBOUND}, None),
+]
+
+
+@pytest.mark.parametrize(("case", "rest", "named"), IDENTITY_KINDS, ids=[k[0] for k in IDENTITY_KINDS])
+def test_a_per_user_credential_is_never_reachable_by_a_shared_identity(
+        case: str, rest: dict[str, Any], named: str | None, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`auth: {mode: per_user}` keys an upstream credential per identity: every identity that several people
+    share (`anonymous:`, the `local` client of a config without authentication) is refused by `check` and by
+    `parse_config` (what a reload reads), naming the upstream and why; identities that tell people apart pass."""
+    for upstream in (PER_USER_UPSTREAM, {**PER_USER_UPSTREAM, "enabled": False}):
+        path = tmp_path / "per-user.yaml"
+        path.write_text(json.dumps({"upstreams": {"tracker": upstream}, **rest}))
+        code = main(["check", "-c", str(path)])
+        err = capsys.readouterr().err
+        if named is None:
+            assert code == 0, err
+            parse_config(path.read_text())
+            continue
+        assert code == 1 and "upstreams.tracker.auth.mode" in err and named in err, err
+        with pytest.raises(ConfigError) as raised:
+            parse_config(path.read_text())
+        assert any("upstreams.tracker.auth.mode" in p and named in p for p in raised.value.problems)
+    gateway_mode = {"upstreams": {"tracker": {**PER_USER_UPSTREAM, "auth": {"type": "oauth"}}}, **rest}
+    parse_config(json.dumps(gateway_mode))  # one credential, Triad's: no identity decides whose it is

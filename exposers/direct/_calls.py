@@ -214,7 +214,8 @@ async def serve_call(dispatcher: Dispatcher, request: ClientRequest, request_id:
             result.pop("resultType", None)
             body = _response(request_id, {"result": result})
         except Exception as exc:
-            body = _response(request_id, {"error": _dump(error_data(request.method, exc))})
+            error = error_data(request.method, exc, dispatcher.config.secret_mask())
+            body = _response(request_id, {"error": _dump(error)})
     await reply.finish(body)
 
 
@@ -233,7 +234,7 @@ async def serve_modern_call(dispatcher: Dispatcher, rounds: InputRounds | None, 
             if found is not None:  # else a question was asked already, and the retry gets the result
                 await answer(found)
         except Exception as exc:
-            error = error_data(request.method, exc)
+            error = error_data(request.method, exc, dispatcher.config.secret_mask())
             if not reply.finished:
                 await reply.finish(_response(request_id, {"error": _dump(error)}),
                                    ERROR_CODE_HTTP_STATUS.get(error.code, 200))

@@ -19,7 +19,7 @@ from gateway.config._models import (
     is_loopback,
     resolve_path,
 )
-from gateway.config._problems import describe_error, format_problem, hide_values
+from gateway.config._problems import describe_error, format_problem, hide_values, variables_mask
 from gateway.config._yaml import LineMap, Loaded, YamlProblem, load_with_lines
 
 __all__ = [
@@ -46,4 +46,5 @@ __all__ = [
     "is_loopback",
     "load_with_lines",
     "resolve_path",
+    "variables_mask",
 ]

@@ -20,10 +20,10 @@ from pydantic import (
     model_validator,
 )
 
-from consumers import JSON, JSONObject
+from consumers import JSON, JSONObject, SecretMask
 from consumers.config import Duration, UpstreamConfig, parse_duration
 from gateway.config._limits import LimitsConfig
-from gateway.config._problems import hide_values
+from gateway.config._problems import hide_values, variables_mask
 from policy.config import PolicyConfig, ToolRule
 
 __all__ = ["STANDARD_STREAM",
@@ -292,6 +292,7 @@ class TriadConfig(_Model):
     source: Path | None = Field(default=None, exclude=True)
     _variables: dict[str, SecretStr] = PrivateAttr(default_factory=dict)
     """The environment values interpolated into this config, by variable name (see `hide_values`)."""
+    _mask: SecretMask | None = PrivateAttr(default=None)
 
     @model_validator(mode="before")
     @classmethod
@@ -312,6 +313,27 @@ class TriadConfig(_Model):
                 if client not in self.clients:
                     raise ValueError(f"auth.oauth.clients.{value} names {client!r}, which is not in clients:")
         return self
+
+    @model_validator(mode="after")
+    def _per_user_needs_distinct_callers(self) -> TriadConfig:
+        """A per-user credential is keyed by the caller's identity (`gateway.identity.credential_owner`): an
+        identity several people share would hand the first one's upstream account to all of them."""
+        shared = self.shared_identity()
+        for name, upstream in self.upstreams.items():
+            if upstream.auth is not None and upstream.auth.mode == "per_user" and shared is not None:
+                raise ValueError(f"upstreams.{name}.auth.mode: per_user needs callers Triad can tell apart, but "
+                                 f"{shared}; use mode: gateway, or remove that shared identity")
+        return self
+
+    def shared_identity(self) -> str | None:
+        """Why some callers of this config share one identity (None: every caller is one client, or one OAuth
+        subject): `anonymous:`, or no authentication at all (every HTTP caller is `local`)."""
+        if not self.authenticates():
+            return ("no client has a token and auth.oauth is not set (authentication), so every HTTP caller is "
+                    "the client 'local'")
+        if self.anonymous is not None:
+            return f"anonymous: makes every caller without a token the client {self.anonymous!r}"
+        return None
 
     @model_validator(mode="after")
     def _cluster_address_known(self) -> TriadConfig:
@@ -346,8 +368,16 @@ class TriadConfig(_Model):
                 f"reach this one there, e.g. cluster.address: http://10.0.0.5:8765")
 
     def hide_values(self, message: str) -> str:
-        """`message` with every environment value this config was built from replaced by its `${NAME}`."""
-        return hide_values(message, {name: value.get_secret_value() for name, value in self._variables.items()})
+        """`message` with every secret of this config hidden (`secret_mask`)."""
+        return hide_values(message, self.secret_mask())
+
+    def secret_mask(self) -> SecretMask:
+        """The mask of every secret this config holds: each `${VAR}` value (shown as `${VAR}`), and each value of a
+        secret field however it was written (`SecretMask.of_fields`: tokens, env, headers, client secrets...)."""
+        if self._mask is None:
+            variables = {name: value.get_secret_value() for name, value in self._variables.items()}
+            self._mask = variables_mask(variables).with_values(SecretMask.of_fields(self))
+        return self._mask
 
     def limits_of(self, client_id: str) -> LimitsConfig:
         """The quotas of `client_id`'s identities: its own `limits` over the top-level ones."""

@@ -12,28 +12,22 @@ from typing import Annotated, Any
 from pydantic import BaseModel
 from pydantic_core import ErrorDetails
 
+from consumers import SecretMask
 from gateway.config._yaml import LineMap
-
-MIN_BARE_SECRET = 4
-"""Shorter environment values are hidden only where a message quotes them: a bare `1` or `on` would otherwise
-turn `line 12` into `line ${VAR}2`."""
 
 _PYDANTIC_INPUT = re.compile(r"\s*\[type=[\w.-]+, input_value=.*?, input_type=\w+\]", re.DOTALL)
 """The trailer `str(ValidationError)` appends to each error; it quotes the input (a plugin's options error)."""
 
 
-def hide_values(message: str, variables: Mapping[str, str]) -> str:
-    """Every environment value a message quotes becomes `${NAME}`: errors show the variable, never its value
-    (a token read from `${VAR}` must not reach `triad check`'s output, the log or `/readyz`)."""
-    message = _PYDANTIC_INPUT.sub("", message)
-    for name, value in sorted(variables.items(), key=lambda item: -len(item[1])):
-        if not value:
-            continue
-        for quoted in (repr(value), f'"{value}"', f"'{value}'"):
-            message = message.replace(quoted, f"'${{{name}}}'")
-        if len(value) >= MIN_BARE_SECRET:
-            message = message.replace(value, f"${{{name}}}")
-    return message
+def hide_values(message: str, mask: SecretMask) -> str:
+    """Every secret value a message quotes hidden (a `${VAR}` value becomes `${VAR}`): errors show the variable,
+    never its value (a token read from `${VAR}` must not reach `triad check`'s output, the log or `/readyz`)."""
+    return mask(_PYDANTIC_INPUT.sub("", message))
+
+
+def variables_mask(variables: Mapping[str, str]) -> SecretMask:
+    """The mask of a file's `${VAR}` values, each shown as its `${NAME}`."""
+    return SecretMask({value: f"${{{name}}}" for name, value in variables.items()})
 
 
 def format_problem(path: tuple[str | int, ...], message: str, line: int | None) -> str:

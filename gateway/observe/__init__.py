@@ -3,7 +3,15 @@ format, optional OpenTelemetry tracing, and the record of reloads (with `Reloads
 """
 
 from gateway.observe._call_log import CallRecord
-from gateway.observe._logs import JsonFormatter, LogSummary, log_call, log_denied
+from gateway.observe._logs import (
+    JsonFormatter,
+    LogSummary,
+    TextFormatter,
+    escape_controls,
+    log_call,
+    log_denied,
+    mask_logs,
+)
 from gateway.observe._metrics import Metrics
 from gateway.observe._reloads import ReloadResult, Reloads, ReloadStatus
 from gateway.observe._tracing import configure_tracing, tracing_enabled
@@ -16,8 +24,11 @@ __all__ = [
     "ReloadResult",
     "ReloadStatus",
     "Reloads",
+    "TextFormatter",
     "configure_tracing",
+    "escape_controls",
     "log_call",
     "log_denied",
+    "mask_logs",
     "tracing_enabled",
 ]

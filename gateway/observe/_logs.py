@@ -1,4 +1,9 @@
-"""Triad's log lines: the JSON formatter of `--log-format json`, and the call path's one line per upstream request.
+"""Triad's log lines: the two formats (text, and JSON with `--log-format json`), and the call path's one line per
+upstream request.
+
+Either format writes one record as exactly one line, whatever a caller, an upstream or an exception put in it:
+JSON escapes by itself; the text format escapes every control character (`escape_controls`), so a tool name
+with a line break cannot forge a record, and the text stays recoverable.
 
 A JSON line carries `time` (ISO 8601 with milliseconds and a time zone), `level`, `logger`, `message`, the
 traceback when there is one, and the structured fields a log call passed with `extra=` (`FIELDS`: the upstream,
@@ -11,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -31,20 +37,63 @@ FAILED_OUTCOMES = frozenset({"error", "timeout"})
 """A request that failed is logged at INFO; one that was answered (a tool error included) at DEBUG."""
 
 
+TEXT_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
+_CONTROLS = re.compile("[\\\\\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+"""A backslash (so the escaping is reversible), C0, DEL, C1 (U+0085 breaks lines too), the Unicode line and
+paragraph separators, and surrogates (in a `str` always lone: UTF-8 cannot carry them)."""
+_NAMED = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def escape_controls(text: str) -> str:
+    """`text` with the characters of `_CONTROLS` as backslash escapes (`\\n`, `\\x1b`, `\\u2028`, `\\\\`):
+    printable, on one line, and reversible. Linear in the text's length."""
+    return _CONTROLS.sub(_escape, text)
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    return _NAMED.get(char) or (f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}")
+
+
+class TextFormatter(logging.Formatter):
+    """`time LEVEL logger: message`, one record per line: every field (the message with its arguments, the
+    logger's name, a traceback) is escaped by `escape_controls`, a traceback's line breaks included. Both
+    formatters hide the config's secrets (`mask`, set by `mask_logs`) in whatever a record says."""
+
+    def __init__(self) -> None:
+        super().__init__(TEXT_FORMAT)
+        self.mask: Callable[[str], str] = str
+
+    def format(self, record: logging.LogRecord) -> str:
+        return escape_controls(self.mask(super().format(record)))
+
+
+def mask_logs(mask: Callable[[str], str]) -> None:
+    """Every line Triad's log handlers write from now on hides what `mask` hides (the daemon's config's secrets,
+    set at start and by each reload): a secret a caller, an upstream or a library quotes never reaches the log."""
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler.formatter, TextFormatter | JsonFormatter):
+            handler.formatter.mask = mask
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object per line (see the module docstring)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mask: Callable[[str], str] = str
 
     def format(self, record: logging.LogRecord) -> str:
         line: JSONObject = {
             "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
-            "level": record.levelname.lower(), "logger": record.name, "message": record.getMessage()}
+            "level": record.levelname.lower(), "logger": record.name, "message": self.mask(record.getMessage())}
         fields = record.__dict__
         for name in FIELDS:
             value = fields.get(name)
             if value is not None and value != "":
-                line[name] = value
+                line[name] = self.mask(value) if isinstance(value, str) else value
         if record.exc_info:
-            line["exception"] = self.formatException(record.exc_info)
+            line["exception"] = self.mask(self.formatException(record.exc_info))
         return json.dumps(line, default=str)
 
 

@@ -40,7 +40,7 @@ from exposers import (
 from gateway.calls import Dispatcher
 from gateway.config import TriadConfig, is_loopback
 from gateway.identity import LOCAL, Identity
-from gateway.observe import JsonFormatter
+from gateway.observe import JsonFormatter, TextFormatter, mask_logs
 from gateway.runtime._reload import Reloader
 from gateway.state import NameLedger
 
@@ -86,6 +86,7 @@ async def running_gateway(config: TriadConfig, host: str | None = None, *, watch
         if cluster_changed is not None:
             cluster_changed(upstream)
 
+    mask_logs(config.secret_mask())
     cluster = _cluster(config)
     pool = UpstreamPool(config, on_change)
     dispatcher = Dispatcher(config, pool, remote=not is_loopback(host or config.listen.host),
@@ -307,8 +308,7 @@ async def _handle_signals(stop: Callable[[], None], reloader: Reloader | None) -
 
 def configure_logging(level: str = "INFO", log_format: str = "text") -> None:
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if log_format == "json" else
-                         logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
+    handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
     logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), handlers=[handler])
     for noisy in ("httpx", "httpx2", "mcp", "uvicorn.error"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -26,6 +26,7 @@ from gateway.config import (
     format_problem,
     hide_values,
     load_with_lines,
+    variables_mask,
 )
 from gateway.errors import ConfigError
 from gateway.hooks import HookConfigError, check_hook
@@ -53,7 +54,8 @@ def parse_config(text: str, *, source: Path | None = None, environ: dict[str, st
     try:
         config = _validate(loaded, source)
     except ConfigError as exc:
-        raise ConfigError([hide_values(problem, loaded.variables) for problem in exc.problems]) from None
+        mask = variables_mask(loaded.variables)
+        raise ConfigError([hide_values(problem, mask) for problem in exc.problems]) from None
     config._variables = {name: SecretStr(value) for name, value in loaded.variables.items()}
     return config
 

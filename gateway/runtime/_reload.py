@@ -28,7 +28,7 @@ from gateway.config import TriadConfig
 from gateway.errors import ConfigError
 from gateway.hooks import HookConfigError, build_chain
 from gateway.identity import requires_token
-from gateway.observe import ReloadResult, ReloadStatus
+from gateway.observe import ReloadResult, ReloadStatus, mask_logs
 from gateway.runtime._loading import parse_config
 from gateway.runtime._watch import Fingerprint, fingerprint
 
@@ -110,6 +110,7 @@ class Reloader:
                                new.listen.port)
             changes = await self._pool.apply(new)
             self._dispatcher.apply_config(new, hooks)
+            mask_logs(new.secret_mask())
             self.config = new
             self.status.reloads += 1
             self.status.last_success = time.time()
