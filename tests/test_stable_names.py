@@ -74,6 +74,17 @@ async def test_a_tool_an_upstream_adds_never_takes_a_name_a_rule_was_written_on(
     await assert_the_deny_still_holds(url)
 
 
+async def test_on_a_first_start_a_deny_on_the_exact_name_blocks_the_real_tool(procs: list[Proc],
+                                                                            tmp_path: Path) -> None:
+    """Issue 29, point 1: a fresh state_dir, an upstream offering both; no exposed name reaches `delete_file`."""
+    path = write_config(tmp_path, {**config("Delete_File", "delete_file", "read"), "state_dir": "fresh"})
+    url = start_triad(procs, path, wait_ready=1)
+    await assert_the_deny_still_holds(url)
+    async with http_session(url) as via:
+        reached = [(await call(via, name))["content"][0]["text"] for name in sorted(await visible(url))]
+    assert reached == ["called Delete_File", "called read"]
+
+
 async def test_names_survive_a_restart_that_brings_the_lookalike(procs: list[Proc], tmp_path: Path) -> None:
     path = write_config(tmp_path, config("delete_file", "read"))
     url = start_triad(procs, path, wait_ready=1)
@@ -94,7 +105,7 @@ def test_plan_reads_the_names_and_never_writes_them(tmp_path: Path) -> None:
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout)
 
-    assert {t["name"] for t in plan()["visible"]} == {"fsA__read", "fsA__delete_file-2"}  # no names given yet
+    assert {t["name"] for t in plan()["visible"]} == {"fsA__read", "fsA__Delete_File-2"}  # no names given yet
     assert not ledger.exists()
     ledger.write_text(json.dumps({"version": 1, "tools": {"fsA": {"delete_file": "fsA__delete_file"}}}))
     before = ledger.read_text()
