@@ -119,3 +119,19 @@ async def test_state_dir_holds_the_ledger(procs: list[Proc], tmp_path: Path) -> 
     assert await visible(url) == {"fsA__read"}
     assert (tmp_path / "state" / "triad.names.json").exists()  # written by the rebuild that served the list
     assert not (tmp_path / "triad.names.json").exists()
+
+
+WARNED = ["fsA__delete_file", "fsA__DELETE_FILE", "fsA__delete*", "fsA:delete_file", "*delete_file*"]
+QUIET = ["fsA__Delete_File-2", "fsA__read", "group:fsA"]
+
+
+def test_plan_says_where_a_deny_reaches_tools_whose_raw_names_differ_only_by_case(tmp_path: Path) -> None:
+    """`triad check` lists no tools; the rebuild that has them says it (plan, the log, `/readyz`)."""
+    settings = config("Delete_File", "delete_file", "read")
+    settings["policy"] = {"profile": {"deny": WARNED + QUIET}}
+    path = write_config(tmp_path, settings)
+    done = subprocess.run([*TRIAD, "plan", "-c", str(path), "--json"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    notes = [n for n in json.loads(done.stdout)["registry_diagnostics"] if "differ only by case" in n]
+    assert [n.split("'")[1] for n in notes] == WARNED
+    assert all("fsA:Delete_File (fsA__Delete_File-2), fsA:delete_file (fsA__delete_file)" in n for n in notes)
