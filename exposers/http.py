@@ -149,6 +149,8 @@ def build_app(server: GatewayServer, dispatcher: Dispatcher, notifier: Notifier,
         body: JSONObject = {"ready": bool(upstreams) and ready >= min(dispatcher.config.min_ready, len(upstreams)),
                                 "upstreams": upstreams, "registry_version": dispatcher.registry.version,
                                 "tools": len(dispatcher.registry.tools)}
+        if dispatcher.registry.diagnostics:  # e.g. a deny that reaches tools whose raw names differ only by case
+            body["diagnostics"] = [d.message for d in dispatcher.registry.diagnostics]
         if reloader is not None:
             body["reload"] = reloader.status.as_dict()
         if cluster is not None:

@@ -5,11 +5,15 @@ upstream, a built-in group or a `tool_groups` entry; `<upstream>:<tool>` must na
 pattern (`<part><separator>...`) must start like one of the upstreams' exposed prefixes. And a pattern that begins
 with a name (not with `*`) but could match the tools of several upstreams (`f*` with upstreams `fs` and `files`)
 was probably meant for one of them.
+
+Once the upstreams have listed their tools (a registry rebuild, not `triad check`), `case_lookalike_denies` says
+where a deny pattern reaches tools whose raw names differ only by case: matching ignores case, so the pattern
+may be meant for either, and only one has the plain name.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 
 from policy.config import PolicyConfig, ToolRule
 from policy.patterns import BUILTIN_GROUPS, compile_glob
@@ -62,6 +66,27 @@ def spanning_patterns(policy: PolicyConfig, client_rules: Mapping[str, ToolRule 
         if len(spanned) > 1:
             warnings.append(f"{path}: pattern {pattern!r} spans upstreams {', '.join(spanned)} (write "
                             f"'{upstream_parts[spanned[0]]}{separator}...' to mean one of them)")
+    return warnings
+
+
+def case_lookalike_denies(policy: PolicyConfig, client_rules: Mapping[str, ToolRule | None],
+                          lookalikes: Sequence[Sequence[tuple[str, Sequence[str]]]]) -> list[str]:
+    """Warnings as `key.path: deny pattern 'p' matches tools whose raw names differ only by case: ...`.
+    `lookalikes`: groups of one upstream's tools whose raw names differ only by case, each tool as (its label, the
+    texts a pattern written for it may match: its exposed name, the plain name of its raw name, `upstream:raw`)."""
+    warnings = []
+    for path, pattern in _patterns(policy, client_rules):
+        if not (path.endswith(".deny") or path == "policy.gateway_deny"):
+            continue
+        glob = compile_glob(pattern)
+        if glob is None:
+            continue
+        for group in lookalikes:
+            hit = [label for label, texts in group if any(glob.matches_text(text) for text in texts)]
+            if len(hit) > 1:
+                warnings.append(f"{path}: deny pattern {pattern!r} matches tools whose raw names differ only by "
+                                f"case: {', '.join(hit)} (the plain name is the exact raw-name match's; write the "
+                                "exposed name of the one meant)")
     return warnings
 
 

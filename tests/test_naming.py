@@ -81,9 +81,9 @@ def test_max_length_is_configurable_up_to_128() -> None:
         NamingConfig(max_length=129)
 
 
-def test_collisions_across_case_get_suffixes_in_sorted_order() -> None:
+def test_collisions_across_case_go_to_the_fewest_capitals_then_get_suffixes_in_that_order() -> None:
     result = names({"s": ["Echo", "echo", "ECHO"]})
-    assert result == {("s", "ECHO"): "s__ECHO", ("s", "Echo"): "s__Echo-2", ("s", "echo"): "s__echo-3"}
+    assert result == {("s", "echo"): "s__echo", ("s", "Echo"): "s__Echo-2", ("s", "ECHO"): "s__ECHO-3"}
 
 
 def test_collision_after_sanitising() -> None:
@@ -205,29 +205,37 @@ def test_a_pattern_cannot_reach_into_another_upstream_once_names_are_checked() -
         parse_config("upstreams: {fs: {command: x}, fs_: {command: y}}\n")
 
 
-def test_a_pinned_name_stays_with_its_tool_when_a_lookalike_sorts_first() -> None:
+def test_a_history_never_gives_an_exact_name_to_a_lookalike() -> None:
     catalog = {"fsA": ["Delete_File", "delete_file"]}
-    assert names(catalog) == {("fsA", "Delete_File"): "fsA__Delete_File", ("fsA", "delete_file"): "fsA__delete_file-2"}
-    pinned = {("fsA", "delete_file"): "fsA__delete_file"}
+    expected = {("fsA", "delete_file"): "fsA__delete_file", ("fsA", "Delete_File"): "fsA__Delete_File-2"}
+    assert names(catalog) == expected
+    pinned = {("fsA", "Delete_File"): "fsA__Delete_File", ("fsA", "delete_file"): "fsA__delete_file-2"}
     parts = sanitize_server_names(list(catalog))
     mapping = assign_names(catalog, DEFAULT, server_parts=parts, prefixed=True, pinned=pinned)
-    assert dict(mapping.forward) == {("fsA", "delete_file"): "fsA__delete_file",
-                                     ("fsA", "Delete_File"): "fsA__Delete_File-2"}
+    assert dict(mapping.forward) == expected
 
 
-def test_the_pinned_name_of_an_absent_tool_goes_to_no_other_tool() -> None:
+def test_a_pinned_name_that_is_not_exact_stays_with_its_tool_when_a_lookalike_sorts_first() -> None:
+    parts = sanitize_server_names(["fs"])
+    pinned = {("fs", "a:b"): "fs__a-b"}  # a:b came first; a.b sorts before it
+    mapping = assign_names({"fs": ["a.b", "a:b"]}, DEFAULT, server_parts=parts, prefixed=True, pinned=pinned)
+    assert dict(mapping.forward) == {("fs", "a:b"): "fs__a-b", ("fs", "a.b"): "fs__a-b-2"}
+
+
+def test_the_pinned_name_of_an_absent_tool_goes_to_no_other_tool_unless_it_is_an_exact_match() -> None:
     parts = sanitize_server_names(["a", "b"])
-    pinned = {("a", "echo"): "echo"}  # a is down: its echo is not in the catalog now
-    mapping = assign_names({"a": [], "b": ["echo"]}, DEFAULT, server_parts=parts, prefixed=False, pinned=pinned)
-    assert dict(mapping.forward) == {("b", "echo"): "echo-2"}
+    pinned = {("a", "e.cho"): "e-cho", ("a", "echo"): "echo"}  # a is down: its tools are not in the catalog now
+    mapping = assign_names({"a": [], "b": ["e:cho", "echo"]}, DEFAULT, server_parts=parts, prefixed=False,
+                           pinned=pinned)
+    assert dict(mapping.forward) == {("b", "e:cho"): "e-cho-2", ("b", "echo"): "echo"}
 
 
-def test_a_renamed_tool_is_named_from_its_new_name_and_its_former_name_goes_to_no_other_tool() -> None:
+def test_a_renamed_tool_is_named_from_its_new_name_and_its_former_name_only_to_an_exact_match() -> None:
     parts = sanitize_server_names(["fs"])
     pinned = {("fs", "echo"): "fs__echo"}  # the name echo had before it was renamed
     catalog = {"fs": [renamed_key("echo", "say"), "Echo"]}  # the upstream now offers a lookalike too
     mapping = assign_names(catalog, DEFAULT, server_parts=parts, prefixed=True, pinned=pinned)
-    assert mapping.forward == {("fs", "echo => say"): "fs__say", ("fs", "Echo"): "fs__Echo-2"}
+    assert mapping.forward == {("fs", "echo => say"): "fs__say", ("fs", "Echo"): "fs__Echo"}  # an exact match
     again = assign_names(catalog, DEFAULT, server_parts=parts, prefixed=True,
                          pinned={**pinned, **mapping.forward})
     assert again.forward == mapping.forward
@@ -235,7 +243,7 @@ def test_a_renamed_tool_is_named_from_its_new_name_and_its_former_name_goes_to_n
 
 @pytest.mark.parametrize(("pinned", "naming", "expected"), [
     ("gh__t", NamingConfig(separator="_"), "gh_t"),          # another separator
-    ("gh__t-7", NamingConfig(), "gh__t-7"),                  # a suffix it once needed is kept
+    ("gh__t-7", NamingConfig(), "gh__t"),                    # an exact match gets its own name
     ("gh__other", NamingConfig(), "gh__t"),                  # not a name this tool could have
     ("gh__t-0", NamingConfig(), "gh__t"),
     ("gh__" + "t" * 60, NamingConfig(max_length=32), "gh__" + "t" * 28),  # cut for a longer limit
@@ -256,7 +264,8 @@ def test_the_ledger_is_written_whole_and_read_back(tmp_path: Path) -> None:
     again = NameLedger(path)
     assert dict(again.pinned("tools")) == {("fs", "read"): "fs__read"}
     assert dict(again.pinned("prompts")) == {("fs", "greet"): "fs__greet"}
-    assert [p.name for p in path.parent.iterdir()] == ["triad.names.json"]  # no temporary file left behind
+    # no temporary file left behind; the version before the last write is kept (tests/test_name_ledger_files.py)
+    assert sorted(p.name for p in path.parent.iterdir()) == ["triad.names.json", "triad.names.json.bak"]
 
 
 def test_a_ledger_that_does_not_persist_never_writes(tmp_path: Path) -> None:
@@ -271,16 +280,6 @@ def test_names_another_process_wrote_are_kept(tmp_path: Path) -> None:
     one.record("tools", {("fs", "read"): "fs__read"})
     two.record("tools", {("fs", "write"): "fs__write"})
     assert dict(NameLedger(path).pinned("tools")) == {("fs", "read"): "fs__read", ("fs", "write"): "fs__write"}
-
-
-def test_an_unreadable_ledger_starts_afresh(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    path = tmp_path / "triad.names.json"
-    path.write_text('{"tools": {"fs": {"read": "fs__re')
-    ledger = NameLedger(path, persist=True)
-    assert dict(ledger.pinned("tools")) == {}
-    assert "exposed names start afresh" in caplog.text
-    ledger.record("tools", {("fs", "read"): "fs__read"})
-    assert dict(NameLedger(path).pinned("tools")) == {("fs", "read"): "fs__read"}
 
 
 def test_the_ledger_forgets_absent_tools_first_past_its_limit(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -74,6 +74,17 @@ async def test_a_tool_an_upstream_adds_never_takes_a_name_a_rule_was_written_on(
     await assert_the_deny_still_holds(url)
 
 
+async def test_on_a_first_start_a_deny_on_the_exact_name_blocks_the_real_tool(procs: list[Proc],
+                                                                            tmp_path: Path) -> None:
+    """Issue 29, point 1: a fresh state_dir, an upstream offering both; no exposed name reaches `delete_file`."""
+    path = write_config(tmp_path, {**config("Delete_File", "delete_file", "read"), "state_dir": "fresh"})
+    url = start_triad(procs, path, wait_ready=1)
+    await assert_the_deny_still_holds(url)
+    async with http_session(url) as via:
+        reached = [(await call(via, name))["content"][0]["text"] for name in sorted(await visible(url))]
+    assert reached == ["called Delete_File", "called read"]
+
+
 async def test_names_survive_a_restart_that_brings_the_lookalike(procs: list[Proc], tmp_path: Path) -> None:
     path = write_config(tmp_path, config("delete_file", "read"))
     url = start_triad(procs, path, wait_ready=1)
@@ -94,7 +105,7 @@ def test_plan_reads_the_names_and_never_writes_them(tmp_path: Path) -> None:
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout)
 
-    assert {t["name"] for t in plan()["visible"]} == {"fsA__read", "fsA__delete_file-2"}  # no names given yet
+    assert {t["name"] for t in plan()["visible"]} == {"fsA__read", "fsA__Delete_File-2"}  # no names given yet
     assert not ledger.exists()
     ledger.write_text(json.dumps({"version": 1, "tools": {"fsA": {"delete_file": "fsA__delete_file"}}}))
     before = ledger.read_text()
@@ -108,3 +119,19 @@ async def test_state_dir_holds_the_ledger(procs: list[Proc], tmp_path: Path) -> 
     assert await visible(url) == {"fsA__read"}
     assert (tmp_path / "state" / "triad.names.json").exists()  # written by the rebuild that served the list
     assert not (tmp_path / "triad.names.json").exists()
+
+
+WARNED = ["fsA__delete_file", "fsA__DELETE_FILE", "fsA__delete*", "fsA:delete_file", "*delete_file*"]
+QUIET = ["fsA__Delete_File-2", "fsA__read", "group:fsA"]
+
+
+def test_plan_says_where_a_deny_reaches_tools_whose_raw_names_differ_only_by_case(tmp_path: Path) -> None:
+    """`triad check` lists no tools; the rebuild that has them says it (plan, the log, `/readyz`)."""
+    settings = config("Delete_File", "delete_file", "read")
+    settings["policy"] = {"profile": {"deny": WARNED + QUIET}}
+    path = write_config(tmp_path, settings)
+    done = subprocess.run([*TRIAD, "plan", "-c", str(path), "--json"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    notes = [n for n in json.loads(done.stdout)["registry_diagnostics"] if "differ only by case" in n]
+    assert [n.split("'")[1] for n in notes] == WARNED
+    assert all("fsA:Delete_File (fsA__Delete_File-2), fsA:delete_file (fsA__delete_file)" in n for n in notes)

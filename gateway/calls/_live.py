@@ -10,6 +10,7 @@ relay through the read-only `gateway.tasks` `Current`.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Mapping
 
 from consumers import JSON, UpstreamPool
@@ -24,6 +25,7 @@ from gateway.registry import (
     RUN_LIST_META_KEY,
     ClientView,
     Registry,
+    RegistryDiagnostic,
     SessionLists,
     Snapshot,
     UpstreamSnapshot,
@@ -35,6 +37,8 @@ from gateway.registry import (
 from gateway.search import SearchIndexes, load_ranker
 from gateway.state import NameLedger
 from policy import Pipeline
+
+logger = logging.getLogger("triad.names")
 
 
 def _pipeline(config: TriadConfig, remote: bool) -> Pipeline:
@@ -50,6 +54,7 @@ class Live:
         self.search = SearchIndexes(load_ranker(config.search.ranker))
         self._pool = pool
         self._names = names
+        self._warned: set[str] = set()
         self._remote = remote
         self._snapshot = Snapshot(EMPTY_REGISTRY, self.pipeline)
         """The registry of the moment and its caches: replaced whole, by one assignment."""
@@ -76,6 +81,11 @@ class Live:
             built = build_upstream_sources(self.config, snapshots, reserved=CORE_NAMES, names=self._names)
             registry = build_registry(self._snapshot.registry.version + 1, [core_source(self.config), *built.sources],
                                       built.context, built.uri_owners)
+            for warning in set(built.warnings) - self._warned:  # once per warning, not once per rebuild
+                logger.warning("%s", warning)
+            self._warned = set(built.warnings)
+            registry = dataclasses.replace(registry, diagnostics=(
+                *registry.diagnostics, *(RegistryDiagnostic("naming", "", w) for w in built.warnings)))
             self._snapshot = Snapshot(registry, self.pipeline)
         return self._snapshot
 

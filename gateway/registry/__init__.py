@@ -7,7 +7,13 @@ hop, and the reports of `triad plan` / `triad explain` and the console. No I/O.
 from gateway.registry._availability import Diagnostic
 from gateway.registry._catalog import SERVING, UpstreamSnapshot, build_upstream_sources, upstream_of_key
 from gateway.registry._core_tools import CORE_NAMES, DEFAULT_LIMIT, MAX_LIMIT, MAX_QUERY_CHARS, core_source
-from gateway.registry._descriptors import EMPTY_REGISTRY, Registry, ToolDescriptor, build_registry
+from gateway.registry._descriptors import (
+    EMPTY_REGISTRY,
+    Registry,
+    RegistryDiagnostic,
+    ToolDescriptor,
+    build_registry,
+)
 from gateway.registry._naming import parse_exposed_uri, prefix_active, sanitize_server_names
 from gateway.registry._page_meta import with_page_meta
 from gateway.registry._reports import explain, plan_report, upstream_states
@@ -27,6 +33,7 @@ __all__ = [
     "ClientView",
     "Diagnostic",
     "Registry",
+    "RegistryDiagnostic",
     "SessionLists",
     "Snapshot",
     "ToolDescriptor",

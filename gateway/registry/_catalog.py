@@ -22,6 +22,7 @@ from gateway.registry._naming import assign_names, expose_uri, prefix_active, re
 from gateway.registry._overrides import bound_arguments, override_wire
 from gateway.state import NameLedger
 from policy import compile_globs, first_match
+from policy.lint import case_lookalike_denies
 
 SERVING = ("ready", "degraded")
 """Upstream states whose tools are visible: a degraded upstream (circuit open) still lists its tools, and its
@@ -54,6 +55,8 @@ class BuiltSources:
     sources: list[ToolSource]
     context: AvailabilityContext
     uri_owners: dict[str, str]
+    warnings: tuple[str, ...] = ()
+    """Deny patterns that reach tools whose raw names differ only by case (`policy.lint`)."""
 
 
 def build_upstream_sources(config: TriadConfig, snapshots: Mapping[str, UpstreamSnapshot],
@@ -100,7 +103,17 @@ def build_upstream_sources(config: TriadConfig, snapshots: Mapping[str, Upstream
         sources.append(ToolSource("mcp", name, tools, resources, templates, prompts))
     context = AvailabilityContext(values={upstream_context_key(n): s.state for n, s in snapshots.items()})
     uri_owners = {part: name for name, part in server_parts.items()} if prefixed else {}
-    return BuiltSources(sources, context, uri_owners)
+    lookalikes = []
+    for name in upstreams:
+        by_case: dict[str, list[str]] = {}
+        for tool in tools_by_upstream[name]:
+            by_case.setdefault(tool["name"].lower(), []).append(tool["name"])
+        head = server_parts[name] + config.naming.separator if prefixed else ""
+        lookalikes += [[(f"{name}:{raw} ({tool_names.exposed(name, _naming_key(raw, upstreams[name]))})",
+                         (tool_names.exposed(name, _naming_key(raw, upstreams[name])), head + raw, f"{name}:{raw}"))
+                        for raw in raws] for raws in by_case.values() if len(raws) > 1]
+    warnings = case_lookalike_denies(config.policy, {cid: c.tools for cid, c in config.clients.items()}, lookalikes)
+    return BuiltSources(sources, context, uri_owners, tuple(warnings))
 
 
 _EMPTY = Catalog()

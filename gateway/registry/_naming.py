@@ -6,13 +6,14 @@ Rules (reference section 11.2, OpenClaw `agent-bundle-mcp-names.ts`):
   ASCII letter (LLM providers reject names that start otherwise);
 - the upstream part is at most 30 characters, the whole name at most `naming.max_length` (64 by default, up to
   the spec's 128): the tool part is cut to fit;
-- upstream parts that clash case-insensitively get `-2`, `-3`… in declaration order; tool names that clash
-  case-insensitively (with each other or with reserved core/plugin names) get `-2`, `-3`… on the tool part,
-  processing tools sorted by (upstream part, raw name, upstream name).
+- upstream parts that clash case-insensitively get `-2`, `-3`… in declaration order; a tool whose raw name is
+  exactly its name's form gets it (`assign_names`); tool names that clash case-insensitively (with each other or
+  with reserved core/plugin names) get `-2`, `-3`… on the tool part, in one total order of raw names.
 
-Everything here is a pure function of (config order, upstream names, raw names, names given before), so the
-mapping is stable across reloads and restarts; the names given before are kept by `gateway.state`, so a
-tool an upstream adds later cannot take a name another tool had. `NameMap` reverses it in O(1).
+Everything here is a pure function of (config order, upstream names, raw names, names given before). The exact
+names depend on the catalog alone, so a rule written on one means the same tool on a first start and on every
+replica; the names given before (kept by `gateway.state`) only keep the other names stable across reloads and
+restarts. `NameMap` reverses it in O(1).
 """
 
 from __future__ import annotations
@@ -101,11 +102,16 @@ def assign_names(
     """Name every (upstream, raw name) in `catalog` (a renamed tool's raw name is its `renamed_key`). `reserved`
     names (core, plugins) are never reused.
 
-    `pinned` holds the names given before (the name ledger): a tool keeps its pinned name, and the pinned name of
-    a tool that is absent now (its upstream down, or the tool gone for a while) is given to no other tool. So an
-    upstream that adds `Delete_File` cannot take the name `delete_file` had, which a deny rule may be written on.
-    A pinned name the current naming settings would not produce (another separator, prefix mode or length) is
-    ignored."""
+    The names are a function of the catalog first, so that they mean the same tool on every replica and on a
+    first start, whatever came first:
+    1. a tool whose raw name is exactly its name's form (`delete_file` -> `fs__delete_file`: nothing sanitised,
+       prefixed or cut) gets that name; exact names that differ only by case (`Delete_File`) go to the first in
+       `_rank` (the fewest capitals, then code points), and the others are named as in 3;
+    2. `pinned` (the name ledger) keeps names stable as tools come and go: a tool keeps the name it had, and the
+       pinned name of a tool that is absent now (its upstream never listed, or the tool gone for a while) goes to
+       no other tool, unless step 1 gave that name (case-insensitively) to a tool: history never outranks an
+       exact match. A pinned name the current naming settings would not produce is ignored;
+    3. every other tool, in `_rank` order, gets its first free name: plain, then `-2`, `-3`…"""
     taken = {name.lower() for name in reserved}
     sep = naming.separator
     forward: dict[tuple[str, str], str] = {}
@@ -124,22 +130,32 @@ def assign_names(
         forward[key] = name
         reverse[name] = key
 
-    wanted = {(upstream, raw) for upstream, names in catalog.items() for raw in names}
+    def rank(key: tuple[str, str]) -> tuple[int, str, str, str, str]:
+        text = naming_text(key[1])
+        return sum(c.isupper() for c in text), text, key[1], server_parts[key[0]], key[0]
+
+    wanted = sorted({(upstream, raw) for upstream, names in catalog.items() for raw in names}, key=rank)
+    for key in wanted:
+        head, tool, budget = shape(*key)
+        if tool == naming_text(key[1]) and len(tool) <= budget and (head + tool).lower() not in taken:
+            give(key, head + tool)
     held: list[tuple[tuple[str, str], str]] = []
     for key, name in sorted((pinned or {}).items()):
-        if key[0] in server_parts and name.lower() not in taken and _fits(name, *shape(*key)):
+        if (key[0] in server_parts and key not in forward and name.lower() not in taken
+                and _fits(name, *shape(*key))):
             taken.add(name.lower())
             held.append((key, name))
+    present = set(wanted)
     for key, name in held:
-        if key in wanted:
+        if key in present:
             give(key, name)
-    unnamed = sorted((server_parts[upstream], raw, upstream) for upstream, raw in wanted - forward.keys())
-    for _part, raw, upstream in unnamed:
-        head, tool, budget = shape(upstream, raw)
-        n = 1
-        while (candidate := _candidate(head, tool, budget, n)).lower() in taken:
-            n += 1
-        give((upstream, raw), candidate)
+    for key in wanted:
+        if key not in forward:
+            head, tool, budget = shape(*key)
+            n = 1
+            while (candidate := _candidate(head, tool, budget, n)).lower() in taken:
+                n += 1
+            give(key, candidate)
     return NameMap(forward, reverse)
 
 

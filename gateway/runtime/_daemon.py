@@ -42,7 +42,7 @@ from gateway.config import TriadConfig, is_loopback
 from gateway.identity import LOCAL, Identity
 from gateway.observe import JsonFormatter, TextFormatter, mask_logs
 from gateway.runtime._reload import Reloader
-from gateway.state import NameLedger
+from gateway.state import NameLedger, NameLedgerUnreadable
 
 if TYPE_CHECKING:  # with `cluster:` only: redis-py and cryptography are optional (`_cluster`)
     from gateway.cluster import Cluster
@@ -87,10 +87,15 @@ async def running_gateway(config: TriadConfig, host: str | None = None, *, watch
             cluster_changed(upstream)
 
     mask_logs(config.secret_mask())
+    try:
+        names = NameLedger.for_config(config, persist=watch)
+    except NameLedgerUnreadable as exc:  # before anything starts: one ERROR line and exit 1, no traceback
+        logger.error("%s", exc)
+        raise SystemExit(1) from None
     cluster = _cluster(config)
     pool = UpstreamPool(config, on_change)
-    dispatcher = Dispatcher(config, pool, remote=not is_loopback(host or config.listen.host),
-                            names=NameLedger.for_config(config, persist=watch), shared=cluster)
+    dispatcher = Dispatcher(config, pool, remote=not is_loopback(host or config.listen.host), names=names,
+                            shared=cluster)
     notifier = Notifier(dispatcher, Sessions(), cluster)
     rounds = InputRounds(cluster.replica_id if cluster is not None else None)
     announce = None

@@ -2,7 +2,7 @@
 and the interfaces (`Buckets`, `Pins`) whose embedded defaults live here and whose Redis versions are `gateway.cluster`.
 """
 
-from gateway.state._name_ledger import NameLedger
+from gateway.state._name_ledger import NameLedger, NameLedgerUnreadable
 from gateway.state._pins import PinStatus, PinStore, definition_hash, pinned_fields
 from gateway.state._shared import Buckets, FilePins, LocalBuckets, Pins, SharedState, SharedStateUnavailable
 
@@ -11,6 +11,7 @@ __all__ = [
     "FilePins",
     "LocalBuckets",
     "NameLedger",
+    "NameLedgerUnreadable",
     "PinStatus",
     "PinStore",
     "Pins",

@@ -14,7 +14,7 @@ import anyio
 from mcp.server import Server
 
 
-def build_server(name: str, tools: list[str]) -> Server[Any]:
+def build_server(name: str, tools: list[str], tag: str | None = None) -> Server[Any]:
     listed = [{"name": tool, "description": f"The tool {tool}.", "inputSchema": {"type": "object"}}
               for tool in tools]
 
@@ -22,7 +22,8 @@ def build_server(name: str, tools: list[str]) -> Server[Any]:
         return {"tools": listed}
 
     async def call_tool(ctx: Any, params: Any) -> dict[str, Any]:
-        return {"content": [{"type": "text", "text": f"called {params.name}"}]}
+        said = f"called {params.name}" + (f" on {tag}" if tag else "")
+        return {"content": [{"type": "text", "text": said}]}
 
     return Server(name, version="1.0", on_list_tools=list_tools, on_call_tool=call_tool)
 
@@ -38,8 +39,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--name", default="named")
     parser.add_argument("--tool", action="append", default=[], help="a tool name (repeatable)")
+    parser.add_argument("--tag", help="answer `called <tool> on <tag>`, to tell upstreams with the same tools apart")
     args = parser.parse_args()
-    anyio.run(serve, build_server(args.name, args.tool))
+    anyio.run(serve, build_server(args.name, args.tool, args.tag))
 
 
 if __name__ == "__main__":
