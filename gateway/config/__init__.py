@@ -3,6 +3,7 @@ of every key, and problems worded as `key.path: message (line N)`, never with a 
 that span sub-packages are `gateway.runtime.load_config`.
 """
 
+from gateway.config._auth import IntrospectionConfig, OAuthConfig
 from gateway.config._limits import DEFAULT_LIMITS, LimitsConfig, Quota
 from gateway.config._models import (
     PYTHON_VARIABLE,
@@ -10,9 +11,7 @@ from gateway.config._models import (
     ClusterConfig,
     Duration,
     HookSpec,
-    IntrospectionConfig,
     NamingConfig,
-    OAuthConfig,
     ToolsMode,
     TriadConfig,
     UpstreamConfig,
