@@ -1,9 +1,9 @@
 """Issue 28, points 7-9: guessing is throttled, the Authorization header is parsed strictly, and a loopback
 listener lets in only the Host and Origin forms a browser on this machine sends.
 
-One `triad serve` with tokens and the console; every surface that authenticates is driven over real HTTP. uvicorn
-takes `X-Forwarded-For` from a loopback peer (its default, `forwarded_allow_ips`), so a test picks its source
-address with that header: each case comes from a source of its own.
+One `triad serve` with tokens and the console; every surface that authenticates is driven over real HTTP. Its
+config trusts `X-Forwarded-For` from loopback (`listen.trusted_proxies`, as behind a reverse proxy on this host), so
+a test picks its source address with that header: each case comes from a source of its own.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def triad(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Proc]
     config = write_config(tmp_path_factory.mktemp("auth"), {
         "upstreams": {"fx": stdio_upstream("auth")},
         "clients": {"owner": {"token": OWNER_TOKEN, "owner": True}, "agent": {"token": AGENT_TOKEN}},
-        "console": {"enabled": True}})
+        "console": {"enabled": True}, "listen": {"trusted_proxies": ["127.0.0.1", "::1"]}})
     procs: list[Proc] = []
     url = start_triad(procs, config, wait_ready=1)
     STARTED.append(time.monotonic())
@@ -92,6 +92,22 @@ def test_wrong_tokens_from_one_source_get_429_and_the_right_token_from_another_s
             assert int(refused.headers["retry-after"]) >= 1
         accepted = attempt(http, base, surface, owner, bearer(OWNER_TOKEN))
         assert accepted.status_code not in (401, 429), accepted.text
+
+
+def test_without_trusted_proxies_a_forwarded_header_names_no_source(tmp_path: Path) -> None:
+    """By default no `X-Forwarded-For` is believed: a local guesser that names a new source per request is still
+    the one peer it is, and is throttled as one."""
+    config = write_config(tmp_path, {"upstreams": {}, "clients": {"owner": {"token": OWNER_TOKEN, "owner": True}}})
+    procs: list[Proc] = []
+    base = start_triad(procs, config).removesuffix("/mcp")
+    try:
+        with httpx2.Client(timeout=30, follow_redirects=False) as http:
+            codes = [attempt(http, base, "admin", f"10.9.{n}.1", bearer(f"wrong-{n}")).status_code
+                     for n in range(FREE_FAILURES + 2)]
+        assert codes == [401] * (FREE_FAILURES + 1) + [429], codes
+    finally:
+        for proc in procs:
+            proc.terminate()
 
 
 def test_another_identitys_session_id_is_throttled_and_not_logged_per_request(triad: tuple[str, Proc]) -> None:

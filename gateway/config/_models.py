@@ -10,7 +10,7 @@ import ipaddress
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, field_validator, model_validator
 
 from consumers import JSON, JSONObject, SecretMask
 from consumers.config import Duration, UpstreamConfig, parse_duration
@@ -92,7 +92,20 @@ class ListenConfig(_Model):
     """Where people reach this listener (scheme, host and port; behind a proxy, the proxy's): a user's own
     upstream authorization (`auth: per_user`) comes back to `<public_url>/oauth/callback/<upstream>`. Unset: the
     origin of `auth.oauth.audience`, else the listen address when it is loopback (else the loopback redirect)."""
+    trusted_proxies: tuple[str, ...] = ()
+    """Addresses (or networks, `10.0.0.0/8`) of reverse proxies whose `X-Forwarded-For` and `X-Forwarded-Proto`
+    are believed: the caller's address is then the one the proxy names (what the failed-authentication throttle
+    counts by). Default none: any local process could otherwise name any source it likes."""
 
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _addresses(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for entry in value:
+            try:
+                ipaddress.ip_network(entry, strict=False)
+            except ValueError:
+                raise ValueError(f"{entry!r} is not an IP address or network") from None
+        return value
 
     @model_validator(mode="after")
     def _old_name(self) -> ListenConfig:

@@ -230,8 +230,10 @@ async def _serve_http_on(config: TriadConfig, host: str, sock: socket.socket) ->
         redirects = _redirects(config, host, address, gw.cluster.replica_id if gw.cluster is not None else None)
         gw.pool.for_users.redirects = redirects
         app = build_app(server, gw.dispatcher, gw.notifier, host, gw.reloader, gw.rounds, gw.cluster, redirects)
+        proxies = list(config.listen.trusted_proxies)
         userver = ListenerServer(ListenerConfig(app, log_config=None, lifespan="on", access_log=False,
-                                          timeout_graceful_shutdown=5))
+                                                timeout_graceful_shutdown=5, proxy_headers=bool(proxies),
+                                                forwarded_allow_ips=proxies or None))
         gw.task_group.start_soon(_handle_signals, _stopper(userver, gw), gw.reloader)
         shown = f"[{host}]" if ":" in host else host
         logger.info("listening on http://%s:%d/mcp (legacy SSE at /sse); %d upstream(s): %s", shown, actual_port,
