@@ -3,8 +3,9 @@ indexes, and the registry snapshot with its per-client views.
 
 Ownership: the dispatcher creates one `Live` and applies each reload to it (`apply`); the registry is marked stale
 on every change (`invalidate`) and rebuilt whole, once, by the first reader after it (`current`), then swapped in by
-one assignment (`Snapshot`). Every collaborator of the call path reads it: tool calls, resources, and the task
-relay through the read-only `gateway.tasks` `Current`.
+one assignment (`Snapshot`). It is built from the catalogs as the hook chain lets clients see them
+(`HookChain.catalog`: `redact` masks them there), each masked once per catalog and chain. Every collaborator of the
+call path reads it: tool calls, resources, and the task relay through the read-only `gateway.tasks` `Current`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import dataclasses
 import logging
 from collections.abc import Mapping
 
-from consumers import JSON, UpstreamPool
+from consumers import JSON, Catalog, UpstreamPool
 from gateway.calls._core_tools import settings_for
 from gateway.config import TriadConfig
 from gateway.errors import InvalidRequest
@@ -60,6 +61,8 @@ class Live:
         """The registry of the moment and its caches: replaced whole, by one assignment."""
         self._stale = True
         self._settled = False
+        self._masked: dict[str, tuple[Catalog, HookChain, Catalog]] = {}
+        """Per upstream: (its catalog, the chain, the catalog as that chain lets clients see it)."""
 
     def apply(self, config: TriadConfig, hooks: HookChain) -> None:
         """A reload: policy, naming, clients, hooks and page size apply to the next request."""
@@ -74,7 +77,7 @@ class Live:
     def current(self) -> Snapshot:
         if self._stale:
             self._stale = False
-            snapshots = {name: UpstreamSnapshot(up.catalog, up.state.value, up.reason)
+            snapshots = {name: UpstreamSnapshot(self._shown(name, up.catalog), up.state.value, up.reason)
                          for name, up in self._pool.upstreams.items()}
             # the core tools' names are never an upstream tool's, whatever mode a client is in: a name stays the
             # same for every client, and a search-mode client's `search_tools` is always Triad's.
@@ -86,8 +89,18 @@ class Live:
             self._warned = set(built.warnings)
             registry = dataclasses.replace(registry, diagnostics=(
                 *registry.diagnostics, *(RegistryDiagnostic("naming", "", w) for w in built.warnings)))
-            self._snapshot = Snapshot(registry, self.pipeline)
+            self._snapshot = Snapshot(registry, self.pipeline, self.hooks.listed)
         return self._snapshot
+
+    def _shown(self, upstream: str, catalog: Catalog | None) -> Catalog | None:
+        """`catalog` as clients may see it; masked again only when it or the chain changed."""
+        if catalog is None:
+            self._masked.pop(upstream, None)
+            return None
+        found = self._masked.get(upstream)
+        if found is None or found[0] is not catalog or found[1] is not self.hooks:
+            found = self._masked[upstream] = (catalog, self.hooks, self.hooks.catalog(catalog))
+        return found[2]
 
     @property
     def registry(self) -> Registry:

@@ -85,10 +85,12 @@ class Resources:
             {**params, "ref": raw_ref, "_meta": forwardable_meta(params.get("_meta"))}))
         kind: Kind = "prompt" if ref.get("type") == "ref/prompt" else "resource"
         name = str(ref.get("name") if kind == "prompt" else ref.get("uri"))
-        async with self._errors_hooked(CallContext(kind, identity.client_id, session or Session(), name, owner,
-                                                   str(raw_ref.get("name") or raw_ref.get("uri")), {})):
-            return await self._forwarder.forward(self._forwarder.upstream(owner), "completion", request,
-                                                 retry_safe=True, client=session)
+        ctx = CallContext(kind, identity.client_id, session or Session(), name, owner,
+                          str(raw_ref.get("name") or raw_ref.get("uri")), {})
+        async with self._errors_hooked(ctx):
+            result = await self._forwarder.forward(self._forwarder.upstream(owner), "completion", request,
+                                                   retry_safe=True, client=session)
+        return await self._live.hooks.completion(ctx, result)
 
     async def subscribe(self, identity: Identity, params: Mapping[str, JSON], session: Session | None = None
                         ) -> tuple[str, str]:

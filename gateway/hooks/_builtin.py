@@ -23,7 +23,8 @@ from gateway.hooks._audit import Audit
 from gateway.hooks._linear_schema import LinearValidator, nonlinear_patterns
 from gateway.hooks._options import HookOptions, json_size
 from gateway.hooks._protocols import PathResolver
-from gateway.hooks._values import MESSAGE_FIELDS, Block, CallContext, Message, Outcome
+from gateway.hooks._values import LISTED_NAMES, MESSAGE_FIELDS, Block, CallContext, Message, Outcome
+from gateway.registry import ListedKind
 from gateway.state import Buckets, FilePins, LocalBuckets, Pins, PinStore, SharedState
 
 logger = logging.getLogger("triad.hooks")
@@ -212,9 +213,13 @@ def binary_payload(node: JSONObject, key: str) -> bool:
 
 
 class Redact:
-    """Masks secrets in results (every string at any depth of content, structured content, resource contents,
-    prompt messages and description, and `_meta`, dictionary keys included; base64 payloads excepted), in the
-    upstream's error messages and in relayed log and progress messages."""
+    """Masks secrets in everything an upstream says to a client: results (every string at any depth of content,
+    structured content, resource contents, prompt messages and description, and `_meta`, dictionary keys included;
+    base64 payloads excepted), the upstream's error messages, completions, relayed log and progress messages and
+    sampling and elicitation requests, and its catalog (every string of each tool, resource, template and prompt).
+
+    What a client calls, reads or gets by is kept as the upstream wrote it: a tool's and a prompt's name, a resource's
+    URI and a template's, a prompt argument's name and the keys of an input schema (its argument names)."""
 
     class Options(HookOptions):
         patterns: tuple[str, ...] = ()
@@ -240,20 +245,36 @@ class Redact:
             value = regex.sub(self.options.replacement, value)
         return value
 
-    def _mask(self, value: JSON) -> JSON:
+    def _mask(self, value: JSON, keys: bool = True) -> JSON:
+        """`keys`: dictionary keys too (not in an input schema, whose keys are argument names and keywords)."""
         if isinstance(value, str):
             return self._text(value)
         if isinstance(value, list):
-            return [self._mask(v) for v in value]
+            return [self._mask(v, keys) for v in value]
         if isinstance(value, dict):
             masked: JSONObject = {}
             for key, item in value.items():
-                name = self._text(key) if isinstance(key, str) else key
+                name = self._text(key) if isinstance(key, str) and keys else key
                 while name in masked:  # two keys masked alike: both kept
                     name = f"{name}~"
-                masked[name] = item if binary_payload(value, key) else self._mask(item)
+                masked[name] = item if binary_payload(value, key) else self._mask(item, keys)
             return masked
         return value
+
+    def on_listed(self, kind: ListedKind, item: JSONObject) -> JSONObject:
+        kept = LISTED_NAMES[kind]
+        masked: JSONObject = {}
+        for key, value in item.items():
+            if key == kept:
+                masked[key] = value
+            elif key == "inputSchema":
+                masked[key] = self._mask(value, keys=False)
+            elif key == "arguments" and kind == "prompt" and isinstance(value, list):
+                masked[key] = [{**m, "name": a["name"]} if isinstance(a, dict) and "name" in a
+                               and isinstance(m := self._mask(a), dict) else self._mask(a) for a in value]
+            else:
+                masked[self._text(key)] = self._mask(value)
+        return masked
 
     async def _after(self, ctx: CallContext, outcome: Outcome) -> JSONObject | None:
         if outcome.result is None:

@@ -12,13 +12,17 @@ order.
 - after: sees the arguments actually sent, the raw result and the duration; may return a dict replacing
   `content`, `structuredContent`, `isError` or `_meta`. One that raises is logged and skipped (fail open).
 - on_message: sees each `Message` an upstream sends during a hooked request on its way to the client (a log
-  message, a progress message) and the upstream's error; may return a dict replacing fields of its params
-  (`MESSAGE_FIELDS`). One that raises withholds the message (fail closed: a log or progress message is dropped,
-  an error's message becomes `WITHHELD`); a message is not worth the risk of leaking what a hook was to hide.
+  message, a progress message, a sampling or elicitation request), the upstream's error and a completion's result;
+  may return a dict replacing fields of its params (`MESSAGE_FIELDS`). One that raises withholds the message
+  (fail closed: a log or progress message is dropped, an error's message becomes `WITHHELD`, a request is answered
+  with an error, a completion has no values); a message is not worth the risk of leaking what a hook was to hide.
   It runs outside the session lock (see `HookChain.message`), so it must keep no per-session state.
   `HookChain.run` is the one place that routes them: during `send` the request's downstream (`CURRENT_DOWNSTREAM`,
-  through which every relayed log message goes) is wrapped, its progress callback comes from
+  through which every relayed log message and request goes) is wrapped, its progress callback comes from
   `HookChain.progress`, and a failure's message is rewritten before the after-hooks see it.
+- on_listed (plain, not async): sees each entry of an upstream's catalog (tool, resource, template, prompt) once
+  per registry rebuild (`HookChain.catalog`), so lists cost nothing per request; may return the entry to list
+  instead, never with another identifier (`LISTED_NAMES`). One that raises withholds the entry (fail closed).
 
 Hooks run under the calling session's lock (`CallContext.session.lock`), so per-session hook state
 (`session.state`) is safe; the upstream call itself is never under it. The chain is built whole from a
@@ -29,6 +33,7 @@ method once, through its typed protocol: the call path calls what was bound, it 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import warnings
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -40,7 +45,7 @@ import anyio
 import mcp_types as types
 from mcp.shared.exceptions import MCPDeprecationWarning
 
-from consumers import CURRENT_DOWNSTREAM, Answer, Downstream, JSONObject, ProgressFn
+from consumers import CURRENT_DOWNSTREAM, Answer, Catalog, Downstream, JSONObject, ProgressFn
 from gateway.errors import HookBlocked, TriadError, UpstreamError
 from gateway.hooks._protocols import (
     AfterCall,
@@ -52,12 +57,25 @@ from gateway.hooks._protocols import (
     BeforeGet,
     BeforeRead,
     DeniedFn,
+    ListedFn,
     MessageFn,
     OnDenied,
+    OnListed,
     OnMessage,
     check_methods,
 )
-from gateway.hooks._values import MESSAGE_FIELDS, Arguments, Block, CallContext, Kind, Message, Outcome, Session
+from gateway.hooks._values import (
+    LISTED_NAMES,
+    MESSAGE_FIELDS,
+    Arguments,
+    Block,
+    CallContext,
+    Kind,
+    Message,
+    Outcome,
+    Session,
+)
+from gateway.registry import ListedKind
 
 __all__ = ["EMPTY_CHAIN", "MESSAGE_FIELDS", "Arguments", "Block", "BlockObserver", "CallContext", "HookChain",
            "HookEntry", "Message", "Outcome", "Session"]
@@ -77,6 +95,9 @@ RESULT_FIELDS = ("content", "structuredContent", "isError", "_meta", "contents",
 """What an after-hook may replace: tool results, resource contents, prompt messages."""
 
 WITHHELD = "The upstream's error message was withheld because a hook failed on it; the gateway's log has the details."
+WITHHELD_REQUEST = "Triad withheld this request because a hook failed on it; the gateway's log has the details."
+NO_COMPLETION: JSONObject = {"values": []}
+"""A completion a hook failed on: none (fail closed)."""
 
 def _log_fields(ctx: CallContext, **more: str) -> JSONObject:
     """The structured fields of a log line about `ctx` (`gateway.observe`): names only, the session hashed."""
@@ -104,13 +125,14 @@ class HookChain:
     Immutable once built: no attribute can be set or deleted, and no method adds or removes a hook; a reload builds
     a new chain. Who is told of blocked calls (`on_block`) is given at construction too (`build_chain(on_block=)`)."""
 
-    __slots__ = ("_after", "_before", "_denied", "_message", "_on_block", "entries")
+    __slots__ = ("_after", "_before", "_denied", "_listed", "_message", "_on_block", "entries")
 
     entries: tuple[HookEntry, ...]
     _before: Mapping[Kind, tuple[tuple[str, BeforeFn], ...]]
     _after: Mapping[Kind, tuple[tuple[str, AfterFn], ...]]
     _denied: tuple[tuple[str, DeniedFn], ...]
     _message: tuple[tuple[str, MessageFn], ...]
+    _listed: tuple[tuple[str, ListedFn], ...]
     _on_block: BlockObserver | None
 
     def __init__(self, entries: Iterable[HookEntry], *, on_block: BlockObserver | None = None) -> None:
@@ -132,6 +154,7 @@ class HookChain:
         init(self, "_after", MappingProxyType(after))
         init(self, "_denied", tuple((n, h.on_denied) for n, h in hooks if isinstance(h, OnDenied)))
         init(self, "_message", tuple((n, h.on_message) for n, h in hooks if isinstance(h, OnMessage)))
+        init(self, "_listed", tuple((n, h.on_listed) for n, h in hooks if isinstance(h, OnListed)))
         init(self, "_on_block", on_block)
 
     def __setattr__(self, name: str, value: object) -> NoReturn:
@@ -195,6 +218,42 @@ class HookChain:
             if isinstance(change, Mapping):
                 params.update((k, v) for k, v in change.items() if k in allowed)
         return params
+
+    async def completion(self, ctx: CallContext, result: JSONObject) -> JSONObject:
+        """A completion's result through the `on_message` hooks (its values are the upstream's words too)."""
+        if not self._message:
+            return result
+        changed = await self.message(ctx, Message("completion", {k: result[k] for k in MESSAGE_FIELDS["completion"]
+                                                                 if k in result}))
+        if changed is None:
+            return {"completion": NO_COMPLETION}
+        return {**result, **changed}
+
+    def listed(self, kind: ListedKind, item: JSONObject) -> JSONObject | None:
+        """One catalog entry through the `on_listed` hooks; None: withheld (a hook failed on it)."""
+        identifier = LISTED_NAMES[kind]
+        for name, method in self._listed:
+            try:
+                change = method(kind, item)
+            except Exception:
+                logger.exception("hook %s failed on a %s of the catalog; withheld (fail closed)", name, kind)
+                return None
+            if isinstance(change, Mapping):
+                item = {**change, identifier: item[identifier]} if identifier in item else dict(change)
+        return item
+
+    def catalog(self, catalog: Catalog) -> Catalog:
+        """An upstream's catalog as clients may see it: every entry through `listed` (the registry is built from
+        this, once per change)."""
+        if not self._listed:
+            return catalog
+
+        def each(kind: ListedKind, items: Iterable[JSONObject]) -> tuple[JSONObject, ...]:
+            return tuple(found for item in items if (found := self.listed(kind, item)) is not None)
+        return dataclasses.replace(catalog, tools=each("tool", catalog.tools),
+                                   resources=each("resource", catalog.resources),
+                                   templates=each("template", catalog.templates),
+                                   prompts=each("prompt", catalog.prompts))
 
     def progress(self, ctx: CallContext, progress: ProgressFn | None) -> ProgressFn | None:
         """The progress callback of a hooked call: each progress message passes the `on_message` hooks."""
@@ -309,7 +368,16 @@ class _HookedDownstream:
         await self._inner.log(rewritten)
 
     async def ask(self, request: types.ServerRequest, result_type: type[Answer]) -> Answer | types.ErrorData:
-        return await self._inner.ask(request, result_type)
+        """A sampling or elicitation request of the upstream passes the `on_message` hooks; withheld, the upstream
+        is answered with an error (roots requests carry nothing of the upstream's)."""
+        if request.params is None or isinstance(request, types.ListRootsRequest):
+            return await self._inner.ask(request, result_type)
+        params = request.params.model_dump(by_alias=True, mode="json", exclude_none=True)
+        changed = await self._chain.message(self._ctx, Message("request", params))
+        if changed is None:
+            return types.ErrorData(code=types.INTERNAL_ERROR, message=WITHHELD_REQUEST)
+        rewritten = type(request).model_validate({"method": request.method, "params": changed}, by_name=False)
+        return await self._inner.ask(rewritten, result_type)
 
 
 EMPTY_CHAIN = HookChain(())

@@ -1,8 +1,10 @@
 """The hook contract: one `Protocol` per hook method, and the check that a hook keeps it.
 
-A hook (built-in or plugin) implements any of the methods below, each `async`, each called by the chain with the
-arguments `HOOK_METHODS` names (positionally). It may also have `priority` (an int; higher runs first) and
-`share(state)` (a plain method, called once when the chain is built with a cluster's state).
+A hook (built-in or plugin) implements any of the methods below, each `async` but `on_listed`, each called by the
+chain with the arguments `HOOK_METHODS` names (positionally). `on_listed` is plain: it runs while the registry is
+rebuilt (a plain function of the catalogs), once per catalog entry and change, never per request. A hook may also
+have `priority` (an int; higher runs first) and `share(state)` (a plain method, called once when the chain is built
+with a cluster's state).
 
 `check_methods` runs before anything is started: by `triad check` on a plugin class (`check_hook`), and when the chain
 is built on the class and on the object its factory made (so a hook class declares its hook methods in the class, not
@@ -20,8 +22,9 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from consumers import JSON
+from consumers import JSON, JSONObject
 from gateway.hooks._values import Arguments, Block, CallContext, Message, Outcome
+from gateway.registry import ListedKind
 from gateway.state import SharedState
 
 BeforeOutcome = Arguments | Block | None
@@ -30,6 +33,7 @@ BeforeFn = Callable[[CallContext], Awaitable[BeforeOutcome]]
 AfterFn = Callable[[CallContext, Outcome], Awaitable[Mapping[str, JSON] | None]]
 DeniedFn = Callable[[CallContext, int, str | None, str], Awaitable[None]]
 MessageFn = Callable[[CallContext, Message], Awaitable[Mapping[str, JSON] | None]]
+ListedFn = Callable[[ListedKind, JSONObject], Mapping[str, JSON] | None]
 
 
 class HookConfigError(Exception):
@@ -77,6 +81,11 @@ class OnMessage(Protocol):
 
 
 @runtime_checkable
+class OnListed(Protocol):
+    def on_listed(self, kind: ListedKind, item: JSONObject) -> Mapping[str, JSON] | None: ...
+
+
+@runtime_checkable
 class Prioritised(Protocol):
     priority: int
 
@@ -110,6 +119,7 @@ HOOK_METHODS: tuple[HookMethod, ...] = (
     HookMethod("before_read", ("ctx",)), HookMethod("after_read", ("ctx", "outcome")),
     HookMethod("before_get", ("ctx",)), HookMethod("after_get", ("ctx", "outcome")),
     HookMethod("on_denied", ("ctx", "layer", "pattern", "detail")), HookMethod("on_message", ("ctx", "message")),
+    HookMethod("on_listed", ("kind", "item"), awaited=False),
 )
 """Every hook method; one `Protocol` above each."""
 SHARE = HookMethod("share", ("state",), awaited=False)
@@ -186,7 +196,7 @@ def _method_problem(method: HookMethod, value: object) -> str | None:
     if method.awaited and not _is_async(value):
         return f"{method.name} must be async (async def): the chain awaits it"
     if not method.awaited and _is_async(value):
-        return f"{method.name} must not be async: it is called once, not awaited"
+        return f"{method.name} must not be async: it is called, not awaited"
     try:
         signature = inspect.signature(value)
     except (TypeError, ValueError):  # a callable without a readable signature: its call will tell

@@ -12,16 +12,31 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import anyio
+import mcp_types as types
 
 from consumers import JSON, Downstream, JSONObject, Share
+from gateway.registry import ListedKind
 
 logger = logging.getLogger("triad.hooks")
 
 Kind = Literal["tool", "resource", "prompt"]
-MessageKind = Literal["log", "progress", "error"]
-MESSAGE_FIELDS: Mapping[MessageKind, tuple[str, ...]] = {"log": ("data", "logger"), "progress": ("message",),
-                                                         "error": ("message", "data")}
-"""What an `on_message` hook may replace in each kind of message's params."""
+MessageKind = Literal["log", "progress", "error", "completion", "request"]
+_REQUEST_KEPT = frozenset({"mode", "task", "elicitationId"})
+"""What routes a relayed request rather than saying something: its elicitation mode, task and id."""
+_RELAYED_REQUESTS = (types.CreateMessageRequestParams, types.ElicitRequestFormParams, types.ElicitRequestURLParams)
+MESSAGE_FIELDS: Mapping[MessageKind, tuple[str, ...]] = {
+    "log": ("data", "logger"), "progress": ("message",), "error": ("message", "data"),
+    "completion": ("completion", "_meta"),
+    # every field the spec gives a sampling or elicitation request, from the SDK's models: a new one is covered
+    "request": tuple(sorted({str(f.alias or n) for m in _RELAYED_REQUESTS for n, f in m.model_fields.items()}
+                            - _REQUEST_KEPT)),
+}
+"""What an `on_message` hook may replace in each kind of message's params: a log or progress message, an upstream's
+error, a completion's result, and a sampling or elicitation request an upstream sends its client."""
+LISTED_NAMES: Mapping[ListedKind, str] = {"tool": "name", "resource": "uri", "template": "uriTemplate",
+                                          "prompt": "name"}
+"""The identifier of each kind of catalog entry: what a client calls, reads or gets it by, which no `on_listed`
+hook may change (the registry routes by it)."""
 CLOSE_TIMEOUT = 5.0
 """How long the clean-up of an ended session (its per-client upstream sessions) may take."""
 
@@ -110,9 +125,10 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Message:
-    """What an upstream says during a request besides its result, in wire form: a log message
-    (`notifications/message` params: level, logger, data), a progress message (progress, total, message), or its
-    error (code, message, data)."""
+    """What an upstream says to a client besides a call's result, in wire form: a log message
+    (`notifications/message` params: level, logger, data), a progress message (progress, total, message), its
+    error (code, message, data), a completion's result (completion, `_meta`), or a sampling or elicitation request
+    it sends the client (that request's params)."""
 
     kind: MessageKind
     params: Mapping[str, JSON]

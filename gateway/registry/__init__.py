@@ -18,7 +18,7 @@ from gateway.registry._naming import parse_exposed_uri, prefix_active, sanitize_
 from gateway.registry._page_meta import with_page_meta
 from gateway.registry._reports import explain, plan_report, upstream_states
 from gateway.registry._schemas import normalize
-from gateway.registry._snapshot import Snapshot
+from gateway.registry._snapshot import ListedKind, Snapshot
 from gateway.registry._views import ClientView, SessionLists, paginate, schema_profile, tool_facts, tool_wire
 from gateway.registry._wire import RUN_LIST_META_KEY, clean_result, expose_links, forwardable_meta, input_round
 
@@ -32,6 +32,7 @@ __all__ = [
     "SERVING",
     "ClientView",
     "Diagnostic",
+    "ListedKind",
     "Registry",
     "RegistryDiagnostic",
     "SessionLists",

@@ -13,12 +13,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Literal
 
 from mcp.shared.inbound import x_mcp_header_map
 from mcp.shared.uri_template import UriTemplate
 
-from consumers import JSONObject
+from consumers import JSONObject, OwnLists
 from gateway.config import ToolsMode
 from gateway.identity import Identity
 from gateway.registry._descriptors import Registry
@@ -37,9 +38,21 @@ MAX_CACHED_SESSION_VIEWS = 256
 least recently used goes first."""
 
 
+ListedKind = Literal["tool", "resource", "template", "prompt"]
+"""The kinds of entry of an upstream's catalog."""
+ListedMask = Callable[[ListedKind, JSONObject], JSONObject | None]
+"""A catalog entry (of its kind) as clients may see it; None: withheld (`gateway.hooks.HookChain.listed`)."""
+
+
+def _unmasked(kind: ListedKind, item: JSONObject) -> JSONObject:
+    return item
+
+
 class Snapshot:
-    def __init__(self, registry: Registry, pipeline: Pipeline) -> None:
+    def __init__(self, registry: Registry, pipeline: Pipeline, listed: ListedMask = _unmasked) -> None:
         self.registry = registry
+        self._listed = listed
+        """What a session's own resources (`narrowed`) pass on their way to lists, as the catalogs did."""
         self.pipeline = pipeline
         """The policy the views of this snapshot were computed with (a reload makes a new snapshot)."""
         self._views: dict[Identity, ClientView] = {}
@@ -91,10 +104,19 @@ class Snapshot:
         if found is not None:
             self._session_views.move_to_end(key)
             return found
-        found = self._session_views[key] = narrow_view(view, self.registry, own)
+        found = self._session_views[key] = narrow_view(view, self.registry, self._shown(own))
         if len(self._session_views) > MAX_CACHED_SESSION_VIEWS:
             self._session_views.popitem(last=False)
         return found
+
+    def _shown(self, own: SessionLists) -> SessionLists:
+        """A session's own lists with its own resources as clients may see them (masked once per distinct lists)."""
+        def shown(lists: OwnLists | None) -> OwnLists | None:
+            if lists is None or not lists.resources:
+                return lists
+            kept = tuple(found for item in lists.resources if (found := self._listed("resource", item)) is not None)
+            return dataclasses.replace(lists, resources=kept)
+        return tuple((name, shown(lists)) for name, lists in own)
 
     def declares_param_headers(self, name: str) -> bool:
         """Whether the tool exposed as `name` maps arguments to `Mcp-Param-*` headers (`x-mcp-header` in its input
