@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from exposers.auth._keys import KeySet, KeysUnavailable, UnknownKey, metadata_urls
 from exposers.auth._tokens import identity_from_claims
-from gateway.config._models import OAuthConfig, TriadConfig
+from gateway.config import OAuthConfig, TriadConfig
 from tests.conftest import NODE_DIR, TRIAD, Proc, marker, node_bin, start_fixture, write_config
 from tests.test_direct_path import Raw, call, modern_post
 from tests.test_isolation import REFUSED_BODY, reply

@@ -391,7 +391,9 @@ async def serve_stdio(server: Server[Any]) -> None:
         await server.run(read, write, server.create_initialization_options())
 
 
-def main() -> None:
+def arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    """The fixture's options (`argv`: None reads the command line); other servers built on it take theirs here, so
+    a new option's default reaches them too."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--transport", choices=["stdio", "http", "sse"], default="stdio")
     parser.add_argument("--name", default="fixture")
@@ -414,7 +416,11 @@ def main() -> None:
                         help="a tool, a prompt and a resource template listed only to sessions whose client "
                         "declared sampling")
     parser.add_argument("--tls", nargs=2, metavar=("CERT", "KEY"), help="serve HTTPS with this certificate and key")
-    args = parser.parse_args()
+    return parser.parse_args(argv)
+
+
+def main() -> None:
+    args = arguments()
     server = build_server(args)
     while args.start_when and not os.path.exists(args.start_when):
         time.sleep(0.05)

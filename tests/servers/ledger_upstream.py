@@ -11,17 +11,14 @@ import sys
 from typing import Any
 
 import anyio
-from fixture_upstream import build_server, serve_http
+from fixture_upstream import arguments, build_server, serve_http
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--name", default="ledger")
     options = parser.parse_args()
-    args = argparse.Namespace(name=options.name, prefix="", extra_tools=0, echo_description="Echo the text.",
-                              task_tool=False, page_size=1000, subscribable=False, loop_cursor=False,
-                              hang_initialize=False, slow_first_ping=0.0, lists_by_capabilities=False)
-    server = build_server(args)
+    server = build_server(arguments(["--transport", "http", "--name", options.name]))
 
     async def ledger(ctx: Any, call_next: Any) -> Any:
         if ctx.method == "tools/call":
