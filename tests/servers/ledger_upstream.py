@@ -20,7 +20,8 @@ def main() -> None:
     options = parser.parse_args()
     args = argparse.Namespace(name=options.name, prefix="", extra_tools=0, echo_description="Echo the text.",
                               task_tool=False, page_size=1000, subscribable=False, loop_cursor=False,
-                              hang_initialize=False, slow_first_ping=0.0, lists_by_capabilities=False)
+                              hang_initialize=False, slow_first_ping=0.0, lists_by_capabilities=False,
+                              redos_tool=False)
     server = build_server(args)
 
     async def ledger(ctx: Any, call_next: Any) -> Any:
