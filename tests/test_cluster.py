@@ -483,7 +483,8 @@ async def test_secrets_in_redis_are_encrypted_and_bound_to_their_identity(procs:
     cluster, other = Cluster(settings), Cluster(settings.model_copy(update={"secret_key": SecretStr("x" * 40)}))
     alice = Identity("alice", principal=("https://issuer.example", "user-1"))
     alice_again = Identity("alice", principal=("https://issuer.example", "user-2"))
-    async with cluster.running(heartbeat=False), other.running(heartbeat=False):
+    # `other` does not join (a replica with another key refuses to): it only reads Redis through its vault
+    async with cluster.running(heartbeat=False):
         await cluster.vault.put(alice, "upstream:search", b"gh-token-secret-value")
         assert await cluster.vault.get(alice, "upstream:search") == b"gh-token-secret-value"
         assert await cluster.vault.get(alice_again, "upstream:search") is None  # another subject of the client
@@ -583,6 +584,7 @@ async def test_a_heartbeat_in_flight_when_the_replica_leaves_does_not_bring_it_b
     """`leave()` while a beat is between its check and its write: the replica stays gone from the cluster's view
     (it would otherwise be back, and be forwarded to, for three beats)."""
     from gateway.cluster._link import Link
+    from gateway.cluster._records import Records, Rejections
     from gateway.cluster._replicas import MEMBERS, Heartbeat, Replicas, record_key
 
     class HeldLink(Link):
@@ -602,7 +604,7 @@ async def test_a_heartbeat_in_flight_when_the_replica_leaves_does_not_bring_it_b
     env = TriadCluster(procs, tmp_path)
     env.start_redis()
     link = HeldLink(f"redis://127.0.0.1:{env.redis_port}/0")
-    replicas = Replicas(link, "r9", 0.3)
+    replicas = Replicas(link, Records(CLUSTER_KEY), Rejections(), "r9", 0.3)
     heartbeat = Heartbeat(None)
     await replicas.beat(heartbeat)
     assert "r9" in replicas.alive
