@@ -19,7 +19,7 @@ stop() {
 }
 trap stop EXIT INT TERM
 
-redis-server --port "$TRIAD_REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$RUN" \
+redis-server --port "$TRIAD_REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly yes --appendfsync everysec --dir "$RUN" \
     --logfile "$RUN/redis.log" &
 PIDS="$!"
 SERVERS=""

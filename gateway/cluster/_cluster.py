@@ -23,7 +23,7 @@ from gateway.cluster._sessions import Sessions
 from gateway.cluster._vault import Vault
 from gateway.config import ClusterConfig
 from gateway.identity import Identity
-from gateway.state import Buckets, Pins
+from gateway.state import Buckets, Pins, PinStore
 
 logger = logging.getLogger("triad.cluster")
 
@@ -64,9 +64,9 @@ class Cluster:
     def buckets(self) -> Buckets:
         return self._buckets
 
-    def pins(self, state: str) -> Pins:
+    def pins(self, state: str, store: PinStore) -> Pins:
         if state not in self._pins:
-            self._pins[state] = RedisPins(self.link, state)
+            self._pins[state] = RedisPins(self.link, self.records, self.rejections, state, store)
         return self._pins[state]
 
     # -- sessions ------------------------------------------------------------------------------------------------
