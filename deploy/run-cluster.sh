@@ -2,7 +2,8 @@
 # The worked scale-out deployment, on loopback: Redis, three Triad replicas and HAProxy in front of them.
 #   deploy/run-cluster.sh            # clients connect to http://127.0.0.1:8770/mcp (token: demo-token-change-me)
 # Needs Debian's redis-server and haproxy (`make system-tools`) and Triad's venv (`make setup`). Ctrl-C stops all.
-# Ports: TRIAD_FRONT_PORT (8770), replicas TRIAD_FRONT_PORT+1..+3, TRIAD_REDIS_PORT (6390).
+# Ports: TRIAD_FRONT_PORT (8770), replicas TRIAD_FRONT_PORT+1..+3, TRIAD_REDIS_PORT (6390), HAProxy's peers
+# TRIAD_PEER_PORT (TRIAD_FRONT_PORT+10). A replica that fails to start stops everything (exit 1).
 set -eu
 cd "$(dirname "$0")/.."
 FRONT=${TRIAD_FRONT_PORT:-8770}
@@ -19,18 +20,32 @@ stop() {
 }
 trap stop EXIT INT TERM
 
-redis-server --port "$TRIAD_REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$RUN" \
+redis-server --port "$TRIAD_REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly yes --appendfsync everysec --dir "$RUN" \
     --logfile "$RUN/redis.log" &
 PIDS="$!"
 SERVERS=""
 for i in 1 2 3; do
     port=$((FRONT + i))
     TRIAD_REPLICA_ID="r$i" "$TRIAD" serve -c deploy/cluster.yaml --port "$port" 2>"$RUN/r$i.log" &
-    PIDS="$PIDS $!"
+    pid=$!
+    PIDS="$PIDS $pid"
+    REPLICAS="${REPLICAS:-} r$i:$pid"
     SERVERS="$SERVERS    server r$i 127.0.0.1:$port check inter 500 fall 2 rise 1\n"
 done
-awk -v front="$FRONT" -v sock="$RUN/haproxy.sock" -v servers="$SERVERS" \
-    '{ gsub("@FRONT_PORT@", front); gsub("@STATS_SOCKET@", sock); if ($0 == "@SERVERS@") printf "%s", servers; else print }' \
+# every replica listening, or none of it: a replica that cannot bind (or exits at start) stops the whole cluster
+for replica in $REPLICAS; do
+    name=${replica%%:*} pid=${replica#*:}
+    until grep -q "listening on" "$RUN/$name.log" 2>/dev/null; do
+        if ! kill -0 "$pid" 2>/dev/null; then
+            echo "run-cluster: replica $name exited at start; its log ($RUN/$name.log) ends with:" >&2
+            tail -n 5 "$RUN/$name.log" >&2
+            exit 1
+        fi
+        sleep 0.1
+    done
+done
+awk -v front="$FRONT" -v sock="$RUN/haproxy.sock" -v peer="${TRIAD_PEER_PORT:-$((FRONT + 10))}" -v servers="$SERVERS" \
+    '{ gsub("@FRONT_PORT@", front); gsub("@STATS_SOCKET@", sock); gsub("@PEER_PORT@", peer); if ($0 == "@SERVERS@") printf "%s", servers; else print }' \
     deploy/haproxy.cfg.in > "$RUN/haproxy.cfg"
 haproxy -f "$RUN/haproxy.cfg" -db &
 PIDS="$PIDS $!"

@@ -123,7 +123,8 @@ class TriadCluster:
         servers = "".join(f"    server {name} 127.0.0.1:{port} check inter 100 fall 2 rise 1\n"
                           for name, port in self.ports.items())
         text = (TEMPLATE.read_text().replace("@FRONT_PORT@", str(self.front_port))
-                .replace("@STATS_SOCKET@", str(self.tmp / "haproxy.sock")).replace("@SERVERS@\n", servers))
+                .replace("@STATS_SOCKET@", str(self.tmp / "haproxy.sock")).replace("@PEER_PORT@", str(free_port()))
+                .replace("@SERVERS@\n", servers))
         path = self.tmp / "haproxy.cfg"
         path.write_text(text)
         self.haproxy = Proc([require("haproxy"), "-f", str(path), "-db"])

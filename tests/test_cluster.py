@@ -22,6 +22,7 @@ import mcp_types as types
 import pytest
 from pydantic import SecretStr
 
+from gateway.state import PinStore
 from tests.cluster_env import CLUSTER_KEY, TOKENS, TriadCluster, handshake_session, http_for, modern_client, wait_until
 from tests.conftest import DIRECT_PATH, ROOT, TRIAD, Proc
 from tests.raw_clients import HandshakeSession, answer_of, call, dumps, modern_headers, modern_post, sse_session
@@ -403,7 +404,8 @@ def test_without_a_cluster_section_redis_is_never_imported(tmp_path: Path) -> No
 
 async def test_approvals_of_pinned_definitions_are_the_clusters(procs: list[Proc], tmp_path: Path) -> None:
     """`pin_definitions` with `trust_new: false`: a tool is blocked on every replica until `triad approve`
-    (run once, against the same config) approves it for all of them; nothing is written to a state file."""
+    (run once, against the same config) approves it for all of them; the approval is kept in the state file
+    too (durable: Redis is the cluster's cache of it)."""
     pins = tmp_path / "pins.json"
     cluster = TriadCluster(procs, tmp_path, replicas=2,
                            hooks=[{"pin_definitions": {"trust_new": False, "state": str(pins)}}]).start()
@@ -421,7 +423,7 @@ async def test_approvals_of_pinned_definitions_are_the_clusters(procs: list[Proc
             assert text_of(await modern.call_tool("echo", {"text": name})) == name
             still = await modern.call_tool("structured", {"n": 1})
             assert still.is_error  # approving echo approved nothing else
-    assert not pins.exists()
+    assert pins.exists() and "fx:echo" in json.loads(pins.read_text())["pins"]
 
 
 async def test_while_redis_is_down_the_pins_page_and_triad_approve_say_so(procs: list[Proc],
@@ -483,7 +485,8 @@ async def test_secrets_in_redis_are_encrypted_and_bound_to_their_identity(procs:
     cluster, other = Cluster(settings), Cluster(settings.model_copy(update={"secret_key": SecretStr("x" * 40)}))
     alice = Identity("alice", principal=("https://issuer.example", "user-1"))
     alice_again = Identity("alice", principal=("https://issuer.example", "user-2"))
-    async with cluster.running(heartbeat=False), other.running(heartbeat=False):
+    # `other` does not join (a replica with another key refuses to): it only reads Redis through its vault
+    async with cluster.running(heartbeat=False):
         await cluster.vault.put(alice, "upstream:search", b"gh-token-secret-value")
         assert await cluster.vault.get(alice, "upstream:search") == b"gh-token-secret-value"
         assert await cluster.vault.get(alice_again, "upstream:search") is None  # another subject of the client
@@ -514,7 +517,7 @@ async def test_while_redis_is_down_approvals_fail_closed_and_limits_count_per_re
     env.start_redis()
     cluster = Cluster(ClusterConfig(redis=f"redis://127.0.0.1:{env.redis_port}/0", replica_id="r1",
                                     secret_key=CLUSTER_KEY))  # type: ignore[arg-type]
-    pins, buckets = cluster.pins("pins"), cluster.buckets()
+    pins, buckets = cluster.pins("pins", PinStore(tmp_path / "pins.json")), cluster.buckets()
     seen, unseen = {"description": "seen"}, {"description": "never seen here"}
     async with cluster.running(heartbeat=False):
         assert await pins.check("fx", "echo", seen, True) is None  # first use pins it, for the cluster
@@ -541,7 +544,7 @@ async def test_while_redis_is_down_approvals_fail_closed_and_limits_count_per_re
 async def test_replicas_pinning_a_tool_at_once_store_one_definition_with_its_own_digest(procs: list[Proc],
                                                                                          tmp_path: Path) -> None:
     """First use with `trust_new` on two replicas at once, each seeing another definition: exactly one of them is
-    pinned, its definition and digest together (the console's diff reads the definition)."""
+    pinned, its definition and digest together in one sealed record (the console's diff reads the definition)."""
     from gateway.cluster import Cluster
     from gateway.config._models import ClusterConfig
     from gateway.state._pins import definition_hash, pinned_fields
@@ -551,26 +554,21 @@ async def test_replicas_pinning_a_tool_at_once_store_one_definition_with_its_own
     settings = ClusterConfig(redis=f"redis://127.0.0.1:{env.redis_port}/0", replica_id="r1",
                              secret_key=CLUSTER_KEY)  # type: ignore[arg-type]
     first, second = Cluster(settings), Cluster(settings.model_copy(update={"replica_id": "r2"}))
+    stores = {name: PinStore(tmp_path / f"pins-{name}.json") for name in ("r1", "r2")}
 
     async def pin_as(cluster: Cluster, tool: str) -> None:
-        await cluster.pins("pins").check("fx", tool, {"description": f"{tool} as {cluster.replica_id}"}, True)
+        await cluster.pins("pins", stores[cluster.replica_id]).check(
+            "fx", tool, {"description": f"{tool} as {cluster.replica_id}"}, True)
 
     tools = [f"tool{i}" for i in range(60)]
     async with first.running(heartbeat=False), second.running(heartbeat=False):
-        # the two writes of a pin, seen between them: r2 wrote its definition of `half`, not yet its digest
-        await first.link.client.hset("triad:pin-definitions:pins", "fx:half",
-                                     json.dumps(pinned_fields({"description": "half as r2"})))
-        await pin_as(first, "half")
-        status = await first.pins("pins").status("fx", "half", {"description": "half as r1"})
-        assert status.state == "approved" and status.approved == pinned_fields({"description": "half as r1"})
-
         async with anyio.create_task_group() as tg:
             for tool in tools:
                 tg.start_soon(pin_as, first, tool)
                 tg.start_soon(pin_as, second, tool)
         for tool in tools:
-            status = await first.pins("pins").status("fx", tool, {"description": f"{tool} as r1"})
-            other = await second.pins("pins").status("fx", tool, {"description": f"{tool} as r2"})
+            status = await first.pins("pins", stores["r1"]).status("fx", tool, {"description": f"{tool} as r1"})
+            other = await second.pins("pins", stores["r2"]).status("fx", tool, {"description": f"{tool} as r2"})
             assert sorted([status.state, other.state]) == ["approved", "changed"], tool
             assert status.approved is not None and definition_hash(status.approved) in (
                 definition_hash(pinned_fields({"description": f"{tool} as {name}"})) for name in ("r1", "r2"))
@@ -583,6 +581,7 @@ async def test_a_heartbeat_in_flight_when_the_replica_leaves_does_not_bring_it_b
     """`leave()` while a beat is between its check and its write: the replica stays gone from the cluster's view
     (it would otherwise be back, and be forwarded to, for three beats)."""
     from gateway.cluster._link import Link
+    from gateway.cluster._records import Records, Rejections
     from gateway.cluster._replicas import MEMBERS, Heartbeat, Replicas, record_key
 
     class HeldLink(Link):
@@ -602,7 +601,7 @@ async def test_a_heartbeat_in_flight_when_the_replica_leaves_does_not_bring_it_b
     env = TriadCluster(procs, tmp_path)
     env.start_redis()
     link = HeldLink(f"redis://127.0.0.1:{env.redis_port}/0")
-    replicas = Replicas(link, "r9", 0.3)
+    replicas = Replicas(link, Records(CLUSTER_KEY), Rejections(), "r9", 0.3)
     heartbeat = Heartbeat(None)
     await replicas.beat(heartbeat)
     assert "r9" in replicas.alive

@@ -44,9 +44,10 @@ async def approve(config: TriadConfig, names: list[str]) -> int:
         print("triad: no pin_definitions hook in this config; nothing to approve", file=sys.stderr)
         return 1
     async with running_gateway(config) as gw:
-        # with `cluster:`, approvals are the cluster's (in Redis), seen at once by every replica
-        stores: list[Pins] = [gw.cluster.pins(state) if gw.cluster is not None
-                              else FilePins(PinStore(Path(config.resolve_path(state)))) for state in states]
+        # with `cluster:`, approvals are the cluster's (in Redis, seen at once by every replica) and the file's
+        files = [PinStore(Path(config.resolve_path(state))) for state in states]
+        stores: list[Pins] = [gw.cluster.pins(state, file) if gw.cluster is not None else FilePins(file)
+                              for state, file in zip(states, files, strict=True)]
         await gw.pool.wait_settled(PLAN_MARGIN)
         tools = gw.dispatcher.registry.tools
         unknown = [name for name in names if name not in tools]

@@ -7,7 +7,8 @@ updates), `sessions` (which replica owns a handshake-era session), `replicas` (h
 `secret_box` (encryption of stored secrets, identity hashes), `vault` (per-identity secrets).
 """
 
-from gateway.cluster._cluster import Cluster
+from gateway.cluster._cluster import Cluster, ClusterKeyMismatch
+from gateway.cluster._events import Event
 from gateway.cluster._link import RedisDown
 from gateway.cluster._replicas import Heartbeat
 from gateway.cluster._secret_box import SecretBox, SecretUnreadable
@@ -16,6 +17,8 @@ from gateway.cluster._vault_tokens import vault_stores
 
 __all__ = [
     "Cluster",
+    "ClusterKeyMismatch",
+    "Event",
     "Heartbeat",
     "RedisDown",
     "SecretBox",

@@ -14,17 +14,28 @@ import anyio
 from consumers import JSONObject
 from gateway.cluster._buckets import RedisBuckets
 from gateway.cluster._events import Events
-from gateway.cluster._link import Link, RedisDown
+from gateway.cluster._link import KEY_PREFIX, Link, RedisDown
 from gateway.cluster._pins import RedisPins
+from gateway.cluster._records import RecordModel, RecordRejected, Records, Rejections
 from gateway.cluster._replicas import Heartbeat, Replicas
 from gateway.cluster._secret_box import SecretBox
 from gateway.cluster._sessions import Sessions
 from gateway.cluster._vault import Vault
 from gateway.config import ClusterConfig
 from gateway.identity import Identity
-from gateway.state import Buckets, Pins
+from gateway.state import Buckets, Pins, PinStore
 
 logger = logging.getLogger("triad.cluster")
+
+PROBE_KEY = f"{KEY_PREFIX}cluster-key"
+
+
+class ClusterKeyMismatch(Exception):
+    """This replica's cluster key is not the one the cluster's records are sealed with: it must not join."""
+
+
+class _Probe(RecordModel):
+    purpose: Literal["cluster key"]
 
 
 class Cluster:
@@ -35,9 +46,12 @@ class Cluster:
         self.replica_id = config.replica_id
         self.link = Link(config.redis)
         self.box = SecretBox(config.secret_key.get_secret_value())
-        self.replicas = Replicas(self.link, config.replica_id, config.heartbeat)
-        self.events = Events(self.link, config.replica_id)
-        self.sessions = Sessions(self.link, config.replica_id)
+        self.records = Records(config.secret_key.get_secret_value())
+        self.rejections = Rejections()
+        """Records read from Redis that did not verify, reported at a bounded rate."""
+        self.replicas = Replicas(self.link, self.records, self.rejections, config.replica_id, config.heartbeat)
+        self.events = Events(self.link, self.records, self.rejections, config.replica_id)
+        self.sessions = Sessions(self.link, self.records, self.rejections, config.replica_id, config.heartbeat)
         self._buckets = RedisBuckets(self.link, self.box)
         self._pins: dict[str, RedisPins] = {}
         self.vault = Vault(self.link, self.box)
@@ -50,9 +64,9 @@ class Cluster:
     def buckets(self) -> Buckets:
         return self._buckets
 
-    def pins(self, state: str) -> Pins:
+    def pins(self, state: str, store: PinStore) -> Pins:
         if state not in self._pins:
-            self._pins[state] = RedisPins(self.link, state)
+            self._pins[state] = RedisPins(self.link, self.records, self.rejections, state, store)
         return self._pins[state]
 
     # -- sessions ------------------------------------------------------------------------------------------------
@@ -84,11 +98,11 @@ class Cluster:
         """What `/readyz` shows of the cluster: this replica, whether Redis answers, and the replicas alive at the
         last heartbeat (with their age)."""
         now = time.time()
-        shown = ("sessions", "upstreams_ready", "version")
         return {"replica": self.replica_id, "redis": "up" if self.link.up else "down", "draining": self.draining,
-                "replicas": {name: {"address": record.get("address"),
-                                    "last_beat_s": round(now - float(record.get("beat", now)), 2),
-                                    **{k: v for k, v in record.items() if k in shown}}
+                "skipped_records": self.rejections.total,
+                "replicas": {name: {"address": record.address, "last_beat_s": round(now - record.beat, 2),
+                                    "sessions": record.sessions, "upstreams_ready": record.upstreams_ready,
+                                    "version": record.version}
                              for name, record in self.replicas.alive.items()}}
 
     async def leave(self) -> None:
@@ -96,6 +110,24 @@ class Cluster:
         self.draining = True
         await self.replicas.leave(stop_beating=True)
         await anyio.sleep(self.config.drain_delay)
+
+    async def check_key(self) -> None:
+        """Join only a cluster whose key is ours: the first replica leaves a sealed probe record; one started
+        with another `cluster.secret_key` finds it signed with another key and stops (`ClusterKeyMismatch`),
+        rather than join and have every record it reads or writes rejected. A probe that is junk is replaced."""
+        client, probe = self.link.client, _Probe(purpose="cluster key")
+        self.replicas.probe = (PROBE_KEY, self.records.seal(PROBE_KEY, probe))
+        await self.link.run(client.set(*self.replicas.probe, nx=True))
+        try:
+            self.records.open(PROBE_KEY, await self.link.run(client.get(PROBE_KEY)), _Probe)
+        except RecordRejected as rejected:
+            if rejected.reason == "another cluster key":
+                raise ClusterKeyMismatch(
+                    f"cluster: Redis holds records sealed with another cluster key ({rejected}): every replica "
+                    "must have the same cluster.secret_key. This replica does not join. (After changing the key "
+                    f"of every replica on purpose, delete the Redis key {PROBE_KEY}.)") from None
+            self.rejections.note("probe", rejected)
+            await self.link.run(client.set(*self.replicas.probe))
 
     # -- running -------------------------------------------------------------------------------------------------
 
@@ -105,8 +137,12 @@ class Cluster:
         and facts) until exit."""
         try:
             await self.link.run(self.link.client.ping())
+            await self.check_key()
         except RedisDown:
             logger.warning("cluster: Redis is unreachable at start; replica %s starts degraded", self.replica_id)
+        except ClusterKeyMismatch as exc:  # before anything starts: one ERROR line and exit 1, no traceback
+            logger.error("%s", exc)
+            raise SystemExit(1) from None
         async with anyio.create_task_group() as tg:
             tg.start_soon(self.events.run, name="cluster-events")
             tg.start_soon(self.sessions.run, name="cluster-sessions")

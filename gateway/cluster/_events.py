@@ -4,20 +4,24 @@ connections and clients, so each client's notifications are still computed from 
 
 Pub/sub delivers to those listening at the time: while Redis is unreachable events are lost, and the listener
 reconnects by itself; once back, `on_reconnect` runs (the daemon re-lists every upstream, catching up on list
-changes it missed). A message is JSON `{"from": replica, "kind": ..., ...}`; a replica ignores its own.
+changes it missed). A message is a record sealed with the cluster key (`Records`, bound to the channel) whose body
+is `{"sender": replica, "kind": ..., "at": time, ...}`; a replica ignores its own, and skips (reporting at a bounded
+rate) one that does not verify, is not one of the known kinds, or was sealed more than `MAX_AGE` seconds ago (a
+recorded event replayed later).
 """
 
 from __future__ import annotations
 
-import json
 import logging
+import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Literal
 
 import anyio
+from pydantic import Field
 
-from consumers import JSON, JSONObject
 from gateway.cluster._link import KEY_PREFIX, OP_TIMEOUT, Link, RedisDown
+from gateway.cluster._records import REPLICA_ID, RecordModel, RecordRejected, Records, Rejections
 
 logger = logging.getLogger("triad.cluster")
 
@@ -26,29 +30,48 @@ RECONNECT_DELAY = 0.5
 QUEUE = 1024
 """Events waiting to be published (`send_soon`); more are dropped, as they would be while Redis is down."""
 
-Handler = Callable[[JSONObject], Awaitable[None]]
+MAX_AGE = 60.0
+"""Seconds an event counts after it was sealed (clocks of replicas may differ by less than this)."""
+MAX_FIELD = 2048
+
+Kind = Literal["reload", "relist", "updated"]
+
+
+class Event(RecordModel):
+    sender: str = Field(pattern=REPLICA_ID)
+    kind: Kind
+    at: float
+    upstream: str | None = Field(default=None, max_length=MAX_FIELD)
+    digest: str | None = Field(default=None, max_length=MAX_FIELD)
+    uri: str | None = Field(default=None, max_length=MAX_FIELD)
+
+
+Handler = Callable[[Event], Awaitable[None]]
 
 
 class Events:
-    def __init__(self, link: Link, replica_id: str) -> None:
+    def __init__(self, link: Link, records: Records, rejections: Rejections, replica_id: str) -> None:
         self._link = link
+        self._records = records
+        self._rejections = rejections
         self._replica_id = replica_id
         self._handlers: dict[str, Handler] = {}
         self.on_reconnect: Callable[[], Awaitable[None]] | None = None
         self.listening = anyio.Event()
-        self._outbox, self._pending = anyio.create_memory_object_stream[tuple[str, dict[str, Any]]](QUEUE)
+        self._outbox, self._pending = anyio.create_memory_object_stream[tuple[Kind, dict[str, str]]](QUEUE)
 
-    def on(self, kind: str, handler: Handler) -> None:
+    def on(self, kind: Kind, handler: Handler) -> None:
         self._handlers[kind] = handler
 
-    async def publish(self, kind: str, **payload: JSON) -> None:
-        message = json.dumps({"from": self._replica_id, "kind": kind, **payload})
+    async def publish(self, kind: Kind, **payload: str) -> None:
+        event = Event.model_validate({"sender": self._replica_id, "kind": kind, "at": time.time(), **payload})
+        message = self._records.seal(CHANNEL, event)
         try:
             await self._link.run(self._link.client.publish(CHANNEL, message))
         except RedisDown:
             logger.info("cluster: a %s event could not be sent to the other replicas (Redis is unreachable)", kind)
 
-    def send_soon(self, kind: str, **payload: JSON) -> None:
+    def send_soon(self, kind: Kind, **payload: str) -> None:
         """`publish`, from a synchronous callback: queued, sent by `run()`."""
         try:
             self._outbox.send_nowait((kind, payload))
@@ -95,17 +118,21 @@ class Events:
             with anyio.CancelScope(shield=True), anyio.move_on_after(OP_TIMEOUT):
                 await pubsub.aclose()  # type: ignore[no-untyped-call]
 
-    async def _deliver(self, data: str | bytes) -> None:
+    async def _deliver(self, data: object) -> None:
         try:
-            event = json.loads(data)
-        except (TypeError, ValueError):
+            event = self._records.open(CHANNEL, data, Event)
+        except RecordRejected as rejected:
+            self._rejections.note("event", rejected)
             return
-        if not isinstance(event, dict) or event.get("from") == self._replica_id:
+        if abs(time.time() - event.at) > MAX_AGE:
+            self._rejections.note("event", "stale")
             return
-        handler = self._handlers.get(str(event.get("kind")))
+        if event.sender == self._replica_id:
+            return
+        handler = self._handlers.get(event.kind)
         if handler is None:
             return
         try:
             await handler(event)
         except Exception:  # one bad event must not end the listener
-            logger.exception("cluster: handling a %s event failed", event.get("kind"))
+            logger.exception("cluster: handling a %s event failed", event.kind)

@@ -13,7 +13,7 @@ from collections.abc import Awaitable
 from typing import TypeVar
 
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
 from gateway.state import SharedStateUnavailable
 
@@ -35,6 +35,11 @@ def text(value: bytes | str) -> str:
 
 class RedisDown(SharedStateUnavailable):
     """Redis could not be reached (or did not answer in time); the caller takes its fallback."""
+
+
+class RedisRefused(RedisDown):
+    """Redis answered, with an error for this operation (a key holding a value of the wrong type, written by
+    someone else): the caller takes its fallback for this operation only; Redis is not marked down."""
 
 
 class Link:
@@ -59,6 +64,8 @@ class Link:
             raise RedisDown("Redis is unreachable")
         try:
             result = await operation
+        except ResponseError as exc:  # Redis is up: only this key is unusable
+            raise RedisRefused(f"Redis refused the operation ({str(exc).split(' ', 1)[0]})") from None
         except (RedisError, OSError, TimeoutError) as exc:
             self.mark_down(exc)
             raise RedisDown("Redis is unreachable") from None

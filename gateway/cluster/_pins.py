@@ -1,78 +1,122 @@
-"""`pin_definitions` approvals in Redis: a hash of approved definition digests per hook state name, so that a tool
-approved (`triad approve`) or first pinned on one replica is the same on all.
+"""`pin_definitions` approvals shared through Redis, kept durable in the hook's state file.
 
-While Redis is unreachable, a definition whose digest this replica saw approved still passes; any other is
-blocked (fail closed), with a reason that says so.
+The state file (`gateway.state.PinStore`, in the operator's state directory) is the durable truth; Redis is the
+cluster's shared cache of it, so that a tool approved (`triad approve`, the console) or first pinned on one replica
+is the same on all at once. Each value is one record sealed with the cluster key (`Records`): the digest and the
+approved definition's fields together. A replica that reads an approval from Redis writes it to its own state
+file too; one that finds none in Redis (Redis restarted without persistence, or the record was deleted or does not
+verify) takes its state file's, and puts it back in Redis. So lost Redis state never fails open (a changed
+definition stays blocked, even with `trust_new: true`) and never blocks what was approved (`trust_new: false`).
+
+While Redis is unreachable, the state file decides; a definition it does not hold is blocked (fail closed), with
+a reason that says so. `approve` needs Redis (every replica must see it), and writes the file after Redis.
 """
 
 from __future__ import annotations
 
-import json
+import contextlib
 from collections.abc import Mapping
-from typing import Literal
+from typing import Any, Literal
 
-from consumers import JSON
-from gateway.cluster._link import KEY_PREFIX, Link, RedisDown, text
-from gateway.state import PinStatus, definition_hash, pinned_fields
+import anyio
+from pydantic import Field
+
+from consumers import JSON, JSONObject
+from gateway.cluster._link import KEY_PREFIX, Link, RedisDown
+from gateway.cluster._records import RecordModel, RecordRejected, Records, Rejections
+from gateway.state import PinStatus, PinStore, definition_hash, pinned_fields
 
 PIN_FIRST = """
-if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 1 then
-  redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
-end
+redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])
 return redis.call('HGET', KEYS[1], ARGV[1])
 """
-"""First use: pin digest and definition together unless a digest is pinned already; the pinned digest."""
+"""First use: pin this record unless one is pinned already; the pinned record (two replicas agree on one)."""
+
+
+class PinRecord(RecordModel):
+    digest: str = Field(pattern=r"^[0-9a-f]{64}$")
+    definition: dict[str, Any] | None = None
 
 
 class RedisPins:
-    def __init__(self, link: Link, state: str) -> None:
+    def __init__(self, link: Link, records: Records, rejections: Rejections, state: str, store: PinStore) -> None:
         self._link = link
+        self._records = records
+        self._rejections = rejections
+        self._store = store
         self._pin_first = link.client.register_script(PIN_FIRST)
-        self._digests = f"{KEY_PREFIX}pins:{state}"
-        self._definitions = f"{KEY_PREFIX}pin-definitions:{state}"
-        self._seen: dict[str, str] = {}
-        """Digests this replica found approved, for when Redis is unreachable."""
+        self._hash = f"{KEY_PREFIX}pins:{state}"
+
+    def _where(self, key: str) -> str:
+        return f"{self._hash}\0{key}"
+
+    def _open(self, key: str, raw: object) -> PinRecord | None:
+        if raw is None:
+            return None
+        try:
+            return self._records.open(self._where(key), raw, PinRecord)
+        except RecordRejected as rejected:
+            self._rejections.note("pin", rejected)
+            return None
+
+    def _seal(self, key: str, digest: str, fields: JSONObject | None) -> bytes:
+        return self._records.seal(self._where(key), PinRecord(digest=digest, definition=fields))
+
+    async def _pinned(self, upstream: str, raw: str) -> PinRecord | None:
+        """The approval of `upstream:raw`: Redis's (then kept in the file too), else the file's (then put back in
+        Redis); `RedisDown` only when Redis is unreachable and the file holds none."""
+        key = f"{upstream}:{raw}"
+        durable = await anyio.to_thread.run_sync(self._store.pinned, upstream, raw)
+        try:
+            cached = self._open(key, await self._link.run(self._link.client.hget(self._hash, key)))
+        except RedisDown:
+            if durable is None:
+                raise
+            return PinRecord(digest=durable[0], definition=durable[1])
+        if cached is not None:
+            if durable is None or durable[0] != cached.digest:
+                await anyio.to_thread.run_sync(self._store.remember, upstream, raw, cached.digest, cached.definition)
+            return cached
+        if durable is None:
+            return None
+        with contextlib.suppress(RedisDown):  # Redis lost it: the cluster's cache gets the durable approval back
+            await self._link.run(self._link.client.hset(self._hash, key, self._seal(key, *durable)))
+        return PinRecord(digest=durable[0], definition=durable[1])
 
     async def check(self, upstream: str, raw: str, definition: Mapping[str, JSON], trust_new: bool) -> str | None:
         key, digest = f"{upstream}:{raw}", definition_hash(definition)
-        client = self._link.client
         try:
-            pinned = await self._link.run(client.hget(self._digests, key))
+            pinned = await self._pinned(upstream, raw)
             if pinned is None and trust_new:
                 # first use on any replica pins it; atomic: two replicas pinning at once agree on one definition
-                pinned = await self._link.run(self._pin_first(
-                    keys=[self._digests, self._definitions],
-                    args=[key, digest, json.dumps(pinned_fields(definition), default=str)]))
+                sealed = self._seal(key, digest, pinned_fields(definition))
+                pinned = self._open(key, await self._link.run(self._pin_first(keys=[self._hash],
+                                                                                args=[key, sealed])))
+                if pinned is None:
+                    return "the cluster's approval of it cannot be verified"
+                await anyio.to_thread.run_sync(self._store.remember, upstream, raw, pinned.digest, pinned.definition)
         except RedisDown:
-            if self._seen.get(key) == digest:
-                return None
             return "the cluster's approvals cannot be read while Redis is unreachable"
         if pinned is None:
             return "its definition has not been approved yet"
-        pinned_text = text(pinned)
-        if pinned_text != digest:
-            return (f"its definition changed since it was approved (approved {pinned_text[:12]}, "
+        if pinned.digest != digest:
+            return (f"its definition changed since it was approved (approved {pinned.digest[:12]}, "
                     f"now {digest[:12]})")
-        self._seen[key] = digest
         return None
 
     async def approve(self, upstream: str, raw: str, definition: Mapping[str, JSON]) -> bool:
-        key, digest = f"{upstream}:{raw}", definition_hash(definition)
-        client = self._link.client
-        before = await self._link.run(client.hget(self._digests, key))
-        if before is not None and text(before) == digest:
-            return False
-        async with client.pipeline(transaction=True) as both:  # MULTI: the definition never pairs another's digest
-            both.hset(self._definitions, key, json.dumps(pinned_fields(definition), default=str))
-            both.hset(self._digests, key, digest)
-            await self._link.run(both.execute())
-        return True
+        key, digest, fields = f"{upstream}:{raw}", definition_hash(definition), pinned_fields(definition)
+        before = self._open(key, await self._link.run(self._link.client.hget(self._hash, key)))
+        if before is None or before.digest != digest:
+            await self._link.run(self._link.client.hset(self._hash, key, self._seal(key, digest, fields)))
+        changed = await anyio.to_thread.run_sync(self._store.remember, upstream, raw, digest, fields)
+        return changed or before is None or before.digest != digest
 
     async def status(self, upstream: str, raw: str, definition: Mapping[str, JSON]) -> PinStatus:
-        key, current = f"{upstream}:{raw}", pinned_fields(definition)
-        pinned = await self._link.run(self._link.client.hget(self._digests, key))
+        current = pinned_fields(definition)
+        pinned = await self._pinned(upstream, raw)
         if pinned is None:
             return PinStatus("new", None, current)
-        approved = await self._link.run(self._link.client.hget(self._definitions, key))
-        state: Literal["approved", "changed"] = "approved" if text(pinned) == definition_hash(definition) else "changed"
-        return PinStatus(state, json.loads(approved) if approved is not None else None, current)
+        state: Literal["approved", "changed"] = "approved" if pinned.digest == definition_hash(definition) \
+            else "changed"
+        return PinStatus(state, pinned.definition, current)

@@ -16,21 +16,22 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from gateway.identity import Identity
 
-__all__ = ["SecretBox", "SecretUnreadable"]
+__all__ = ["SecretBox", "SecretUnreadable", "derive_key"]
 
 
 class SecretUnreadable(Exception):
     """A stored secret that this key cannot decrypt (another key, or tampered with)."""
 
 
-def _derive(secret: str, purpose: bytes) -> bytes:
+def derive_key(secret: str, purpose: bytes) -> bytes:
+    """A key for one purpose, derived from the cluster key (one derivation for every key Triad uses)."""
     return HKDF(algorithm=hashes.SHA256(), length=32, salt=b"triad-cluster", info=purpose).derive(secret.encode())
 
 
 class SecretBox:
     def __init__(self, secret: str) -> None:
-        self._fernet = Fernet(base64.urlsafe_b64encode(_derive(secret, b"encrypt")))
-        self._mac_key = _derive(secret, b"identity")
+        self._fernet = Fernet(base64.urlsafe_b64encode(derive_key(secret, b"encrypt")))
+        self._mac_key = derive_key(secret, b"identity")
 
     def seal(self, plaintext: bytes, context: str) -> bytes:
         """Encrypt `plaintext` for the record named `context` (a record copied under another name is refused)."""

@@ -310,7 +310,7 @@ class PinDefinitions:
 
     def share(self, state: SharedState) -> None:
         """Keep approvals where every replica sees them (`triad approve` and the console write there too)."""
-        self.pins = state.pins(self.options.state)
+        self.pins = state.pins(self.options.state, self.store)
 
     async def before_call(self, ctx: CallContext) -> Block | None:
         if ctx.definition is None:

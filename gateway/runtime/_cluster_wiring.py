@@ -18,8 +18,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from consumers import JSONObject, Upstream, UpstreamPool
-from gateway.cluster import Cluster, vault_stores
+from consumers import Upstream, UpstreamPool
+from gateway.cluster import Cluster, Event, vault_stores
 from gateway.runtime._reload import Reloader
 
 logger = logging.getLogger("triad.cluster")
@@ -71,31 +71,30 @@ def join(cluster: Cluster, pool: UpstreamPool, notifier: _Notified, reloader: Re
             logger.debug("cluster: upstream %s now offers %s; announced", upstream.name, digest[:8])
             events.send_soon("relist", upstream=upstream.name, digest=digest)
 
-    async def relist(event: JSONObject) -> None:
-        name, digest = event.get("upstream"), event.get("digest")
-        upstream = pool.get(name) if isinstance(name, str) else None
-        if upstream is None or not isinstance(digest, str):
+    async def relist(event: Event) -> None:
+        name, digest = event.upstream, event.digest
+        upstream = pool.get(name) if name is not None else None
+        if upstream is None or digest is None:
             return
         known[upstream.name] = digest
         mine = catalog_digest(upstream)
         # not listed here yet: its first listing is fresh anyway
         if mine is not None and mine != digest:
-            logger.info("cluster: replica %s saw upstream %s change; re-listing it here", event.get("from"), name)
+            logger.info("cluster: replica %s saw upstream %s change; re-listing it here", event.sender, name)
             asked.add(upstream.name)
             upstream.request_relist()
 
-    async def updated(event: JSONObject) -> None:
-        name, uri = event.get("upstream"), event.get("uri")
-        if isinstance(name, str) and isinstance(uri, str):
-            notifier.resource_updated(name, uri)
+    async def updated(event: Event) -> None:
+        if event.upstream is not None and event.uri is not None:
+            notifier.resource_updated(event.upstream, event.uri)
 
     def local_update(upstream: str, raw: str) -> None:
         notifier.resource_updated(upstream, raw)
         events.send_soon("updated", upstream=upstream, uri=raw)
 
-    async def reload(event: JSONObject) -> None:
+    async def reload(event: Event) -> None:
         if reloader is not None:
-            await reloader.reload(f"cluster: asked on replica {event.get('from')}")
+            await reloader.reload(f"cluster: asked on replica {event.sender}")
 
     async def catch_up() -> None:
         for upstream in pool.upstreams.values():

@@ -62,7 +62,8 @@ class PinStore:
             self._mtime = mtime
 
     def _save(self) -> None:
-        temporary = self.path.with_name(self.path.name + ".tmp")
+        # one temporary name per process: replicas sharing a state directory never write each other's
+        temporary = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
         temporary.write_text(json.dumps({"pins": self._pins, "definitions": self._definitions}, indent=2,
                                         sort_keys=True, default=str))
         os.replace(temporary, self.path)
@@ -102,6 +103,29 @@ class PinStore:
         if pinned is None:
             return PinStatus("new", None, current)
         return PinStatus("approved" if pinned == definition_hash(definition) else "changed", approved, current)
+
+    def pinned(self, upstream: str, raw: str) -> tuple[str, JSONObject | None] | None:
+        """The approved digest of `upstream:raw` and its kept fields; None when none is."""
+        key = f"{upstream}:{raw}"
+        with self._lock:
+            self._load()
+            digest = self._pins.get(key)
+            return (digest, self._definitions.get(key)) if digest is not None else None
+
+    def remember(self, upstream: str, raw: str, digest: str, fields: JSONObject | None) -> bool:
+        """Keep an approval made elsewhere (the cluster's); True if that changed the state file."""
+        key = f"{upstream}:{raw}"
+        with self._lock:
+            self._load()
+            if self._pins.get(key) == digest:
+                return False
+            self._pins[key] = digest
+            if fields is not None:
+                self._definitions[key] = fields
+            else:
+                self._definitions.pop(key, None)
+            self._save()
+            return True
 
     def _pin(self, key: str, digest: str, definition: Mapping[str, JSON]) -> None:
         self._pins[key] = digest

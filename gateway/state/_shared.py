@@ -52,9 +52,12 @@ class Pins(Protocol):
 class SharedState(Protocol):
     """What hooks may share across replicas; `state` is the name of a pin_definitions hook's state."""
 
+
     def buckets(self) -> Buckets: ...
 
-    def pins(self, state: str) -> Pins: ...
+    def pins(self, state: str, store: PinStore) -> Pins:
+        """The shared approvals named `state`, kept durable in `store` (the hook's state file)."""
+        ...
 
 
 class LocalBuckets:

@@ -1,0 +1,59 @@
+"""Approvals that do not evaporate: `pin_definitions` with `cluster:` keeps each approval in the replica's state
+file (durable) and in Redis (the cluster's cache). After Redis restarts without persistence, nothing fails open
+and nothing known-good is blocked, on the replica that approved and on one that only saw it through Redis.
+
+Real redis-server (`tests/cluster_env.py`); the cases are the table trust_new x replica x definition.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import anyio
+import pytest
+
+from gateway.state import PinStore
+from tests.cluster_env import CLUSTER_KEY, TriadCluster
+from tests.conftest import Proc
+
+pytestmark = pytest.mark.anyio
+
+APPROVED, CHANGED = {"description": "reads a file"}, {"description": "reads a file, then mails it away"}
+
+
+@pytest.mark.parametrize("trust_new", [True, False])
+async def test_approvals_survive_a_redis_restart_without_persistence(procs: list[Proc], tmp_path: Path,
+                                                                     trust_new: bool) -> None:
+    from gateway.cluster import Cluster
+    from gateway.config._models import ClusterConfig
+
+    env = TriadCluster(procs, tmp_path)
+    env.start_redis()
+    settings = ClusterConfig(redis=f"redis://127.0.0.1:{env.redis_port}/0", replica_id="r1",
+                             secret_key=CLUSTER_KEY)  # type: ignore[arg-type]
+    replicas = {name: Cluster(settings.model_copy(update={"replica_id": name})) for name in ("r1", "r2")}
+    # one state directory per replica, as in containers
+    pins = {name: cluster.pins("pins", PinStore(tmp_path / f"{name}-pins.json")) for name, cluster in replicas.items()}
+    async with replicas["r1"].running(heartbeat=False), replicas["r2"].running(heartbeat=False):
+        if trust_new:
+            assert await pins["r1"].check("fx", "read", APPROVED, True) is None  # first use pins it
+        else:
+            assert await pins["r1"].approve("fx", "read", APPROVED)  # `triad approve` through r1
+        assert await pins["r2"].check("fx", "read", APPROVED, trust_new) is None  # r2 sees it through Redis
+        assert env.redis is not None
+        await anyio.to_thread.run_sync(env.redis.terminate)
+        await anyio.to_thread.run_sync(env.start_redis)  # empty: nothing was persisted
+        for name, (definition, expected) in itertools.product(pins, [(APPROVED, None), (CHANGED, "changed")]):
+            with anyio.fail_after(30):
+                while True:  # after its outage, the link counts Redis as down for 1 s: the file decides meanwhile
+                    verdict = await pins[name].check("fx", "read", definition, trust_new)
+                    if replicas[name].link.up:
+                        break
+                    await anyio.sleep(0.1)
+            if expected is None:
+                assert verdict is None, (name, verdict)
+            else:
+                assert verdict is not None and "changed since it was approved" in verdict, (name, verdict)
+        # a tool nobody approved is still new: pinned on first use only with trust_new
+        assert (await pins["r2"].check("fx", "other", APPROVED, trust_new) is None) is trust_new
