@@ -49,8 +49,9 @@ class Authenticator:
         self.throttle = throttle
         self._unauthenticated = LOCAL if loopback else NETWORK_CALLER
 
-    async def identify(self, scope: Scope) -> Identity | Response:
-        """The caller of a request, or the response that refuses it (429, 400, 401, 403 or 503)."""
+    async def identify(self, scope: Scope, *, anonymous: bool = True) -> Identity | Response:
+        """The caller of a request, or the response that refuses it (429, 400, 401, 403 or 503); `anonymous`: a
+        request without a token may act as the `anonymous:` client."""
         config = self.dispatcher.config
         if not requires_token(config):
             return self._unauthenticated
@@ -71,7 +72,7 @@ class Authenticator:
         if identity is None and token is not None:
             self.throttle.failed("invalid_token", source)
             return unauthorised(config, TokenRejected("a valid bearer token is required"))
-        if identity is None and config.anonymous is not None:
+        if identity is None and anonymous and config.anonymous is not None:
             return identity_for(config, config.anonymous)
         if identity is None:
             return unauthorised(config, None)

@@ -116,8 +116,10 @@ def build_app(server: GatewayServer, dispatcher: Dispatcher, notifier: Notifier,
 
     async def authorised(request: Request) -> Identity | Response:
         """The caller (a configured client's token, a valid OAuth access token, or no tokens configured at all),
-        or the response that refuses it."""
-        return await auth.identify(request.scope)
+        or the response that refuses it. A caller without a token is refused even where `anonymous:` is set: what
+        this guards (`/metrics`, `/readyz` details: children's stderr, diagnostics, reload errors) is for clients
+        Triad knows, not for anyone who can reach the port."""
+        return await auth.identify(request.scope, anonymous=False)
 
     async def callback_caller(request: Request) -> str | None:
         """Whose authorization a callback that carries a bearer token may complete (a browser carries none)."""

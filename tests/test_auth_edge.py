@@ -253,3 +253,27 @@ def test_host_and_origin_are_accepted_iff_they_are_a_loopback_form(
     assert refused(answer) != expected, (host, as_origin, answer[:200])
 
 
+
+
+@pytest.mark.parametrize("anonymous", [False, True])
+def test_metrics_and_readyz_details_need_a_token_even_with_anonymous(tmp_path: Path, anonymous: bool) -> None:
+    """`anonymous:` lets callers without a token use `/mcp` as that client; it does not open `/metrics` or the
+    details of `/readyz` (children's stderr, diagnostics, reload errors) to anyone who can reach the port."""
+    config = write_config(tmp_path, {
+        "upstreams": {"fx": stdio_upstream("anon-details")},
+        "clients": {"owner": {"token": OWNER_TOKEN, "owner": True}, "guest": {}},
+        **({"anonymous": "guest"} if anonymous else {})})
+    procs: list[Proc] = []
+    base = start_triad(procs, config, wait_ready=1).removesuffix("/mcp")
+    try:
+        with httpx2.Client(timeout=30) as http:
+            assert http.get(base + "/metrics").status_code == 401
+            assert set(http.get(base + "/readyz").json()) == {"ready"}
+            authorised = {"Authorization": f"Bearer {OWNER_TOKEN}"}
+            assert http.get(base + "/metrics", headers=authorised).status_code == 200
+            assert "upstreams" in http.get(base + "/readyz", headers=authorised).json()
+            if anonymous:  # and /mcp still serves the anonymous client
+                assert http.post(base + "/mcp", content=dumps(initialize()), headers=JSON_HEADERS).status_code == 200
+    finally:
+        for proc in procs:
+            proc.terminate()

@@ -177,7 +177,7 @@ def _tampered(token: str) -> str:
 
 
 async def test_bad_tokens_get_invalid_token_and_a_missing_scope_gets_403(setup: Setup) -> None:
-    setup.start_triad(auth={"oauth": setup.oauth()})
+    setup.start_triad(auth={"oauth": setup.oauth()}, listen={"trusted_proxies": ["127.0.0.1"]})
     good = await setup.auth.token()
     now = int(time.time())
     bad = {
@@ -194,7 +194,7 @@ async def test_bad_tokens_get_invalid_token_and_a_missing_scope_gets_403(setup: 
         body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
         for n, (case, token) in enumerate(bad.items()):
             # Each case from a source of its own: more failures than the throttle's allowance from one source
-            # get 429 (exposers._throttle); uvicorn takes X-Forwarded-For from a loopback peer.
+            # get 429 (exposers._throttle); X-Forwarded-For is believed from loopback (`listen.trusted_proxies`).
             response = await http.post(setup.url, json=body, headers={"Authorization": f"Bearer {token}",
                                                                       "X-Forwarded-For": f"10.9.0.{n + 1}"})
             assert response.status_code == 401, case
