@@ -40,9 +40,14 @@ system-tools:
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
 		redis-server haproxy >/dev/null) || echo "make: redis-server or haproxy is missing and could not be installed"; }
 
+# Two workers (the tests mostly wait on the processes they start); a file's tests stay on one worker, so a module's
+# daemon is started once. `PYTEST_WORKERS=0 make test` runs them in this process, one after another.
+PYTEST_WORKERS ?= 2
+PYTEST_ARGS := -n $(PYTEST_WORKERS) --dist loadfile --durations=25
+
 test: lint system-tools $(NODE_DIR)/node_modules/.installed
-	$(BIN)/python -m pytest
-	TRIAD_TEST_DIRECT_PATH=0 $(BIN)/python -m pytest $(E2E_TESTS)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	TRIAD_TEST_DIRECT_PATH=0 $(BIN)/python -m pytest $(PYTEST_ARGS) $(E2E_TESTS)
 
 # ruff, the import direction between packages (import-linter contracts in pyproject.toml), and the type checker
 lint: $(VENV)/.installed
