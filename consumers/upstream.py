@@ -319,6 +319,7 @@ class Upstream:
             raise UpstreamAuthorizationRequired(self.name, f"upstream {self.name!r} is per-user: a request without a "
                                                 "session of its own would go out with Triad's credential")
         reached: bool | None = None  # what the outcome says of the connection (None: nothing, as for a timeout)
+        channel: SessionChannel | None = None
         try:
             channel = self._channel if own is None else await self._clients.channel_for(own)
             try:
@@ -326,6 +327,7 @@ class Upstream:
             except UpstreamSessionGone as exc:
                 if not (retry_safe or exc.unsent):
                     raise
+                self._count_loss(channel, own)  # the retry's outcome is the verdict on the connection
                 if own is not None:
                     self._clients.forget(own)
                 else:
@@ -342,11 +344,24 @@ class Upstream:
         except UpstreamRefused:
             reached = True  # the upstream is alive and answered; the error is its answer
             raise
+        except UpstreamSessionGone:
+            reached = False if self._count_loss(channel, own) else None
+            raise
         except UpstreamConnectionFailed:
             reached = False
             raise
         finally:
             self._record(reached)
+
+    def _count_loss(self, channel: SessionChannel | None, own: ClientOrigin | None) -> bool:
+        """Whether a call failing because `channel` went away is a breaker failure: the first such call of that
+        session is; the other calls in flight on it are the same event (a crash with five calls in flight is
+        one failure, not five), and once a newer shared session is live the restart has answered for the
+        connection (its success closed the circuit)."""
+        if channel is None or channel.loss_counted:
+            return False
+        channel.loss_counted = True
+        return own is not None or self._channel is None or self._channel is channel
 
     def _record(self, reached: bool | None) -> None:
         """Tell the breaker what a call's outcome says of the connection (None: nothing, e.g. a timeout)."""
