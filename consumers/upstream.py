@@ -12,7 +12,6 @@ upstream (one request under its deadline: `consumers._deadline`). Its states and
 from __future__ import annotations
 
 import logging
-import random
 from collections.abc import Callable
 
 import anyio
@@ -32,7 +31,7 @@ from consumers.channel import TASK_STATUS, SessionChannel
 from consumers.child_process import ChildOutput
 from consumers.config import UpstreamConfig
 from consumers.errors import UpstreamAuthorizationRequired, UpstreamRefused, UpstreamUnavailable
-from consumers.lifecycle import CallsInFlight, UpstreamState, check_transition
+from consumers.lifecycle import CallsInFlight, Reconnects, UpstreamState, check_transition
 from consumers.listing import Catalog, list_catalog
 from consumers.log_fields import log_fields
 from consumers.masking import SecretMask
@@ -46,8 +45,6 @@ from consumers.transports import TlsContext, TlsContexts
 
 logger = logging.getLogger("triad.upstream")
 
-BACKOFF_START = 0.5
-BACKOFF_MAX = 30.0
 PING_TIMEOUT = 10.0
 
 
@@ -76,6 +73,7 @@ class Upstream:
         self._channel: SessionChannel | None = None
         """The live shared session."""
         self._wake = Wake()
+        self._reconnects = Reconnects()
         self._relist = False
         self._suspect = False
         self._stopping = False
@@ -112,11 +110,10 @@ class Upstream:
             tg.cancel_scope.cancel()
 
     async def _keep_connected(self) -> None:
-        backoff = BACKOFF_START
         while not self._stopping:
             try:
                 await self._connect_and_serve()
-                backoff = BACKOFF_START
+                self._reconnects.served()
             except Exception as exc:  # one upstream's failure must never reach the daemon's task group
                 reason = describe_failure(exc)
                 if self.config.kind == "stdio" and reason == "Connection closed":
@@ -132,8 +129,7 @@ class Upstream:
                 self._set_state(UpstreamState.DOWN, self.child.explain("connection closed"))
                 logger.warning("upstream %s closed its connection; reconnecting: %s", self.name, self.reason,
                                extra=log_fields(self.name, "closed"))
-            await self._wake.wait_for(backoff * (1 + random.random() / 2))
-            backoff = min(backoff * 2, BACKOFF_MAX)
+            await self._reconnects.wait(self._wake.wait_for)
 
     def stop(self) -> None:
         self._stopping = True
@@ -249,6 +245,10 @@ class Upstream:
             self._on_notification(message.method, params, origin)
         elif isinstance(message, Exception):
             logger.warning("upstream %s transport error: %s", self.name, describe_failure(message))
+
+    def down(self) -> UpstreamUnavailable:
+        """The error for a call while this upstream is not connected: that it is down, why, and its next try."""
+        return self._reconnects.down(self.name, self.state, self.reason)
 
     def _set_state(self, state: UpstreamState, reason: str) -> None:
         check_transition(self.name, self.state, state)
@@ -385,7 +385,7 @@ class Upstream:
             raise UpstreamUnavailable(self.name, f"upstream {self.name!r} was {retired}")
         if channel is None or (channel is self._channel
                                and self.state not in (UpstreamState.READY, UpstreamState.DEGRADED)):
-            raise UpstreamUnavailable(self.name, f"upstream {self.name!r} is not connected ({self.reason})")
+            raise self.down()
         try:
             limits = (call_limits[0] or self.config.timeout, call_limits[1] or self.config.max_call_time)
             return await send_within_deadline(self.name, channel, request, progress, self._calls, limits,
