@@ -28,6 +28,7 @@ from consumers._json import JSONObject
 from consumers._session_loop import Wake, serve_session
 from consumers._session_open import Declaration, Handshake, open_session
 from consumers.channel import TASK_STATUS, SessionChannel
+from consumers.child_groups import ChildGroups
 from consumers.child_process import ChildOutput
 from consumers.config import UpstreamConfig
 from consumers.errors import UpstreamAuthorizationRequired, UpstreamRefused, UpstreamUnavailable
@@ -52,7 +53,8 @@ class Upstream:
     def __init__(self, name: str, config: UpstreamConfig, cwd: str | None,
                  on_change: Callable[[Upstream], None],
                  on_updated: Callable[[str, str], None] = lambda _upstream, _uri: None,
-                 tls: TlsContexts | None = None, mask: SecretMask | None = None) -> None:
+                 tls: TlsContexts | None = None, mask: SecretMask | None = None,
+                 groups: ChildGroups | None = None) -> None:
         self.name = name
         self.tls = tls or TlsContext()
         """The TLS contexts for HTTPS (the pool shares them among its upstreams)."""
@@ -66,7 +68,7 @@ class Upstream:
         self.reason = "connecting"
         self.catalog: Catalog | None = None
         """The last catalog listed; kept while down so names stay stable and tools can be shown as hidden."""
-        self.child = ChildOutput(name, mask)
+        self.child = ChildOutput(name, mask, groups)
         """A stdio child's last stderr lines and exit code, shown with the state (empty for HTTP upstreams)."""
         self.settled = anyio.Event()
         """Set once the first connection attempt has succeeded or failed (what `triad plan` waits for)."""
@@ -89,7 +91,7 @@ class Upstream:
         """Told (upstream, params) of each `notifications/tasks/status` the upstream pushes on any of its sessions
         (2025-11-25 tasks; the pool sets it)."""
         self._clients = ClientSessions(name, lambda: self.config, cwd, self._on_message,
-                                       self._on_notification, self.tls, self.credentials, lambda: self.child.mask)
+                                       self._on_notification, self.tls, self.credentials, lambda: self.child)
         """With `sessions: per_client`: each downstream session's own upstream session."""
         self._modern = ModernLink(name, self.request_relist, on_updated, lambda: self.subscriptions.uris())
         self.subscriptions = Subscriptions(name, self.request, lambda: self.modern, self._modern)

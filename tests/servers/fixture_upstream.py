@@ -391,6 +391,21 @@ async def serve_stdio(server: Server[Any]) -> None:
         await server.run(read, write, server.create_initialization_options())
 
 
+def fork_grandchild(name: str) -> None:
+    """What `npx`, a shell or a daemonising helper leaves: a process re-parented away from the child, in its process
+    group, its stdio on /dev/null. It prints `GRANDCHILD <pid>` on stderr; its command line carries `<name>-orphan`."""
+    if os.fork() == 0:
+        grandchild = os.fork()
+        if grandchild == 0:
+            devnull = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(devnull, fd)
+            os.execv(sys.executable, [sys.executable, "-c", "import time; time.sleep(3600)", f"{name}-orphan"])
+        print(f"GRANDCHILD {grandchild}", file=sys.stderr, flush=True)
+        os._exit(0)
+    os.wait()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--transport", choices=["stdio", "http", "sse"], default="stdio")
@@ -414,7 +429,11 @@ def main() -> None:
                         help="a tool, a prompt and a resource template listed only to sessions whose client "
                         "declared sampling")
     parser.add_argument("--tls", nargs=2, metavar=("CERT", "KEY"), help="serve HTTPS with this certificate and key")
+    parser.add_argument("--fork-grandchild", action="store_true",
+                        help="first leave a grandchild running (double fork, no setsid: it stays in the group)")
     args = parser.parse_args()
+    if args.fork_grandchild:
+        fork_grandchild(args.name)
     server = build_server(args)
     while args.start_when and not os.path.exists(args.start_when):
         time.sleep(0.05)
