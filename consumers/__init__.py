@@ -3,6 +3,7 @@
 from consumers._errors import describe_failure
 from consumers._json import JSON, JSONObject
 from consumers.channel import TASK_STATUS
+from consumers.child_groups import ChildGroups
 from consumers.lifecycle import UpstreamState
 from consumers.listing import Catalog
 from consumers.login import LoginError, login
@@ -28,6 +29,7 @@ __all__ = [
     "TASK_STATUS",
     "Answer",
     "Catalog",
+    "ChildGroups",
     "ClientOrigin",
     "Downstream",
     "JSONObject",

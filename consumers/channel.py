@@ -86,6 +86,9 @@ class SessionChannel:
         self.watch = watch
         self._link = link
         self._direct: DirectHttp | None = None
+        self.loss_counted = False
+        """Set when the circuit breaker counted this session's loss: it counts one lost session once, however
+        many calls were in flight on it (`consumers.upstream.Upstream.request`)."""
 
     def use_direct(self, protocol_version: str, on_notification: Callable[[str, JSONObject], None]) -> None:
         """Send requests on Triad's direct HTTP path from now on (a handshake-era streamable-HTTP session, after

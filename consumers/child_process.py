@@ -7,6 +7,10 @@ once when its stdin closes and leaves them running (issue 17, point 15). Here th
 stdin (the MCP spec's first step), wait for the leader, then SIGTERM to the whole group, then SIGKILL to what is
 left. Every wait is bounded, and the caller's cancellation cannot interrupt the stop (it runs shielded).
 
+On Linux the child dies with Triad, even when Triad is killed -9 (`PR_SET_PDEATHSIG`, armed by the tiny exec
+wrapper `consumers._child_exec`), and its group is recorded (`consumers.child_groups`) so that the next start ends
+what the rest of a group left running.
+
 Ownership: the upstream's owner task enters and exits `open_child`; two pump tasks inside it move lines between
 the pipes and the session's memory streams, and a thread reads the child's stderr into Triad's log (INFO) and into
 the upstream's `ChildOutput`, which keeps the last lines and the exit code with the upstream's state, so that
@@ -17,8 +21,10 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import subprocess
+import sys
 import threading
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
@@ -31,6 +37,8 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from mcp.client.stdio import get_default_environment
 from mcp.shared.message import SessionMessage
 
+from consumers import _child_exec, child_groups
+from consumers.child_groups import ChildGroups
 from consumers.errors import UpstreamUnavailable
 from consumers.masking import SecretMask
 
@@ -54,6 +62,9 @@ REASON_LINES = 3
 MAX_LINE = 300
 """Characters kept of one stderr line: a child may print a whole JSON document on one line."""
 
+CHILD_EXEC = _child_exec.__file__
+"""Run by path with `-I -S`: it imports nothing of Triad's, and the interpreter starts in a few milliseconds."""
+
 ReadStream = MemoryObjectReceiveStream[SessionMessage | Exception]
 WriteStream = MemoryObjectSendStream[SessionMessage]
 
@@ -67,8 +78,10 @@ class ChildOutput:
     its stderr thread appends lines (hence the lock), and its cleanup records the end; the owner task reads it
     once the transport is closed, to say why the upstream is down."""
 
-    def __init__(self, name: str, mask: SecretMask | None = None) -> None:
+    def __init__(self, name: str, mask: SecretMask | None = None, groups: ChildGroups | None = None) -> None:
         self.name = name
+        self.groups = groups
+        """Where this run records its children's process groups (the daemon's; None for `plan` and tests)."""
         self._lines: deque[str] = deque(maxlen=STDERR_TAIL)
         self._lock = threading.Lock()
         self.mask = mask or SecretMask()
@@ -134,17 +147,26 @@ async def open_child(command: str, args: Sequence[str], env: Mapping[str, str] |
     record how it ended in `output` (with the last lines of its stderr)."""
     output.spawned((env or {}).values())
     full_env = {**get_default_environment(), **(env or {})}
+    argv = [command, *args]
+    if (missing := _missing(command, cwd, full_env)) is not None:  # the wrapper's exec would fail in the child
+        raise UpstreamUnavailable(output.name, missing)
+    wrapped = child_groups.supported()
     read_fd, write_fd = os.pipe()
     try:
-        process = await anyio.open_process([command, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                           stderr=write_fd, env=full_env, cwd=cwd, start_new_session=True)
+        process = await anyio.open_process(
+            [sys.executable, "-I", "-S", CHILD_EXEC, str(os.getpid()), *argv] if wrapped else argv,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=write_fd, env=full_env, cwd=cwd,
+            start_new_session=True)
     except BaseException as exc:
         os.close(read_fd)
         if isinstance(exc, FileNotFoundError):
-            raise UpstreamUnavailable(output.name, _not_found(exc, command, cwd, full_env)) from None
+            raise UpstreamUnavailable(output.name, _missing(command, cwd, full_env)
+                                      or f"command not found: {command}") from None
         raise
     finally:
         os.close(write_fd)  # the child holds its own copy; EOF arrives when it and its children have exited
+    if output.groups is not None:
+        output.groups.record(process.pid, argv)
     reader = threading.Thread(target=_read_stderr, args=(output, read_fd), name=f"stderr:{output.name}",
                               daemon=True)
     reader.start()
@@ -161,19 +183,25 @@ async def open_child(command: str, args: Sequence[str], env: Mapping[str, str] |
                 read.close()  # the stdout pump drains from here on, so a child blocked writing can exit
                 write.close()
                 stopped = await stop_group(process)
+                if output.groups is not None:
+                    output.groups.forget(process.pid)
                 await _until(lambda: not reader.is_alive(), STDERR_DRAIN_LIMIT)
                 output.ended(process.returncode, stopped)
             tg.cancel_scope.cancel()
 
 
-def _not_found(exc: FileNotFoundError, command: str, cwd: str | None, env: Mapping[str, str]) -> str:
-    """The OS names the missing file; say whether it is the working directory or the command, and for a bare
-    command the PATH it was looked for on (a client such as Claude Desktop starts Triad with a short PATH)."""
-    if cwd is not None and exc.filename == cwd:
+def _missing(command: str, cwd: str | None, env: Mapping[str, str]) -> str | None:
+    """Why the child cannot be started, looked up as `execvp` will (a path relative to `cwd`, a bare command on the
+    child's PATH): the working directory or the command is missing, and for a bare command the PATH it was looked
+    for on (a client such as Claude Desktop starts Triad with a short PATH). None: it can be tried."""
+    if cwd is not None and not os.path.isdir(cwd):
         return f"working directory not found: {cwd}"
     if os.sep in command:
-        return f"command not found: {command}"
-    return f"command not found: {command} (not on the PATH {env.get('PATH', os.defpath)}; give its full path)"
+        return None if os.path.exists(os.path.join(cwd or "", command)) else f"command not found: {command}"
+    path = env.get("PATH", os.defpath)
+    if shutil.which(command, path=path) is None:
+        return f"command not found: {command} (not on the PATH {path}; give its full path)"
+    return None
 
 
 def _read_stderr(output: ChildOutput, fd: int) -> None:
@@ -265,6 +293,8 @@ def _signal_group(pgid: int, signum: signal.Signals) -> bool:
 
 def _group_alive(pgid: int, leader: Process) -> bool:
     _ = leader.returncode  # lets the leader be reaped: a zombie leader keeps its group alive
+    if child_groups.supported():
+        child_groups.reap_group(pgid, leader.pid)  # as are zombies re-parented to Triad (a child subreaper)
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:

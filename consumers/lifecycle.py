@@ -1,18 +1,24 @@
-"""An upstream's life: its connection states and their transitions, and its calls in flight until it retires."""
+"""An upstream's life: its connection states and their transitions, the waits between its connection attempts
+(and what a caller of a down upstream is told of them), and its calls in flight until it retires."""
 
 from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Iterator
+import math
+import random
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 
 import anyio
 
+from consumers.errors import UpstreamUnavailable
 from consumers.log_fields import log_fields
 
 logger = logging.getLogger("triad.upstream")
 
+BACKOFF_START = 0.5
+BACKOFF_MAX = 30.0
 UNWIND_LIMIT = 5.0
 """How long calls cancelled at the end of a grace period may take to tell their upstream and answer their caller."""
 
@@ -41,6 +47,37 @@ class IllegalTransition(Exception):
 def check_transition(upstream: str, old: UpstreamState, new: UpstreamState) -> None:
     if new is not old and new not in TRANSITIONS[old]:
         raise IllegalTransition(f"upstream {upstream!r}: {old.value} -> {new.value}")
+
+
+class Reconnects:
+    """The owner task's waits between connection attempts: exponential backoff with jitter, reset by a connection
+    that was served; and when the next attempt is, so that a call of a down upstream's tool can say it."""
+
+    def __init__(self) -> None:
+        self._backoff = BACKOFF_START
+        self._next: float | None = None
+        """When the next attempt starts (`anyio.current_time()`), while waiting for it; None while connecting."""
+
+    def served(self) -> None:
+        self._backoff = BACKOFF_START
+
+    async def wait(self, wait_for: Callable[[float], Awaitable[bool]]) -> None:
+        """Wait for the next attempt (`wait_for(seconds)` returns early when the owner task is woken)."""
+        delay = self._backoff * (1 + random.random() / 2)
+        self._next = anyio.current_time() + delay
+        try:
+            await wait_for(delay)
+        finally:
+            self._next = None
+        self._backoff = min(self._backoff * 2, BACKOFF_MAX)
+
+    def down(self, upstream: str, state: UpstreamState, reason: str) -> UpstreamUnavailable:
+        """What a call gets while the upstream is not connected: its state, why, and when it is tried next (whole
+        seconds, rounded up; `data.retryIn`: 0 while an attempt is under way)."""
+        wait = 0 if self._next is None else max(math.ceil(self._next - anyio.current_time()), 0)
+        when = f"the next try is in {wait}s" if wait else "reconnecting now"
+        return UpstreamUnavailable(upstream, f"upstream {upstream!r} is {state.value} ({reason}); {when}",
+                                   data={"upstream": upstream, "state": state.value, "retryIn": wait})
 
 
 class CallsInFlight:

@@ -49,7 +49,6 @@ from consumers.config import AUTHORIZATION_WAIT, UpstreamConfig
 from consumers.errors import UpstreamAuthorizationRequired, UpstreamTimeout, UpstreamUnavailable
 from consumers.listing import Catalog
 from consumers.log_fields import log_fields
-from consumers.masking import SecretMask
 from consumers.oauth import Credentials, CredentialUse, link_asker
 from consumers.own_lists import OWN_LISTS, OwnLists, list_own, own_families
 from consumers.relay import CURRENT_DOWNSTREAM, ClientOrigin, InFlight, ListsChanged
@@ -107,10 +106,12 @@ class ClientSessions:
                  on_message: Callable[[object, ClientOrigin | None], Awaitable[None]],
                  on_notification: Callable[[str, JSONObject, ClientOrigin | None], None],
                  tls: TlsContexts | None = None,
-                 credentials: Credentials | None = None, mask: Callable[[], SecretMask] = SecretMask) -> None:
+                 credentials: Credentials | None = None,
+                 shared: Callable[[], ChildOutput] = lambda: ChildOutput("")) -> None:
         self._upstream = upstream
-        self._mask = mask
-        """The config's secrets, masked in a client's own child's stderr as in the shared one's."""
+        self._shared = shared
+        """The shared session's child record: its mask (the config's secrets) and process group record serve a
+        client's own child as they serve the shared one."""
         self._tls = tls
         self._credentials = credentials
         self._on_notification = on_notification
@@ -307,7 +308,8 @@ class ClientSessions:
                                     self._list_first, relays=link.relays, on_message=on_message,
                                     on_notification=on_notification, auth=self._credential(config, link),
                                     tls=self._tls, opening=link.opening,
-                                    output=ChildOutput(self._upstream, self._mask())) as opened:
+                                    output=ChildOutput(self._upstream, self._shared().mask,
+                                                       self._shared().groups)) as opened:
                 link.lists = opened.lists
                 link.fresh.set()
                 self._learn(link.origin, link.lists)

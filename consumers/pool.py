@@ -19,6 +19,7 @@ from anyio.abc import TaskGroup
 from pydantic import SecretStr
 
 from consumers._json import JSONObject
+from consumers.child_groups import ChildGroups
 from consumers.config import UpstreamConfig
 from consumers.lifecycle import UpstreamState
 from consumers.log_fields import log_fields
@@ -55,8 +56,10 @@ class Fleet(Protocol):
 
 class UpstreamPool:
     def __init__(self, config: Fleet, on_change: Callable[[Upstream], None],
-                 retire_grace: float = RETIRE_GRACE) -> None:
+                 retire_grace: float = RETIRE_GRACE, groups: ChildGroups | None = None) -> None:
         self._on_change = on_change
+        self._groups = groups
+        """Where this run records its stdio children's process groups (`consumers.child_groups`)."""
         self._retire_grace = retire_grace
         self._task_group: TaskGroup | None = None
         self._upstreams: dict[str, Upstream] = {}
@@ -73,7 +76,8 @@ class UpstreamPool:
         """Where per-user authorizations come back and their tokens are kept (the daemon fills it in)."""
         for name, up in config.enabled_upstreams().items():
             self._upstreams[name] = self._wired(Upstream(name, up, config.resolve_cwd(up), self._changed,
-                                                         self._updated, self._tls, config.secret_mask()))
+                                                         self._updated, self._tls, config.secret_mask(),
+                                                         self._groups))
 
     @property
     def upstreams(self) -> Mapping[str, Upstream]:
@@ -117,7 +121,8 @@ class UpstreamPool:
                 current.config = up
                 current.child.mask = config.secret_mask()
                 continue
-            fresh = self._wired(Upstream(name, up, cwd, self._changed, self._updated, self._tls, config.secret_mask()))
+            fresh = self._wired(Upstream(name, up, cwd, self._changed, self._updated, self._tls, config.secret_mask(),
+                                         self._groups))
             if name in self._pending:
                 self._pending.pop(name).stop()
             if name in self._upstreams and self._upstreams[name].state is UpstreamState.READY:

@@ -12,7 +12,6 @@ upstream (one request under its deadline: `consumers._deadline`). Its states and
 from __future__ import annotations
 
 import logging
-import random
 from collections.abc import Callable
 
 import anyio
@@ -29,10 +28,11 @@ from consumers._json import JSONObject
 from consumers._session_loop import Wake, serve_session
 from consumers._session_open import Declaration, Handshake, open_session
 from consumers.channel import TASK_STATUS, SessionChannel
+from consumers.child_groups import ChildGroups
 from consumers.child_process import ChildOutput
 from consumers.config import UpstreamConfig
 from consumers.errors import UpstreamAuthorizationRequired, UpstreamRefused, UpstreamUnavailable
-from consumers.lifecycle import CallsInFlight, UpstreamState, check_transition
+from consumers.lifecycle import CallsInFlight, Reconnects, UpstreamState, check_transition
 from consumers.listing import Catalog, list_catalog
 from consumers.log_fields import log_fields
 from consumers.masking import SecretMask
@@ -46,8 +46,6 @@ from consumers.transports import TlsContext, TlsContexts
 
 logger = logging.getLogger("triad.upstream")
 
-BACKOFF_START = 0.5
-BACKOFF_MAX = 30.0
 PING_TIMEOUT = 10.0
 
 
@@ -55,7 +53,8 @@ class Upstream:
     def __init__(self, name: str, config: UpstreamConfig, cwd: str | None,
                  on_change: Callable[[Upstream], None],
                  on_updated: Callable[[str, str], None] = lambda _upstream, _uri: None,
-                 tls: TlsContexts | None = None, mask: SecretMask | None = None) -> None:
+                 tls: TlsContexts | None = None, mask: SecretMask | None = None,
+                 groups: ChildGroups | None = None) -> None:
         self.name = name
         self.tls = tls or TlsContext()
         """The TLS contexts for HTTPS (the pool shares them among its upstreams)."""
@@ -69,13 +68,14 @@ class Upstream:
         self.reason = "connecting"
         self.catalog: Catalog | None = None
         """The last catalog listed; kept while down so names stay stable and tools can be shown as hidden."""
-        self.child = ChildOutput(name, mask)
+        self.child = ChildOutput(name, mask, groups)
         """A stdio child's last stderr lines and exit code, shown with the state (empty for HTTP upstreams)."""
         self.settled = anyio.Event()
         """Set once the first connection attempt has succeeded or failed (what `triad plan` waits for)."""
         self._channel: SessionChannel | None = None
         """The live shared session."""
         self._wake = Wake()
+        self._reconnects = Reconnects()
         self._relist = False
         self._suspect = False
         self._stopping = False
@@ -91,7 +91,7 @@ class Upstream:
         """Told (upstream, params) of each `notifications/tasks/status` the upstream pushes on any of its sessions
         (2025-11-25 tasks; the pool sets it)."""
         self._clients = ClientSessions(name, lambda: self.config, cwd, self._on_message,
-                                       self._on_notification, self.tls, self.credentials, lambda: self.child.mask)
+                                       self._on_notification, self.tls, self.credentials, lambda: self.child)
         """With `sessions: per_client`: each downstream session's own upstream session."""
         self._modern = ModernLink(name, self.request_relist, on_updated, lambda: self.subscriptions.uris())
         self.subscriptions = Subscriptions(name, self.request, lambda: self.modern, self._modern)
@@ -112,11 +112,10 @@ class Upstream:
             tg.cancel_scope.cancel()
 
     async def _keep_connected(self) -> None:
-        backoff = BACKOFF_START
         while not self._stopping:
             try:
                 await self._connect_and_serve()
-                backoff = BACKOFF_START
+                self._reconnects.served()
             except Exception as exc:  # one upstream's failure must never reach the daemon's task group
                 reason = describe_failure(exc)
                 if self.config.kind == "stdio" and reason == "Connection closed":
@@ -132,8 +131,7 @@ class Upstream:
                 self._set_state(UpstreamState.DOWN, self.child.explain("connection closed"))
                 logger.warning("upstream %s closed its connection; reconnecting: %s", self.name, self.reason,
                                extra=log_fields(self.name, "closed"))
-            await self._wake.wait_for(backoff * (1 + random.random() / 2))
-            backoff = min(backoff * 2, BACKOFF_MAX)
+            await self._reconnects.wait(self._wake.wait_for)
 
     def stop(self) -> None:
         self._stopping = True
@@ -250,6 +248,10 @@ class Upstream:
         elif isinstance(message, Exception):
             logger.warning("upstream %s transport error: %s", self.name, describe_failure(message))
 
+    def down(self) -> UpstreamUnavailable:
+        """The error for a call while this upstream is not connected: that it is down, why, and its next try."""
+        return self._reconnects.down(self.name, self.state, self.reason)
+
     def _set_state(self, state: UpstreamState, reason: str) -> None:
         check_transition(self.name, self.state, state)
         reason = self.child.mask(reason)  # what /readyz, the log and `triad plan` show: never a secret
@@ -319,6 +321,7 @@ class Upstream:
             raise UpstreamAuthorizationRequired(self.name, f"upstream {self.name!r} is per-user: a request without a "
                                                 "session of its own would go out with Triad's credential")
         reached: bool | None = None  # what the outcome says of the connection (None: nothing, as for a timeout)
+        channel: SessionChannel | None = None
         try:
             channel = self._channel if own is None else await self._clients.channel_for(own)
             try:
@@ -326,6 +329,7 @@ class Upstream:
             except UpstreamSessionGone as exc:
                 if not (retry_safe or exc.unsent):
                     raise
+                self._count_loss(channel, own)  # the retry's outcome is the verdict on the connection
                 if own is not None:
                     self._clients.forget(own)
                 else:
@@ -342,11 +346,24 @@ class Upstream:
         except UpstreamRefused:
             reached = True  # the upstream is alive and answered; the error is its answer
             raise
+        except UpstreamSessionGone:
+            reached = False if self._count_loss(channel, own) else None
+            raise
         except UpstreamConnectionFailed:
             reached = False
             raise
         finally:
             self._record(reached)
+
+    def _count_loss(self, channel: SessionChannel | None, own: ClientOrigin | None) -> bool:
+        """Whether a call failing because `channel` went away is a breaker failure: the first such call of that
+        session is; the other calls in flight on it are the same event (a crash with five calls in flight is
+        one failure, not five), and once a newer shared session is live the restart has answered for the
+        connection (its success closed the circuit)."""
+        if channel is None or channel.loss_counted:
+            return False
+        channel.loss_counted = True
+        return own is not None or self._channel is None or self._channel is channel
 
     def _record(self, reached: bool | None) -> None:
         """Tell the breaker what a call's outcome says of the connection (None: nothing, e.g. a timeout)."""
@@ -370,7 +387,7 @@ class Upstream:
             raise UpstreamUnavailable(self.name, f"upstream {self.name!r} was {retired}")
         if channel is None or (channel is self._channel
                                and self.state not in (UpstreamState.READY, UpstreamState.DEGRADED)):
-            raise UpstreamUnavailable(self.name, f"upstream {self.name!r} is not connected ({self.reason})")
+            raise self.down()
         try:
             limits = (call_limits[0] or self.config.timeout, call_limits[1] or self.config.max_call_time)
             return await send_within_deadline(self.name, channel, request, progress, self._calls, limits,

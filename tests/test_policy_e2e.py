@@ -102,17 +102,18 @@ async def test_resources_and_prompts_of_an_upstream_the_caller_cannot_see(env: N
         assert (await narrow.read_resource("fixture://gx/static")).contents[0].text.endswith("pol-gx")  # type: ignore
 
 
-async def test_requests_without_a_valid_token_get_401(env: None, procs: list[Proc], tmp_path: Path) -> None:
+async def test_requests_without_a_valid_token_are_refused(env: None, procs: list[Proc], tmp_path: Path) -> None:
     url = start_triad(procs, policy_config(tmp_path), wait_ready=2)
     body = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
             "params": {"protocolVersion": "2025-11-25", "capabilities": {},
                        "clientInfo": {"name": "t", "version": "1"}}}
     headers = {"Accept": "application/json, text/event-stream"}
     async with httpx2.AsyncClient() as http:
-        for auth in (None, "Bearer wrong-token", "Basic dXNlcjpwYXNz", "Bearer"):
+        # no token or a wrong one: 401; a header that is no bearer token at all: 400 (RFC 6750 §3.1)
+        for auth, status in ((None, 401), ("Bearer wrong-token", 401), ("Basic dXNlcjpwYXNz", 400), ("Bearer", 400)):
             sent = {**headers, **({"Authorization": auth} if auth else {})}
             response = await http.post(url, json=body, headers=sent)
-            assert response.status_code == 401, auth
+            assert response.status_code == status, auth
             assert response.headers["www-authenticate"].startswith('Bearer realm="triad"')
             assert "secret" not in response.text
         bot = {"Authorization": f"Bearer {TOKENS['TRIAD_TEST_BOT_TOKEN']}"}

@@ -98,8 +98,9 @@ async def test_upstream_dying_mid_call_gets_an_error_naming_it_and_comes_back(pr
         assert changes.count >= 1
 
 
-async def test_tools_of_a_down_upstream_are_hidden_and_refused_like_unknown_ones(procs: list[Proc],
-                                                                                tmp_path: Path) -> None:
+async def test_tools_of_a_down_upstream_are_hidden_and_their_calls_say_it_is_down(procs: list[Proc],
+                                                                                 tmp_path: Path) -> None:
+    """Every case of the class (shared and per-client, both eras, allowed and denied): `test_down_upstreams`."""
     port = closed_port()
     fixture = Proc([PYTHON, str(FIXTURE), "--transport", "http", "--port", str(port), "--name", marker("hid-a")])
     await fixture.until(r"READY")
@@ -117,8 +118,8 @@ async def test_tools_of_a_down_upstream_are_hidden_and_refused_like_unknown_ones
                 changes.event = anyio.Event()
         with pytest.raises(MCPError) as raised:
             await call(via, "a__echo")
-        assert raised.value.error.code == types.INVALID_PARAMS
-        assert raised.value.error.message == "Unknown tool: a__echo"
+        assert raised.value.error.code == types.INTERNAL_ERROR
+        assert raised.value.error.message.startswith("upstream 'a' is down (")
         assert (await call(via, "b__echo", {"text": "b"}))["content"][0]["text"] == "b"
         restarted = Proc([PYTHON, str(FIXTURE), "--transport", "http", "--port", str(port), "--name",
                           marker("hid-a2")])

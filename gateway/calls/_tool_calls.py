@@ -22,11 +22,18 @@ from gateway.calls._core_tools import CALL_THROUGH, inner_call, run_core, tool_e
 from gateway.calls._forwarder import Forwarder
 from gateway.calls._live import Live
 from gateway.calls._own_lists import own_lists
-from gateway.errors import UnknownName
+from gateway.errors import TriadError, UnknownName
 from gateway.hooks import CallContext, Session
 from gateway.identity import Identity
 from gateway.observe import Metrics, log_denied
-from gateway.registry import ClientView, ToolDescriptor, expose_links, forwardable_meta, input_round
+from gateway.registry import (
+    ClientView,
+    ToolDescriptor,
+    down_upstream,
+    expose_links,
+    forwardable_meta,
+    input_round,
+)
 from gateway.tasks import Era, TaskRelay
 
 
@@ -144,8 +151,10 @@ class ToolCalls:
         return await self._live.hooks.run(ctx, send)
 
     async def _refuse_tool(self, view: ClientView, name: JSON, params: Mapping[str, JSON],
-                           session: Session | None) -> UnknownName:
-        """Hidden and unknown names get the same answer; a policy denial is counted, logged and audited."""
+                           session: Session | None) -> TriadError:
+        """Hidden and unknown names get the same answer; a policy denial is counted, logged and audited. A tool
+        the caller may see, hidden only because its upstream is down, gets that upstream's state and next try
+        (an upstream condition, not the request's fault: not `Unknown tool`)."""
         for descriptor, decision in view.denied:
             if descriptor.name == name and (step := decision.denied_by) is not None:
                 self._metrics.deny(step.layer)
@@ -157,4 +166,7 @@ class ToolCalls:
                                       _arguments(params))
                     await self._live.hooks.denied(ctx, step.layer, step.pattern, step.detail)
                 break
+        else:
+            if isinstance(name, str) and (down := down_upstream(view, name, self._live.pipeline)) is not None:
+                return self._forwarder.upstream(down).down()
         return UnknownName(f"Unknown tool: {name}")

@@ -19,7 +19,15 @@ from gateway.registry._page_meta import with_page_meta
 from gateway.registry._reports import explain, plan_report, upstream_states
 from gateway.registry._schemas import normalize
 from gateway.registry._snapshot import ListedKind, Snapshot
-from gateway.registry._views import ClientView, SessionLists, paginate, schema_profile, tool_facts, tool_wire
+from gateway.registry._views import (
+    ClientView,
+    SessionLists,
+    down_upstream,
+    paginate,
+    schema_profile,
+    tool_facts,
+    tool_wire,
+)
 from gateway.registry._wire import RUN_LIST_META_KEY, clean_result, expose_links, forwardable_meta, input_round
 
 __all__ = [
@@ -43,6 +51,7 @@ __all__ = [
     "build_upstream_sources",
     "clean_result",
     "core_source",
+    "down_upstream",
     "explain",
     "expose_links",
     "forwardable_meta",

@@ -19,11 +19,11 @@ from typing import Literal
 from consumers import JSONObject, OwnLists
 from gateway.config import ToolsMode
 from gateway.errors import StaleCursor
-from gateway.registry._catalog import SERVING, TAKES_TASKS_KEY, upstream_of_key
+from gateway.registry._catalog import SERVING, TAKES_TASKS_KEY, upstream_context_key, upstream_of_key
 from gateway.registry._core_tools import TOOLS_MODE_KEY
 from gateway.registry._descriptors import PromptEntry, Registry, ToolDescriptor
 from gateway.registry._naming import expose_uri
-from gateway.registry._planner import PlanEntry, ToolPlan, build_plan
+from gateway.registry._planner import HiddenEntry, PlanEntry, ToolPlan, build_plan
 from gateway.registry._schemas import PROFILES, normalize
 from policy import Decision, Identity, Pipeline, ToolFacts, compile_patterns
 
@@ -71,6 +71,11 @@ class ClientView:
     def tool_names(self) -> frozenset[str]:
         """The names of `searchable`, hashed once per view: search indexes are cached by it."""
         return frozenset(self.searchable)
+
+    @functools.cached_property
+    def hidden(self) -> Mapping[str, HiddenEntry]:
+        """The plan's hidden tools by exposed name, made once per view at the first refused call that needs it."""
+        return {entry.descriptor.name: entry for entry in self.plan.hidden}
 
 
 def tool_facts(descriptor: ToolDescriptor) -> ToolFacts:
@@ -133,6 +138,20 @@ def build_view(registry: Registry, identity: Identity, pipeline: Pipeline, profi
         mode=mode,
         profile=profile,
     )
+
+
+def down_upstream(view: ClientView, name: str, pipeline: Pipeline) -> str | None:
+    """The upstream whose state alone hides tool `name` from `view`'s caller (it is not serving), if the policy
+    lets that caller see the tool: its call is told the upstream is down. None for a name that is unknown, hidden
+    by policy (every layer, run-level lists included) or hidden for any other reason: those look unknown."""
+    entry = view.hidden.get(name)
+    executor = entry.descriptor.executor if entry is not None else None
+    if entry is None or executor is None or executor.kind != "mcp":
+        return None
+    key = upstream_context_key(executor.id)
+    if any(d.signal is None or d.signal.get("key") != key for d in entry.diagnostics):
+        return None
+    return executor.id if pipeline.decide(view.identity, tool_facts(entry.descriptor)).allowed else None
 
 
 def narrow_by_run_list(base: ClientView, identity: Identity, registry: Registry, pipeline: Pipeline) -> ClientView:

@@ -25,7 +25,7 @@ import anyio
 import uvicorn
 from anyio.abc import TaskGroup
 
-from consumers import Upstream, UpstreamPool, UpstreamState
+from consumers import ChildGroups, Upstream, UpstreamPool, UpstreamState
 from consumers.oauth import Redirects
 from exposers import (
     InputRounds,
@@ -52,6 +52,8 @@ logger = logging.getLogger("triad")
 LISTEN_BACKLOG = 2048
 """Pending connections the kernel keeps before uvicorn accepts them (uvicorn's own default backlog)."""
 
+CHILDREN_SUFFIX = ".children"
+"""`<state_dir>/<config name>.children/`: one file per run, the process groups of its stdio children."""
 SHUTDOWN_REASON = "stopped because Triad is shutting down"
 ANSWER_TIME = 10.0
 """After the shutdown grace, how long the calls still running may take to be cancelled upstream and answered with
@@ -93,7 +95,11 @@ async def running_gateway(config: TriadConfig, host: str | None = None, *, watch
         logger.error("%s", exc)
         raise SystemExit(1) from None
     cluster = _cluster(config)
-    pool = UpstreamPool(config, on_change)
+    # the daemons (serve, stdio) end what a run of theirs that was killed left of its children, and record theirs
+    directory = config.state_directory() if watch and config.source is not None else None
+    groups = ChildGroups.start(directory / f"{config.source.stem}{CHILDREN_SUFFIX}") \
+        if directory is not None and config.source is not None else None
+    pool = UpstreamPool(config, on_change, groups=groups)
     dispatcher = Dispatcher(config, pool, remote=not is_loopback(host or config.listen.host), names=names,
                             shared=cluster)
     notifier = Notifier(dispatcher, Sessions(), cluster)

@@ -391,6 +391,21 @@ async def serve_stdio(server: Server[Any]) -> None:
         await server.run(read, write, server.create_initialization_options())
 
 
+def fork_grandchild(name: str) -> None:
+    """What `npx`, a shell or a daemonising helper leaves: a process re-parented away from the child, in its process
+    group, its stdio on /dev/null. It prints `GRANDCHILD <pid>` on stderr; its command line carries `<name>-orphan`."""
+    if os.fork() == 0:
+        grandchild = os.fork()
+        if grandchild == 0:
+            devnull = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(devnull, fd)
+            os.execv(sys.executable, [sys.executable, "-c", "import time; time.sleep(3600)", f"{name}-orphan"])
+        print(f"GRANDCHILD {grandchild}", file=sys.stderr, flush=True)
+        os._exit(0)
+    os.wait()
+
+
 def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     """The fixture's options (`argv`: None reads the command line); other servers built on it take theirs here, so
     a new option's default reaches them too."""
@@ -416,11 +431,15 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
                         help="a tool, a prompt and a resource template listed only to sessions whose client "
                         "declared sampling")
     parser.add_argument("--tls", nargs=2, metavar=("CERT", "KEY"), help="serve HTTPS with this certificate and key")
+    parser.add_argument("--fork-grandchild", action="store_true",
+                        help="first leave a grandchild running (double fork, no setsid: it stays in the group)")
     return parser.parse_args(argv)
 
 
 def main() -> None:
     args = arguments()
+    if args.fork_grandchild:
+        fork_grandchild(args.name)
     server = build_server(args)
     while args.start_when and not os.path.exists(args.start_when):
         time.sleep(0.05)
