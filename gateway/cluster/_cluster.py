@@ -54,7 +54,7 @@ class Cluster:
         self.sessions = Sessions(self.link, self.records, self.rejections, config.replica_id, config.heartbeat)
         self._buckets = RedisBuckets(self.link, self.box)
         self._pins: dict[str, RedisPins] = {}
-        self.vault = Vault(self.link, self.box)
+        self.vault = Vault(self.link, self.box, self.rejections)
         """Per-identity secrets, encrypted with the cluster key."""
         self.draining = False
         """Stopping: `/readyz` answers 503 so the load balancer takes this replica out (`leave`)."""

@@ -10,7 +10,8 @@ from __future__ import annotations
 import hashlib
 
 from gateway.cluster._link import KEY_PREFIX, Link
-from gateway.cluster._secret_box import SecretBox
+from gateway.cluster._records import Rejections
+from gateway.cluster._secret_box import SecretBox, SecretUnreadable
 from gateway.identity import Identity
 
 Owner = Identity | str
@@ -18,9 +19,10 @@ Owner = Identity | str
 
 
 class Vault:
-    def __init__(self, link: Link, box: SecretBox) -> None:
+    def __init__(self, link: Link, box: SecretBox, rejections: Rejections) -> None:
         self._link = link
         self._box = box
+        self._rejections = rejections
 
     def _key(self, owner: Owner, name: str) -> str:
         purpose = hashlib.sha256(name.encode()).hexdigest()[:32]
@@ -38,7 +40,11 @@ class Vault:
         sealed = await self._link.run(self._link.client.get(key))
         if sealed is None:
             return None
-        return self._box.open(sealed.encode() if isinstance(sealed, str) else sealed, key)
+        try:
+            return self._box.open(sealed.encode() if isinstance(sealed, str) else sealed, key)
+        except SecretUnreadable as exc:  # reported (at a bounded rate, never the value), then the caller's to handle
+            self._rejections.note("secret", str(exc))
+            raise
 
     async def delete(self, identity: Owner, name: str) -> None:
         await self._link.run(self._link.client.delete(self._key(identity, name)))
