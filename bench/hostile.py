@@ -53,6 +53,31 @@ def over_budget(nonce: int) -> list[str]:
     return [("*".join(letters[(i + j + nonce) % 26] for j in range(256)))[:256] for i in range(512)]
 
 
+def small_objects(count: int, nonce: int) -> list[dict[str, Any]]:
+    """`count` JSON values as `{"a": [k, {"b": k}]}` (5 each), the costliest per byte; fresh each round."""
+    return [{"a": [k + nonce, {"b": k}]} for k in range(count // 5)]
+
+
+def big_body_rows() -> list[tuple[str, str, Request]]:
+    """The body of small objects in each place a caller puts one, just under `MAX_JSON_VALUES` (100,000) and over
+    it (refused), on the SDK path (ping, notification, initialize) and the direct path (lists, calls)."""
+    places: list[tuple[str, Callable[[list[dict[str, Any]]], dict[str, Any]]]] = [
+        ("ping _meta", lambda v: request("ping", {"_meta": {"x": v}})),
+        ("notification _meta", lambda v: {"jsonrpc": "2.0", "method": "notifications/progress",
+                                          "params": {"progressToken": 1, "progress": 1, "_meta": {"x": v}}}),
+        ("tools/list _meta", lambda v: request("tools/list", {"_meta": {"x": v}})),
+        ("tools/call unknown tool", lambda v: call("fleet00__nope", {"x": v})),
+        ("tools/call arguments", lambda v: call(TARGET, {"x": 1, "y": v})),
+    ]
+    rows: list[tuple[str, str, Request]] = []
+    for place, make in places:
+        rows.append((f"body in {place}", "99,900 values",
+                     lambda n, make=make: (make(small_objects(99_900, n)), {})))  # type: ignore[misc]
+        rows.append((f"body in {place} (refused)", "500,000 values",
+                     lambda n, make=make: (make(small_objects(500_000, n)), {})))  # type: ignore[misc]
+    return rows
+
+
 KINDS: list[tuple[str, str, Request]] = [
     ("plain tools/call", "-", lambda n: (call(TARGET, {"x": n}), {})),
     ("_meta run list at budget", "512 patterns", lambda n: (call(TARGET, {"x": 1}, {"triad/tools": worst_list(n)}),
@@ -78,6 +103,7 @@ KINDS: list[tuple[str, str, Request]] = [
     ("prompt arguments", "5,000 arguments",
      lambda n: (request("prompts/get", {"name": "fx__greet", "arguments": {f"k{i}": "v" * 20 for i in range(5000)}}),
                 {})),
+    *big_body_rows(),
 ]
 
 
@@ -94,6 +120,8 @@ async def session(http: httpx2.AsyncClient, url: str) -> dict[str, str]:
 
 def outcome(response: httpx2.Response) -> str:
     text = response.text
+    if response.status_code == 202 and not text:  # a notification taken
+        return "202"
     if response.headers.get("content-type", "").startswith("text/event-stream"):
         text = next(line[5:] for line in text.splitlines() if line.startswith("data:"))
     message = json.loads(text)

@@ -3,7 +3,11 @@ SDK where the SDK parses.
 
 JSON has no NaN or Infinity (RFC 8259 §6), yet Python's `json` and pydantic's parser (as the SDK calls it) take
 `NaN`, `Infinity` and `1e999`, and an upstream then receives `null`. `parse_json` refuses them, and nesting past
-pydantic's own limit (about 200 levels, the SDK's bound too), so every later walk of a message is bounded.
+pydantic's own limit (about 200 levels, the SDK's bound too), so every later walk of a message is bounded. It
+also refuses a body of more than `MAX_JSON_VALUES` values: a 4 MiB body can hold a million small containers, and
+what a message costs later (validation, copies, walks) grows with them, not with its bytes. The parse runs with the
+cyclic garbage collector paused: a parse makes no cycles, yet each container it makes counts towards a collection,
+and collections of the daemon's whole heap made a 3 MB body of small objects cost 2 s on the loop.
 
 Where Triad reads the body itself (the direct HTTP path) it calls `parse_json`. Where the SDK does:
 - `/mcp` and `/messages/`: `StrictJson`, an ASGI wrapper in front of the SDK's app, reads the body (up to the
@@ -19,6 +23,7 @@ Where Triad reads the body itself (the direct HTTP path) it calls `parse_json`. 
 from __future__ import annotations
 
 import contextvars
+import gc
 import math
 import re
 from collections.abc import Iterable, Sequence
@@ -44,21 +49,85 @@ _HUGE_NUMBER_BYTES = re.compile(_HUGE_NUMBER.pattern.encode())
 
 INVALID_MESSAGE = "Invalid request: not a JSON-RPC 2.0 message"
 
+MAX_JSON_VALUES = 100_000
+"""JSON values (objects, arrays, strings, numbers, literals; not object keys) in one message from a client. Real
+MCP messages hold hundreds, a large tool call some thousands; a big payload is one string, which counts once."""
+_PARSED_KEY = "triad.parsed"
+"""Where the ASGI scope keeps a body's parse (`parse_scoped`), so the layers in front of the SDK parse it once."""
+
 
 class ParseError(ValueError):
-    """The bytes are not one JSON value Triad accepts; the message says why, for a JSON-RPC parse error."""
+    """The bytes are not one JSON value Triad accepts; the message says why, for a JSON-RPC error of `code` (a
+    parse error, or an invalid request for a message over `MAX_JSON_VALUES`)."""
+
+    def __init__(self, message: str, code: int = types.PARSE_ERROR) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 def parse_json(data: bytes | str) -> JSON:
-    """The JSON value of `data`, or `ParseError`: malformed, NaN or infinite numbers, nesting past the limit."""
+    """The JSON value of `data`, or `ParseError`: malformed, NaN or infinite numbers, nesting past the limit, more
+    than `MAX_JSON_VALUES` values."""
+    paused = gc.isenabled()
+    gc.disable()
     try:
         value = pydantic_core.from_json(data, allow_inf_nan=False)
     except ValueError as exc:
         raise ParseError(f"Parse error: {exc}") from None
+    finally:
+        if paused:
+            gc.enable()
     pattern = _HUGE_NUMBER_BYTES if isinstance(data, bytes) else _HUGE_NUMBER
-    if pattern.search(data) is not None and not all_finite(value):  # type: ignore[arg-type]
-        raise ParseError("Parse error: a number is out of range (JSON has no Infinity)")
+    # counting bytes is far cheaper than the pattern, which only a walk that is not needed anyway is worth
+    if _most_values(data) > MAX_JSON_VALUES or pattern.search(data) is not None:  # type: ignore[arg-type]
+        count, finite = _walk(value)
+        if not finite:
+            raise ParseError("Parse error: a number is out of range (JSON has no Infinity)")
+        if count > MAX_JSON_VALUES:
+            raise ParseError(f"Invalid request: the message has more than {MAX_JSON_VALUES:,} JSON values "
+                             "(MAX_JSON_VALUES)", types.INVALID_REQUEST)
     return value
+
+
+def parse_scoped(scope: Scope, body: bytes) -> JSON:
+    """`parse_json(body)`, done once per request: a later layer reading the same body gets the same value (or
+    error) again instead of parsing it again."""
+    found = scope.get(_PARSED_KEY)
+    if found is not None and found[0] == body:
+        if isinstance(found[1], ParseError):
+            raise found[1]
+        return found[1]
+    try:
+        value = parse_json(body)
+    except ParseError as exc:
+        scope[_PARSED_KEY] = (body, exc)
+        raise
+    scope[_PARSED_KEY] = (body, value)
+    return value
+
+
+def _most_values(data: bytes | str) -> int:
+    """An upper bound on the values in JSON text: every value but the first of an array (or the whole text)
+    follows a comma or a colon (counted in strings too, so only ever more)."""
+    if isinstance(data, str):
+        return data.count(",") + data.count(":") + data.count("[") + 1
+    return data.count(b",") + data.count(b":") + data.count(b"[") + 1
+
+
+def _walk(value: JSON) -> tuple[int, bool]:
+    """The values in `value` (counting stops just past `MAX_JSON_VALUES`) and whether every float is finite."""
+    stack, count = [value], 0
+    while stack and count <= MAX_JSON_VALUES:
+        item = stack.pop()
+        count += 1
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                return count, False
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return count, True
 
 
 def all_finite(value: JSON) -> bool:
@@ -118,9 +187,9 @@ class StrictJson:
         body, more = read
         if not more:
             try:
-                value = parse_json(body)
+                value = parse_scoped(scope, body)
             except ParseError as exc:
-                await _send_error(send, 400, error_body(types.PARSE_ERROR, exc.args[0]))
+                await _send_error(send, 400, error_body(exc.code, exc.args[0]))
                 return
             if self._check == "message" and not _is_message(value):
                 await _send_error(send, 400, error_body(types.INVALID_REQUEST, INVALID_MESSAGE))

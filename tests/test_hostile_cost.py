@@ -8,6 +8,7 @@ and a well-behaved client's calls all complete while an attacker loop sends them
 
 from __future__ import annotations
 
+import json
 import re
 import string
 from collections.abc import Iterator
@@ -20,6 +21,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from exposers import _wire
+from exposers._wire import MAX_JSON_VALUES, ParseError, parse_json
 from gateway.errors import InvalidRequest
 from gateway.identity import MAX_PATTERN_LENGTH, MAX_RUN_LIST_PATTERNS, MAX_RUN_LIST_WILDCARDS, bounded_run_list
 from gateway.registry import MAX_QUERY_CHARS
@@ -120,10 +123,41 @@ def budget_list() -> list[str]:
     return [*inner, *(f"fx__{'e' * 240}{i}*" for i in range(MAX_RUN_LIST_PATTERNS - len(inner) - 1)), "fx__echo"]
 
 
+def values(count: int) -> list[Any]:
+    """`count` JSON values (plus the list holding them) as small objects, the costliest values per byte: the
+    outside attack's 100,000 `{"a": [k, {"b": k}]}` (5 values each) cost seconds of garbage collection."""
+    return [{"a": [k, {"b": k}]} for k in range(count // 5)]
+
+
+BIG_BODY_METHODS: list[tuple[str, Any]] = [
+    ("ping _meta", lambda body: {"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {"_meta": {"x": body}}}),
+    ("notification", lambda body: {"jsonrpc": "2.0", "method": "notifications/progress",
+                                   "params": {"progressToken": 1, "progress": 1, "_meta": {"x": body}}}),
+    ("tools/list _meta", lambda body: {"jsonrpc": "2.0", "id": 1, "method": "tools/list",
+                                       "params": {"_meta": {"x": body}}}),
+    ("tools/call arguments", lambda body: call(1, "fx__echo", {"text": "hi", "x": body})),
+    ("tools/call unknown tool", lambda body: call(1, "fx__nope", {"x": body})),
+    ("prompts/get arguments", lambda body: {"jsonrpc": "2.0", "id": 1, "method": "prompts/get",
+                                            "params": {"name": "fx__greet", "arguments": {"who": "a"},
+                                                       "_meta": {"x": body}}}),
+    ("initialize capabilities", lambda body: {
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {"experimental": {"x": {"y": body}}},
+                   "clientInfo": {"name": "big", "version": "1"}}}),
+]
+
+
+def big_bodies() -> list[tuple[str, dict[str, Any], str | None]]:
+    """Every method with a body of small objects just under and just over `MAX_JSON_VALUES`."""
+    return [row for kind, make in BIG_BODY_METHODS for row in (
+        (f"{kind}, values under budget", make(values(MAX_JSON_VALUES - 100)), None),
+        (f"{kind}, values over budget", make(values(MAX_JSON_VALUES + 5)), "MAX_JSON_VALUES"))]
+
+
 def worst_inputs() -> list[tuple[str, dict[str, Any], str | None]]:
     """(kind, request, the error it must get, or None for a result), one row per kind of caller input."""
     echo = {"text": "hi"}
-    return [
+    return [*big_bodies(),
         ("run list over budget", call(1, "fx__echo", echo, {"triad/tools": worst_patterns()}), "the limit is"),
         ("run list at budget", call(1, "fx__echo", echo, {"triad/tools": budget_list()}), None),
         ("run list, no match", call(1, "fx__echo", echo, {"triad/tools": budget_list()[:-1]}), "Unknown tool"),
@@ -156,7 +190,12 @@ async def test_the_worst_input_of_each_kind_is_answered(triad: str, row: tuple[s
     _kind, request, error = row
     async with httpx2.AsyncClient(timeout=DEADLINE) as http:
         session = await HandshakeSession(http, triad).open()
-        found = await answer(session, request)
+        response = await session.post(dumps(request))
+        if "id" not in request and response.status_code == 202:  # a notification taken: nothing to answer
+            assert error is None
+            found: dict[str, Any] = {"result": {}}
+        else:
+            found = answer_of(response)
         text = str(found.get("error") or found.get("result"))
         if error is None:
             assert "result" in found or found["error"]["code"] != -32603, found  # answered, and not a crash
@@ -202,8 +241,42 @@ async def test_a_victims_calls_complete_while_an_attacker_sends_the_worst_inputs
     assert done == [f"v{i}" for i in range(victim_calls)]
 
 
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(alphabet=',:[]{}"\\ab', max_size=6),
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(alphabet=",:[a", max_size=3), inner,
+                                                                 max_size=5), max_leaves=40)
+
+
+def count_values(value: Any) -> int:
+    if isinstance(value, dict):
+        return 1 + sum(map(count_values, value.values()))
+    if isinstance(value, list):
+        return 1 + sum(map(count_values, value))
+    return 1
+
+
+@settings(max_examples=500, deadline=None)
+@given(JSON_VALUES, st.integers(min_value=1, max_value=60))
+def test_a_body_is_refused_exactly_when_it_has_more_values_than_the_budget(value: Any, budget: int) -> None:
+    """Whatever the shape (strings full of commas and brackets included), the budget counts JSON values, and
+    naming it is the refusal's message."""
+    original, _wire.MAX_JSON_VALUES = _wire.MAX_JSON_VALUES, budget
+    try:
+        text = json.dumps(value)
+        if count_values(value) > budget:
+            with pytest.raises(ParseError, match="MAX_JSON_VALUES") as refused:
+                parse_json(text.encode())
+            assert refused.value.code == -32600
+        else:
+            assert parse_json(text.encode()) == json.loads(text)
+    finally:
+        _wire.MAX_JSON_VALUES = original
+
+
 def test_the_bounds_are_in_the_readme() -> None:
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     section = readme.split("## Security: bounds and quotas", 1)[1].split("\n## ", 1)[0]
-    for name in ("MAX_RUN_LIST_WILDCARDS", "MAX_RUN_LIST_PATTERNS", "MAX_PATTERN_LENGTH", "MAX_CURSOR_CHARS"):
+    for name in ("MAX_JSON_VALUES", "MAX_RUN_LIST_WILDCARDS", "MAX_RUN_LIST_PATTERNS", "MAX_PATTERN_LENGTH",
+                 "MAX_CURSOR_CHARS"):
         assert name in section

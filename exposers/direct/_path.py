@@ -44,7 +44,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from consumers import JSON, JSONObject
 from exposers._sdk import held, session_transport
-from exposers._wire import ParseError, parse_json, read_body, replay
+from exposers._wire import ParseError, parse_scoped, read_body, replay
 from exposers.direct._calls import (
     Answers,
     ModernCallRelay,
@@ -130,7 +130,7 @@ class DirectPath:
             return None
         body, more = read
         whole = not more and len(body) <= self._max_body
-        return request, body, more, _message(body) if whole and all(check_accept_headers(request)) else None
+        return request, body, more, _message(scope, body) if whole and all(check_accept_headers(request)) else None
 
     async def _modern(self, scope: Scope, receive: Receive, send: Send) -> None:
         """A 2026-07-28 request: a plain `tools/call` or list request is served here, anything else by the SDK."""
@@ -228,10 +228,10 @@ class DirectPath:
         return True
 
 
-def _message(body: bytes) -> JSONObject | None:
+def _message(scope: Scope, body: bytes) -> JSONObject | None:
     """One JSON-RPC 2.0 message (not a batch), or None."""
     try:
-        message = parse_json(body)
+        message = parse_scoped(scope, body)
     except ParseError:  # the SDK's path answers it, behind `StrictJson`: a JSON-RPC parse error
         return None
     if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
