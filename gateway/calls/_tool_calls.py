@@ -55,8 +55,9 @@ class ToolCalls:
                         session: Session | None = None, era: Era = "2025-11-25") -> JSONObject:
         """`era`: the client's (a 2026-07-28 client's task on a handshake-era upstream is translated)."""
         await self._live.settled()  # right after start, a name is unknown only once its upstream had its chance
-        return await self.call_visible_tool(self._live.request_view(identity, params), params, progress, session,
-                                            era)
+        name = params.get("name")
+        view = self._live.request_view(identity, params, only=name if isinstance(name, str) else None)
+        return await self.call_visible_tool(view, params, progress, session, era)
 
     async def call_visible_tool(self, view: ClientView, params: Mapping[str, JSON], progress: ProgressFn | None = None,
                                 session: Session | None = None, era: Era = "2025-11-25", *,

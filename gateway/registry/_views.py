@@ -184,6 +184,28 @@ def narrow_by_run_list(base: ClientView, identity: Identity, registry: Registry,
                                unlisted=unlisted)
 
 
+def narrow_to_name(base: ClientView, identity: Identity, pipeline: Pipeline, name: str) -> ClientView:
+    """The view of `identity` (`base.identity` with one more run-level list) for a request that touches the tool
+    `name` and nothing else (a call): that tool alone, if the list lets it through, and nothing more, so any other
+    use of this view finds nothing (fail closed). A core tool is kept as it is (the list does not narrow it; what
+    it reaches is found in the whole narrowed view: `gateway.calls`)."""
+    entry = base.tools.get(name)
+    kept: dict[str, PlanEntry] = {}
+    denied = base.denied
+    if entry is not None and entry.executor.kind == "core":
+        kept = {name: entry}
+    elif entry is not None:
+        steps = pipeline.run_level_denials(len(identity.run_lists), identity.run_lists[-1],
+                                           {name: base.facts[name]})
+        if name in steps:
+            denied = (*denied, (entry.descriptor, Decision(False, (steps[name],))))
+        else:
+            kept = {name: entry}
+    return dataclasses.replace(base, identity=identity, denied=denied, tools=kept, tools_wire=(), resources_wire=(),
+                               templates_wire=(), prompts={}, prompts_wire=(), visible_upstreams=frozenset(),
+                               unlisted=base.unlisted or base)
+
+
 def _with_tools(registry: Registry) -> set[str]:
     """The upstreams that offer tools (their resources and prompts follow their tools' visibility)."""
     return {d.executor.id for d in registry.tools.values() if d.executor is not None and d.executor.kind == "mcp"}

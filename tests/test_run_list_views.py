@@ -1,0 +1,62 @@
+"""A run-level list narrows a view without building one (issue 28, point 1): the narrowed view of a whole list
+(`narrow_by_run_list`) and the one-name view of a call (`narrow_to_name`) must decide exactly as the seven-layer
+pipeline does on a view built from scratch, for generated catalogs, policies and lists."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from consumers import Catalog
+from gateway.identity import Identity
+from gateway.registry._catalog import UpstreamSnapshot, build_upstream_sources
+from gateway.registry._descriptors import build_registry
+from gateway.registry._views import build_view, narrow_by_run_list, narrow_to_name
+from gateway.runtime._loading import parse_config
+from policy import Pipeline
+
+CONFIG = parse_config("""
+upstreams:
+  alpha: {command: x}
+  beta: {command: y}
+policy:
+  gateway_deny: ["*secret*"]
+""")
+WORDS = st.sampled_from(["read", "write", "delete", "secret", "file", "list", "echo", "a", "b"])
+NAMES = st.lists(st.builds("_".join, st.lists(WORDS, min_size=1, max_size=3)), min_size=1, max_size=12, unique=True)
+PATTERN = st.one_of(
+    st.builds("".join, st.lists(st.one_of(WORDS, st.just("*"), st.just("_"), st.just("__")), min_size=1, max_size=5)),
+    st.sampled_from(["alpha__*", "*__echo", "beta:*", "group:alpha", "group:readonly", "*", ""]))
+
+
+@settings(max_examples=150, deadline=None)
+@given(alpha=NAMES, beta=NAMES, lists=st.lists(st.lists(PATTERN, max_size=6), min_size=1, max_size=2))
+def test_narrowed_views_decide_as_a_view_built_whole(alpha: list[str], beta: list[str],
+                                                     lists: list[list[str]]) -> None:
+    def catalog(names: list[str]) -> Catalog:
+        return Catalog(tools=tuple({"name": n, "inputSchema": {"type": "object"},
+                                    "annotations": {"readOnlyHint": n.startswith("read")}} for n in names),
+                       capabilities={"tools": {}})
+
+    built = build_upstream_sources(CONFIG, {"alpha": UpstreamSnapshot(catalog(alpha), "ready"),
+                                            "beta": UpstreamSnapshot(catalog(beta), "ready")})
+    registry = build_registry(1, built.sources, built.context)
+    pipeline = Pipeline(CONFIG.policy, {})
+    caller = Identity("ide")
+    view = build_view(registry, caller, pipeline)
+    for patterns in lists:
+        listed = dataclasses.replace(caller, run_lists=(*caller.run_lists, tuple(patterns)))
+        whole = build_view(registry, listed, pipeline)
+        narrowed = narrow_by_run_list(view, listed, registry, pipeline)
+        assert list(narrowed.tools) == list(whole.tools)
+        assert narrowed.tools_wire == whole.tools_wire
+        assert narrowed.prompts_wire == whole.prompts_wire and narrowed.resources_wire == whole.resources_wire
+        assert {d.name for d, _ in narrowed.denied} == {d.name for d, _ in whole.denied}
+        for name in registry.tools:
+            one = narrow_to_name(view, listed, pipeline, name)
+            assert set(one.tools) == ({name} & set(whole.tools))
+            assert any(d.name == name for d, _ in one.denied) == any(d.name == name for d, _ in whole.denied)
+            assert not one.tools_wire and not one.prompts and not one.resources_wire  # nothing else to find
+        view, caller = narrowed, listed
