@@ -104,7 +104,7 @@ class BearerAuth:
     """`Authenticator.identify` in front of `app`; the session's run-level allow list (header `X-Triad-Tools` or
     query parameter `tools`) joins the identity here. The token stops here: it is not left in the scope, and
     nothing Triad sends upstream carries it. A request that names another identity's session is counted as a
-    failure of its source and identity, then left to the SDK, which answers it as an unknown session."""
+    failure of that identity, then left to the SDK, which answers it as an unknown session."""
 
     def __init__(self, app: ASGIApp, auth: Authenticator, foreign_session: SessionCheck | None = None) -> None:
         self.app = app
@@ -123,7 +123,8 @@ class BearerAuth:
             await identity(scope, receive, send)
             return
         if self._foreign_session is not None and self._foreign_session(scope, identity):
-            self.auth.throttle.failed("session_mismatch", source_key(scope), identity_key(identity))
+            # held against the identity the request proved, not its source: on loopback the source is everyone's
+            self.auth.throttle.failed("session_mismatch", identity_key(identity))
         request = Request(scope)
         sent = ((request.headers.get(RUN_LIST_HEADER), "X-Triad-Tools"),
                 (request.query_params.get(RUN_LIST_QUERY), "?tools="))

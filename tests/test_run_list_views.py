@@ -1,6 +1,7 @@
 """A run-level list narrows a view without building one (issue 28, point 1): the narrowed view of a whole list
-(`narrow_by_run_list`) and the one-name view of a call (`narrow_to_name`) must decide exactly as the seven-layer
-pipeline does on a view built from scratch, for generated catalogs, policies and lists."""
+(`narrow_by_run_list`, one list at a time) and the one-name view of a call (`narrow_to_name`, every list at once,
+from the caller's unlisted view) must decide exactly as the seven-layer pipeline does on a view built from scratch,
+for generated catalogs, policies and lists."""
 
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ def test_narrowed_views_decide_as_a_view_built_whole(alpha: list[str], beta: lis
         assert narrowed.prompts_wire == whole.prompts_wire and narrowed.resources_wire == whole.resources_wire
         assert {d.name for d, _ in narrowed.denied} == {d.name for d, _ in whole.denied}
         for name in registry.tools:
-            one = narrow_to_name(view, listed, pipeline, name)
+            one = narrow_to_name(build_view(registry, Identity("ide"), pipeline), listed, pipeline, name)
             assert set(one.tools) == ({name} & set(whole.tools))
             assert any(d.name == name for d, _ in one.denied) == any(d.name == name for d, _ in whole.denied)
             assert not one.tools_wire and not one.prompts and not one.resources_wire  # nothing else to find

@@ -134,18 +134,19 @@ class Live:
     def request_view(self, identity: Identity, params: Mapping[str, JSON] | None, own: SessionLists = (), *,
                      only: str | None = None) -> ClientView:
         """The view for one request: the caller's, narrowed by the request's own run-level list if it has one.
-        `only`: the request touches that one tool or prompt and nothing else (a call, a get), so a list it carries
-        is decided for that name alone (`narrow_to_name`): a list a client picks per request then costs one match,
-        not one per tool."""
+        `only`: the request touches that one tool and nothing else (a call), so the run-level lists it carries
+        (its session's header and its own `_meta`) are decided for that name alone (`narrow_to_name`): a list a
+        client picks per request then costs one match, not one per tool."""
         meta = params.get("_meta") if params else None
-        if not isinstance(meta, Mapping) or RUN_LIST_META_KEY not in meta:
+        if isinstance(meta, Mapping) and RUN_LIST_META_KEY in meta:
+            patterns, source = meta[RUN_LIST_META_KEY], f"_meta[{RUN_LIST_META_KEY!r}]"
+            if isinstance(patterns, str):
+                patterns = run_list(patterns, source)
+            if not isinstance(patterns, list | tuple) or not all(isinstance(p, str) for p in patterns):
+                raise InvalidRequest(f"{source} must be a list of tool patterns")
+            identity = dataclasses.replace(identity, run_lists=(*identity.run_lists,
+                                                                bounded_run_list(patterns, source)))
+        if only is None or not identity.run_lists:
             return self.view(identity, own)
-        patterns, source = meta[RUN_LIST_META_KEY], f"_meta[{RUN_LIST_META_KEY!r}]"
-        if isinstance(patterns, str):
-            patterns = run_list(patterns, source)
-        if not isinstance(patterns, list | tuple) or not all(isinstance(p, str) for p in patterns):
-            raise InvalidRequest(f"{source} must be a list of tool patterns")
-        listed = dataclasses.replace(identity, run_lists=(*identity.run_lists, bounded_run_list(patterns, source)))
-        if only is None:
-            return self.view(listed, own)
-        return narrow_to_name(self.view(identity, own), listed, self.current().pipeline, only)
+        unlisted = self.view(dataclasses.replace(identity, run_lists=()), own)
+        return narrow_to_name(unlisted, identity, self.current().pipeline, only)

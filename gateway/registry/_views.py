@@ -185,20 +185,22 @@ def narrow_by_run_list(base: ClientView, identity: Identity, registry: Registry,
 
 
 def narrow_to_name(base: ClientView, identity: Identity, pipeline: Pipeline, name: str) -> ClientView:
-    """The view of `identity` (`base.identity` with one more run-level list) for a request that touches the tool
-    `name` and nothing else (a call): that tool alone, if the list lets it through, and nothing more, so any other
-    use of this view finds nothing (fail closed). A core tool is kept as it is (the list does not narrow it; what
-    it reaches is found in the whole narrowed view: `gateway.calls`)."""
+    """The view of `identity` (`base.identity` with more run-level lists after its own) for a request that touches
+    the tool `name` and nothing else (a call): that tool alone, if every added list lets it through, and nothing
+    more, so any other use of this view finds nothing (fail closed). A core tool is kept as it is (lists do not
+    narrow it; what it reaches is found in the whole narrowed view: `gateway.calls`)."""
     entry = base.tools.get(name)
     kept: dict[str, PlanEntry] = {}
     denied = base.denied
     if entry is not None and entry.executor.kind == "core":
         kept = {name: entry}
     elif entry is not None:
-        steps = pipeline.run_level_denials(len(identity.run_lists), identity.run_lists[-1],
-                                           {name: base.facts[name]})
-        if name in steps:
-            denied = (*denied, (entry.descriptor, Decision(False, (steps[name],))))
+        facts = {name: base.facts[name]}
+        for index in range(len(base.identity.run_lists) + 1, len(identity.run_lists) + 1):
+            steps = pipeline.run_level_denials(index, identity.run_lists[index - 1], facts)
+            if name in steps:
+                denied = (*denied, (entry.descriptor, Decision(False, (steps[name],))))
+                break
         else:
             kept = {name: entry}
     return dataclasses.replace(base, identity=identity, denied=denied, tools=kept, tools_wire=(), resources_wire=(),
