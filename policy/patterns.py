@@ -20,6 +20,7 @@ user's `policy.tool_groups`, which expand to their own patterns. A tool is match
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -97,8 +98,11 @@ class Group:
 Matcher = Glob | Group
 
 
+@functools.lru_cache(maxsize=4096)
 def compile_glob(pattern: str) -> Glob | None:
-    """None for an empty pattern (which is dropped, as in the reference)."""
+    """None for an empty pattern (which is dropped, as in the reference). Globs are immutable, so one compiled for a
+    run-level list's budget (`search_cost`) is the one its matchers use; the cache is bounded (clients pick
+    patterns freely)."""
     normalized = pattern.strip().lower()
     if not normalized:
         return None
