@@ -14,7 +14,7 @@ import jwt
 import pytest
 
 from exposers.auth._tokens import TokenRejected, TokenValidator
-from gateway.config._models import OAuthConfig
+from gateway.config import OAuthConfig
 from tests.conftest import NODE_DIR, TRIAD, Proc, marker, node_bin, start_fixture, write_config
 from tests.test_direct_path import Raw, call
 from tests.test_oauth import OTHER_RESOURCE, AuthServer, free_port, signing_key
