@@ -10,6 +10,7 @@ from policy.patterns import (
     search_cost,
 )
 from policy.pipeline import LAYER_NAMES, Decision, Identity, Pipeline, Step
+from policy.tool_index import ToolIndex
 
-__all__ = ["LAYER_NAMES", "Decision", "Glob", "Identity", "Pipeline", "Step", "ToolFacts", "compile_glob",
+__all__ = ["LAYER_NAMES", "Decision", "Glob", "Identity", "Pipeline", "Step", "ToolFacts", "ToolIndex", "compile_glob",
            "compile_globs", "compile_patterns", "first_match", "search_cost"]

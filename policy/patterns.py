@@ -59,11 +59,25 @@ class Glob:
     _size: int = 0
     """Characters a name needs at least: those of the segments."""
 
+    @property
+    def exact(self) -> str | None:
+        """The normalised pattern when it has no star."""
+        return self._exact
+
+    @property
+    def parts(self) -> tuple[str, ...]:
+        """The segments between its stars (empty for an exact pattern)."""
+        return self._parts
+
     def matches_text(self, text: str) -> bool:
         return self._matches(text.strip().lower())
 
     def matches(self, tool: ToolFacts) -> bool:
         return any(self._matches(form) for form in tool.forms())
+
+    def matches_form(self, form: str) -> bool:
+        """`form` is a name already lowercased and trimmed (`ToolFacts.forms`, stripped)."""
+        return self._matches(form)
 
     def _matches(self, text: str) -> bool:
         """`text` is normalised. Linear in it: each segment is looked for once, after the one before."""
@@ -117,10 +131,11 @@ def search_cost(pattern: str) -> int:
     """How many segment searches matching `pattern` costs per name, beyond dict lookups: 0 for an exact name, a
     prefix `x*`, a suffix `*x`, `*` or a group; else its stars (a bound on these bounds a run-level list's work)."""
     glob = None if pattern.strip().lower().startswith("group:") else compile_glob(pattern)
-    return 0 if glob is None or _shape(glob) != "other" else len(glob._parts) - 1
+    return 0 if glob is None or shape(glob) != "other" else len(glob._parts) - 1
 
 
-def _shape(glob: Glob) -> str:
+def shape(glob: Glob) -> str:
+    """`exact`, `prefix` (`x*`, and `*`), `suffix` (`*x`) or `other`: the first three are lookups, not searches."""
     if glob._exact is not None:
         return "exact"
     if len(glob._parts) == 2 and not glob._parts[1]:
@@ -189,12 +204,12 @@ class MatcherSet:
             if isinstance(matcher, Group):
                 self._groups.append((index, matcher))
                 continue
-            shape = _shape(matcher)
-            if shape == "exact" and matcher._exact is not None:
+            kind = shape(matcher)
+            if kind == "exact" and matcher._exact is not None:
                 self._exact.setdefault(matcher._exact, index)
-            elif shape == "prefix":
+            elif kind == "prefix":
                 prefixes.setdefault(len(matcher._parts[0]), {}).setdefault(matcher._parts[0], index)
-            elif shape == "suffix":
+            elif kind == "suffix":
                 suffixes.setdefault(len(matcher._parts[1]), {}).setdefault(matcher._parts[1], index)
             else:
                 self._globs.append((index, matcher))

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from policy.config import PolicyConfig, ToolRule
 from policy.patterns import MatcherSet, ToolFacts, compile_patterns
+from policy.tool_index import ToolIndex
 
 DEFAULT_REMOTE_DENY = ("exec", "spawn", "shell", "fs_write", "fs_delete", "fs_move", "apply_patch")
 """Denied when Triad listens on a non-loopback address (after OpenClaw's DEFAULT_GATEWAY_HTTP_TOOL_DENY), matched
@@ -157,18 +158,16 @@ class Pipeline:
             return Step(7, source, False, None, NOT_IN_RUN_LIST)
         return Step(7, source, True, match.pattern, f"allowed by {match.pattern!r}")
 
-    def run_level_denials(self, index: int, patterns: Sequence[str], tools: Mapping[str, ToolFacts]
-                          ) -> dict[str, Step]:
+    def run_level_denials(self, index: int, patterns: Sequence[str], tools: ToolIndex) -> dict[str, Step]:
         """Layer 7 alone for many tools: the step of each tool of `tools` (by name) that the `index`-th run-level
         list denies. A view narrowed by one more list decides only this, for the tools its caller's view already
-        allows (`gateway.registry.narrow_by_run_list`): one match per tool, the list compiled once."""
+        allows (`gateway.registry.narrow_by_run_list`): the list compiled once, each of its patterns looked up
+        among the tools (`policy.ToolIndex`)."""
         source = f"run-level list {index}"
         if not patterns:
-            empty = Step(7, source, False, None, EMPTY_RUN_LIST)
-            return dict.fromkeys(tools, empty)
-        matchers = self._run_set(tuple(patterns))
+            return dict.fromkeys(tools.names, Step(7, source, False, None, EMPTY_RUN_LIST))
         unlisted = Step(7, source, False, None, NOT_IN_RUN_LIST)  # one for all
-        return {name: unlisted for name, tool in tools.items() if matchers.first(tool) is None}
+        return dict.fromkeys(tools.unmatched(self._run_set(tuple(patterns)).matchers), unlisted)
 
     def _run_set(self, patterns: tuple[str, ...]) -> MatcherSet:
         found = self._run_sets.get(patterns)

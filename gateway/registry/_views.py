@@ -25,7 +25,7 @@ from gateway.registry._descriptors import PromptEntry, Registry, ToolDescriptor
 from gateway.registry._naming import expose_uri
 from gateway.registry._planner import HiddenEntry, PlanEntry, ToolPlan, build_plan
 from gateway.registry._schemas import PROFILES, normalize
-from policy import Decision, Identity, Pipeline, ToolFacts, compile_patterns
+from policy import Decision, Identity, Pipeline, ToolFacts, ToolIndex, compile_patterns
 
 
 @dataclass(frozen=True)
@@ -66,6 +66,13 @@ class ClientView:
         """What a pattern sees of each tool this caller may call, computed once per view: views narrowed from
         this one by a run-level list match against these."""
         return {name: tool_facts(entry.descriptor) for name, entry in self.tools.items()}
+
+    @functools.cached_property
+    def index(self) -> ToolIndex:
+        """The tools a run-level list narrows (all this caller may call but the core tools), laid out once per
+        view for deciding a whole list at a time (`narrow_by_run_list`)."""
+        return ToolIndex({name: facts for name, facts in self.facts.items()
+                          if self.tools[name].executor.kind != "core"})
 
     @functools.cached_property
     def tool_names(self) -> frozenset[str]:
@@ -160,9 +167,7 @@ def narrow_by_run_list(base: ClientView, identity: Identity, registry: Registry,
     the plan and the serialised tools are `base`'s: a list a client sends with one request costs one match per
     tool it could call, not a new view (which decides every layer and serialises every tool)."""
     index, patterns = len(identity.run_lists), identity.run_lists[-1]
-    # a run-level list narrows what the core tools reach, not the core tools themselves
-    listed = {name: facts for name, facts in base.facts.items() if base.tools[name].executor.kind != "core"}
-    steps = pipeline.run_level_denials(index, patterns, listed)
+    steps = pipeline.run_level_denials(index, patterns, base.index)
     tools = {name: entry for name, entry in base.tools.items() if name not in steps}
     decisions = {step: Decision(False, (step,)) for step in set(steps.values())}  # one or two, shared
     denied = base.denied + tuple((base.tools[name].descriptor, decisions[step]) for name, step in steps.items())
@@ -195,11 +200,11 @@ def narrow_to_name(base: ClientView, identity: Identity, pipeline: Pipeline, nam
     if entry is not None and entry.executor.kind == "core":
         kept = {name: entry}
     elif entry is not None:
-        facts = {name: base.facts[name]}
+        facts = base.facts[name]
         for index in range(len(base.identity.run_lists) + 1, len(identity.run_lists) + 1):
-            steps = pipeline.run_level_denials(index, identity.run_lists[index - 1], facts)
-            if name in steps:
-                denied = (*denied, (entry.descriptor, Decision(False, (steps[name],))))
+            step = pipeline.run_level(index, identity.run_lists[index - 1], facts)
+            if not step.allowed:
+                denied = (*denied, (entry.descriptor, Decision(False, (step,))))
                 break
         else:
             kept = {name: entry}
