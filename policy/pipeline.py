@@ -158,16 +158,16 @@ class Pipeline:
             return Step(7, source, False, None, NOT_IN_RUN_LIST)
         return Step(7, source, True, match.pattern, f"allowed by {match.pattern!r}")
 
-    def run_level_denials(self, index: int, patterns: Sequence[str], tools: ToolIndex) -> dict[str, Step]:
-        """Layer 7 alone for many tools: the step of each tool of `tools` (by name) that the `index`-th run-level
-        list denies. A view narrowed by one more list decides only this, for the tools its caller's view already
-        allows (`gateway.registry.narrow_by_run_list`): the list compiled once, each of its patterns looked up
-        among the tools (`policy.ToolIndex`)."""
+    def run_level_denials(self, index: int, patterns: Sequence[str], tools: ToolIndex) -> tuple[Step, list[str]]:
+        """Layer 7 alone for many tools: the names of the tools of `tools` that the `index`-th run-level list
+        denies, and the one step that says why for all of them. A view narrowed by one more list decides only this,
+        for the tools its caller's view already allows (`gateway.registry.narrow_by_run_list`): the list compiled
+        once, each of its patterns looked up among the tools (`policy.ToolIndex`)."""
         source = f"run-level list {index}"
         if not patterns:
-            return dict.fromkeys(tools.names, Step(7, source, False, None, EMPTY_RUN_LIST))
-        unlisted = Step(7, source, False, None, NOT_IN_RUN_LIST)  # one for all
-        return dict.fromkeys(tools.unmatched(self._run_set(tuple(patterns)).matchers), unlisted)
+            return Step(7, source, False, None, EMPTY_RUN_LIST), list(tools.names)
+        return (Step(7, source, False, None, NOT_IN_RUN_LIST),
+                tools.unmatched(self._run_set(tuple(patterns)).matchers))
 
     def _run_set(self, patterns: tuple[str, ...]) -> MatcherSet:
         found = self._run_sets.get(patterns)

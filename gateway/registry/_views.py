@@ -11,7 +11,9 @@ import base64
 import binascii
 import dataclasses
 import functools
+import itertools
 import json
+import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -161,19 +163,24 @@ def down_upstream(view: ClientView, name: str, pipeline: Pipeline) -> str | None
     return executor.id if pipeline.decide(view.identity, tool_facts(entry.descriptor)).allowed else None
 
 
+_DESCRIPTOR = operator.attrgetter("descriptor")
+
+
 def narrow_by_run_list(base: ClientView, identity: Identity, registry: Registry, pipeline: Pipeline) -> ClientView:
     """The view of `identity`, which is `base.identity` with one more run-level list (its last): `base` with only
     layer 7 decided, for the tools `base` allows. A run-level list only narrows, so every other layer's decision,
     the plan and the serialised tools are `base`'s: a list a client sends with one request costs one match per
     tool it could call, not a new view (which decides every layer and serialises every tool)."""
     index, patterns = len(identity.run_lists), identity.run_lists[-1]
-    steps = pipeline.run_level_denials(index, patterns, base.index)
-    tools = {name: entry for name, entry in base.tools.items() if name not in steps}
-    decisions = {step: Decision(False, (step,)) for step in set(steps.values())}  # one or two, shared
-    denied = base.denied + tuple((base.tools[name].descriptor, decisions[step]) for name, step in steps.items())
+    step, names = pipeline.run_level_denials(index, patterns, base.index)
     unlisted = base.unlisted or base
-    if len(tools) == len(base.tools):
+    if not names:
         return dataclasses.replace(base, identity=identity, unlisted=unlisted)
+    out = frozenset(names)
+    tools = {name: entry for name, entry in base.tools.items() if name not in out}
+    # one decision for every tool the list denies, paired in C loops: thousands of tools per fresh list
+    entries = map(base.tools.__getitem__, names)
+    denied = base.denied + tuple(zip(map(_DESCRIPTOR, entries), itertools.repeat(Decision(False, (step,)))))
     seen = {entry.executor.id for entry in tools.values() if entry.executor.kind == "mcp"}
     with_tools = _with_tools(registry)
     ready = {name for name in base.visible_upstreams if name in seen or name not in with_tools}
