@@ -188,8 +188,8 @@ def narrow_by_run_list(base: ClientView, identity: Identity, registry: Registry,
     tools_wire = tuple(wire for wire in base.tools_wire if wire.get("name") in tools)
     prompts_wire = _prompts_wire(prompts)
     # what a client would notice: `base`'s tools and which of them this list keeps (no new serialisation)
-    names = tuple(str(wire.get("name")) for wire in tools_wire)
-    fingerprint = (hash((base.fingerprint[0], names)), _digest(resources + templates), _digest(prompts_wire))
+    listed = tuple(str(wire.get("name")) for wire in tools_wire)
+    fingerprint = (hash((base.fingerprint[0], listed)), _digest(resources + templates), _digest(prompts_wire))
     return dataclasses.replace(base, identity=identity, denied=denied, tools=tools, tools_wire=tools_wire,
                                resources_wire=resources, templates_wire=templates, prompts=prompts,
                                prompts_wire=prompts_wire, visible_upstreams=frozenset(ready), fingerprint=fingerprint,
