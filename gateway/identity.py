@@ -32,9 +32,11 @@ __all__ = [
     "MAX_PATTERN_LENGTH",
     "MAX_RUN_LIST_PATTERNS",
     "MAX_RUN_LIST_WILDCARDS",
+    "MAX_RUN_LIST_WORK",
     "Identity",
     "RunListTooLarge",
     "bounded_run_list",
+    "bounded_run_list_work",
     "credential_owner",
     "identity_for",
     "identity_for_token",
@@ -109,6 +111,11 @@ MAX_RUN_LIST_WILDCARDS = 64
 """Stars in one run-level list's globs that are neither exact names nor a prefix `x*` nor a suffix `*x` (those are
 dict lookups): each costs a segment search per form of every tool's name that a view or a call decides on."""
 
+MAX_RUN_LIST_WORK = 64_000
+"""Stars in a run-level list's inner globs times the tools a view narrowed by it decides on (a view of 1,000 tools
+takes the 64 stars `MAX_RUN_LIST_WILDCARDS` allows, one of 5,000 tools 12): each inner glob is matched against
+every such tool (in RE2, `policy.ToolIndex`), where exact names, prefixes and suffixes are looked up once."""
+
 
 class RunListTooLarge(InvalidRequest):
     """A run-level list over `MAX_RUN_LIST_PATTERNS` patterns, with a pattern over `MAX_PATTERN_LENGTH`, or with
@@ -131,6 +138,15 @@ def bounded_run_list(patterns: Sequence[str], source: str) -> tuple[str, ...]:
         raise RunListTooLarge(f"{source} has {cost} stars in globs other than exact names, prefixes (x*) and "
                               f"suffixes (*x); the limit is {MAX_RUN_LIST_WILDCARDS}")
     return tuple(patterns)
+
+
+def bounded_run_list_work(patterns: Sequence[str], tools: int) -> None:
+    """`RunListTooLarge` when deciding `patterns` for `tools` tools at once is over `MAX_RUN_LIST_WORK`."""
+    stars = sum(map(search_cost, patterns))
+    if stars * tools > MAX_RUN_LIST_WORK:
+        raise RunListTooLarge(f"the run-level list has {stars} stars in globs other than exact names, prefixes (x*) "
+                              f"and suffixes (*x), for {tools:,} tools: {stars * tools:,} star-tools; the limit is "
+                              f"{MAX_RUN_LIST_WORK:,} (MAX_RUN_LIST_WORK); name tools or use prefixes and suffixes")
 
 
 def run_list(value: str, source: str = "the run-level list") -> tuple[str, ...]:

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from consumers import Catalog
-from gateway.identity import Identity
+from gateway.identity import MAX_RUN_LIST_WORK, Identity, RunListTooLarge
 from gateway.registry._catalog import UpstreamSnapshot, build_upstream_sources
 from gateway.registry._descriptors import build_registry
 from gateway.registry._views import build_view, narrow_by_run_list, narrow_to_name
@@ -92,3 +92,24 @@ def test_a_list_over_many_tools_runs_no_glob_scan_per_tool(monkeypatch: pytest.M
     narrowed = narrow_by_run_list(view, listed, registry, pipeline)
     assert list(narrowed.tools) == list(whole.tools)
     assert scans == 0
+
+
+@pytest.mark.parametrize("tools", [10, 400, 1_000, 2_000])
+def test_a_list_whose_inner_globs_times_the_tools_are_over_the_work_budget_is_refused_naming_it(tools: int) -> None:
+    """Every inner glob is matched against every tool of the view: their product is bounded, whatever the view's
+    size; exact names, prefixes and suffixes cost one lookup each and are never counted."""
+    catalog = Catalog(tools=tuple({"name": f"tool_{i:04d}", "inputSchema": {"type": "object"}} for i in range(tools)),
+                      capabilities={"tools": {}})
+    built = build_upstream_sources(CONFIG, {"alpha": UpstreamSnapshot(catalog, "ready")})
+    registry = build_registry(1, built.sources, built.context)
+    pipeline = Pipeline(CONFIG.policy, {})
+    view = build_view(registry, Identity("ide"), pipeline)
+    for stars in (2, 16, 64):
+        patterns = (*(f"*{i}*x" for i in range(stars // 2)), *(f"alpha__tool_{i:04d}*" for i in range(400)))
+        listed = Identity("ide", run_lists=(patterns,))
+        if stars * len(view.index) > MAX_RUN_LIST_WORK:
+            with pytest.raises(RunListTooLarge, match=f"{stars} stars .* the limit is 64,000 .MAX_RUN_LIST_WORK."):
+                narrow_by_run_list(view, listed, registry, pipeline)
+        else:
+            assert list(narrow_by_run_list(view, listed, registry, pipeline).tools) == \
+                list(build_view(registry, listed, pipeline).tools)

@@ -21,6 +21,7 @@ from typing import Literal
 from consumers import JSONObject, OwnLists
 from gateway.config import ToolsMode
 from gateway.errors import StaleCursor
+from gateway.identity import bounded_run_list_work
 from gateway.registry._catalog import SERVING, TAKES_TASKS_KEY, upstream_context_key, upstream_of_key
 from gateway.registry._core_tools import TOOLS_MODE_KEY
 from gateway.registry._descriptors import PromptEntry, Registry, ToolDescriptor
@@ -172,6 +173,7 @@ def narrow_by_run_list(base: ClientView, identity: Identity, registry: Registry,
     the plan and the serialised tools are `base`'s: a list a client sends with one request costs one match per
     tool it could call, not a new view (which decides every layer and serialises every tool)."""
     index, patterns = len(identity.run_lists), identity.run_lists[-1]
+    bounded_run_list_work(patterns, len(base.index))
     step, names = pipeline.run_level_denials(index, patterns, base.index)
     unlisted = base.unlisted or base
     if not names:
