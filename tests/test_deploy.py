@@ -47,8 +47,9 @@ def test_run_clusters_redis_keeps_its_data_across_a_restart(procs: list[Proc], t
     with banner.open("wb") as stdout:
         script = subprocess.Popen(["sh", str(ROOT / "deploy" / "run-cluster.sh")], cwd=ROOT, stdout=stdout,
                                   stderr=subprocess.DEVNULL,
-                                  env={**os.environ, "TRIAD_FRONT_PORT": str(front), "TRIAD_REDIS_PORT": str(redis_port),
-                                       "TRIAD_PEER_PORT": str(free_port()), "TRIAD_DATA_DIR": str(data)})
+                                  env={**os.environ, "TRIAD_FRONT_PORT": str(front),
+                                       "TRIAD_REDIS_PORT": str(redis_port), "TRIAD_PEER_PORT": str(free_port()),
+                                       "TRIAD_DATA_DIR": str(data)})
     try:
         wait_until(lambda: "triad cluster: http://" in banner.read_text(), "the deployment's banner", timeout=120)
         client = redis.Redis(port=redis_port)
