@@ -4,6 +4,9 @@
 # Needs Debian's redis-server and haproxy (`make system-tools`) and Triad's venv (`make setup`). Ctrl-C stops all.
 # Ports: TRIAD_FRONT_PORT (8770), replicas TRIAD_FRONT_PORT+1..+3, TRIAD_REDIS_PORT (6390), HAProxy's peers
 # TRIAD_PEER_PORT (TRIAD_FRONT_PORT+10). A replica that fails to start stops everything (exit 1).
+# Redis keeps its append-only file in TRIAD_DATA_DIR/redis (default deploy/.data/redis), which outlives this
+# script: the cluster's state (approvals' cache, rate-limit buckets, session records, per-user tokens) survives a
+# restart of Redis or of the whole deployment. Logs and generated files go to a temporary directory, removed on exit.
 set -eu
 cd "$(dirname "$0")/.."
 FRONT=${TRIAD_FRONT_PORT:-8770}
@@ -11,6 +14,9 @@ export TRIAD_REDIS_PORT=${TRIAD_REDIS_PORT:-6390}
 export TRIAD_CLUSTER_KEY=${TRIAD_CLUSTER_KEY:-$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')}
 TRIAD=${TRIAD:-.venv/bin/triad}
 RUN=$(mktemp -d "${TMPDIR:-/tmp}/triad-cluster.XXXXXX")
+DATA=${TRIAD_DATA_DIR:-deploy/.data}
+mkdir -p "$DATA/redis"
+DATA=$(cd "$DATA" && pwd)
 PIDS=""
 stop() {
     # SIGTERM: each replica leaves the cluster, drains its calls in flight and exits
@@ -20,7 +26,7 @@ stop() {
 }
 trap stop EXIT INT TERM
 
-redis-server --port "$TRIAD_REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly yes --appendfsync everysec --dir "$RUN" \
+redis-server --port "$TRIAD_REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly yes --appendfsync everysec --dir "$DATA/redis" \
     --logfile "$RUN/redis.log" &
 PIDS="$!"
 SERVERS=""

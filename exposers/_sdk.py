@@ -9,7 +9,8 @@ starts with `_`.
   public accessor); Triad's state of the session is found by it in `exposers.sessions`.
 - `session_transport` / `held`: a request served on Triad's direct HTTP path must count as activity of its
   session, as `StreamableHTTPServerTransport.handle_request` counts its own (`_requests_in_flight`,
-  `_idle_timeout`, `idle_scope`); the transport is found in `StreamableHTTPSessionManager._server_instances`.
+  `_idle_timeout`, `idle_scope`); the transport is found in `StreamableHTTPSessionManager._server_instances`
+  (`live_transports`: all of them, whose GET streams a drain ends).
 - `SESSION_LOGGERS`: the SDK's session managers log session ids in clear (a session id is a bearer secret);
   `hide_session_ids` filters those loggers' records (and drops their per-request credential-mismatch lines).
 - `request_channel`: a request's own outbound channel (its `DispatchContext`: on streamable HTTP the request's
@@ -81,6 +82,11 @@ def session_transport(manager: StreamableHTTPSessionManager, session_id: str) ->
     if transport.idle_scope is not None and transport.idle_scope.cancel_called:
         return None
     return transport
+
+
+def live_transports(manager: StreamableHTTPSessionManager) -> list[StreamableHTTPServerTransport]:
+    """The transports of every live handshake-era HTTP session (`_server_instances`)."""
+    return [transport for transport in manager._server_instances.values() if not transport.is_terminated]
 
 
 @contextlib.contextmanager

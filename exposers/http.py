@@ -34,7 +34,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from consumers import JSONObject
 from exposers._bearer import Authenticator, BearerAuth, principal_user
 from exposers._host_rules import LoopbackGuard, security_settings
-from exposers._sdk import hide_session_ids, session_transport, sse_session_owner
+from exposers._sdk import hide_session_ids, live_transports, session_transport, sse_session_owner
 from exposers._throttle import AuthThrottle
 from exposers._wire import StrictJson
 from exposers.admission import Admission, refuse_quota, sse_places
@@ -94,6 +94,18 @@ def build_app(server: GatewayServer, dispatcher: Dispatcher, notifier: Notifier,
                 await transport.terminate()
 
     notifier.close_session = close_session
+    draining = False
+
+    def end_streams() -> None:
+        """The drain has begun: each session's standalone GET stream ends now (an idle stream would hold the exit
+        for the whole graceful shutdown, then be cut with an error), and a new one is refused with 405, which the
+        spec lets a server answer for a stream it does not offer; the sessions go on over POST until exit."""
+        nonlocal draining
+        draining = True
+        for transport in live_transports(manager):
+            transport.close_standalone_sse_stream()
+
+    notifier.end_streams = end_streams
 
     async def handle_sse(scope: Scope, receive: Receive, send: Send) -> None:
         """A legacy SSE stream: the identity of its GET (run-level list included) is the session's; it holds a
@@ -198,7 +210,7 @@ def build_app(server: GatewayServer, dispatcher: Dispatcher, notifier: Notifier,
         router = ClusterRouter(mcp, cluster, lambda sid: session_transport(manager, sid) is not None,
                                MAX_REQUEST_BODY)
         mcp = router
-    mcp = BearerAuth(mcp, auth, foreign_session)
+    mcp = BearerAuth(_no_streams_while(lambda: draining, mcp), auth, foreign_session)
     app = Starlette(
         routes=[
             Route("/mcp", endpoint=mcp),
@@ -235,6 +247,21 @@ class McpFirst:
             await self._mcp(scope, receive, send)
         else:
             await self._app(scope, receive, send)
+
+
+def _no_streams_while(draining: Callable[[], bool], app: ASGIApp) -> ASGIApp:
+    """`app`, with a GET (a session's stream) answered 405 once `draining()`: a stream opened then would hold the
+    exit (`end_streams`)."""
+
+    async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
+        if draining() and scope["method"] == "GET":
+            response = JSONResponse({"error": "this replica is stopping: no new stream"}, status_code=405,
+                                    headers={"Allow": "POST, DELETE"})
+            await response(scope, receive, send)
+            return
+        await app(scope, receive, send)
+
+    return guarded
 
 
 def _endpoint(handler: Callable[[Request], Awaitable[Response]]) -> ASGIApp:

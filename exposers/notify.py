@@ -160,6 +160,9 @@ class Notifier:
         self._tg: TaskGroup | None = None
         """`run()`'s task group: the outboxes' drain tasks."""
         self.close_session: Callable[[Any], Coroutine[Any, Any, None]] = _keep
+        self.end_streams: Callable[[], None] = lambda: None
+        """At the start of a drain (SIGTERM): end every session's idle GET stream and refuse new ones (set by
+        `exposers.http`)."""
         """Closes a session that stopped reading (the HTTP app sets it: the client then gets 404 and opens anew)."""
         self.sessions_seen = sessions_seen
         """With `cluster:`, told of each handshake-era HTTP session opened and closed here (its owner record)."""

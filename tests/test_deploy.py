@@ -1,13 +1,17 @@
-"""The worked deployment (`deploy/run-cluster.sh`): it starts every replica or none."""
+"""The worked deployment (`deploy/run-cluster.sh`): it starts every replica or none, and its Redis persists."""
 
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
+from pathlib import Path
 
-from tests.cluster_env import free_port, require
-from tests.conftest import ROOT
+import redis
+
+from tests.cluster_env import free_port, redis_ping, require, wait_until
+from tests.conftest import ROOT, Proc
 
 
 def test_run_cluster_fails_when_a_replica_cannot_bind() -> None:
@@ -28,6 +32,40 @@ def test_run_cluster_fails_when_a_replica_cannot_bind() -> None:
     assert done.returncode != 0, done.stdout + done.stderr
     assert "replica r2 exited at start" in done.stderr and "cannot listen on" in done.stderr, done.stderr
     assert "triad cluster: http://" not in done.stdout
+
+
+def test_run_clusters_redis_keeps_its_data_across_a_restart(procs: list[Proc], tmp_path: Path) -> None:
+    """The deployment runs Redis with AOF persistence in TRIAD_DATA_DIR, which outlives the script (it was a
+    temporary directory removed on exit, so the persistence the README promises was lost with every stop): a key
+    written while it runs is read back by a Redis started anew on that directory."""
+    require("redis-server")
+    require("haproxy")
+    front = free_port()
+    while any(not _free(front + i) for i in (1, 2, 3, 10)):
+        front = free_port()
+    redis_port, data, banner = free_port(), tmp_path / "data", tmp_path / "stdout"
+    with banner.open("wb") as stdout:
+        script = subprocess.Popen(["sh", str(ROOT / "deploy" / "run-cluster.sh")], cwd=ROOT, stdout=stdout,
+                                  stderr=subprocess.DEVNULL,
+                                  env={**os.environ, "TRIAD_FRONT_PORT": str(front),
+                                       "TRIAD_REDIS_PORT": str(redis_port), "TRIAD_PEER_PORT": str(free_port()),
+                                       "TRIAD_DATA_DIR": str(data)})
+    try:
+        wait_until(lambda: "triad cluster: http://" in banner.read_text(), "the deployment's banner", timeout=120)
+        client = redis.Redis(port=redis_port)
+        client.set("triad-test:durable", b"kept")
+        client.execute_command("BGREWRITEAOF")  # flushed now rather than within `appendfsync everysec`
+        wait_until(lambda: client.info("persistence")["aof_rewrite_in_progress"] == 0, "the AOF rewrite")
+        client.close()
+    finally:
+        script.send_signal(signal.SIGTERM)  # the script stops what it started (its own trap)
+        script.wait(60)
+    assert (data / "redis").is_dir() and any((data / "redis").iterdir()), "the AOF is where the deployment says"
+    again = Proc([require("redis-server"), "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",
+                  "--appendonly", "yes", "--dir", str(data / "redis")])
+    procs.append(again)
+    wait_until(lambda: redis_ping(redis_port), "redis-server to answer")
+    assert redis.Redis(port=redis_port).get("triad-test:durable") == b"kept"
 
 
 def _free(port: int) -> bool:

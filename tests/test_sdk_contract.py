@@ -52,6 +52,9 @@ def test_the_session_manager_finds_transports_by_session_id() -> None:
     manager._server_instances["s1"] = transport
     expect(_sdk.session_transport(manager, "s1") is transport, "a live transport is found by its session id")
     expect(_sdk.session_transport(manager, "s2") is None, "an unknown id finds nothing")
+    expect(_sdk.live_transports(manager) == [transport], "every live transport is listed (a drain ends their streams)")
+    expect(callable(getattr(transport, "close_standalone_sse_stream", None)),
+           "a transport ends its standalone GET stream with close_standalone_sse_stream()")
 
 
 def test_a_request_held_on_the_direct_path_suspends_the_idle_countdown() -> None:

@@ -39,7 +39,7 @@ from exposers.console.auth import (
 )
 from gateway.calls import Dispatcher
 from gateway.observe import Reloads
-from gateway.state import SharedStateUnavailable
+from gateway.state import PinStateUnreadable, SharedStateUnavailable
 
 HERE = Path(__file__).parent
 CONTENT_SECURITY_POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
@@ -185,7 +185,7 @@ def build_console(dispatcher: Dispatcher, reloader: Reloads | None, throttle: Au
     async def pins(request: Request, session: ConsoleSession) -> Response:
         try:
             configured, rows = await pages.pending_pins(dispatcher)
-        except SharedStateUnavailable:
+        except (SharedStateUnavailable, PinStateUnreadable):
             return pins_unavailable(request, session)
         return render(request, "pins.html", session, configured=configured, rows=rows,
                       approved=request.query_params.get("approved"), unavailable=False)
@@ -194,7 +194,7 @@ def build_console(dispatcher: Dispatcher, reloader: Reloads | None, throttle: Au
         tool = request.state.form.get("tool")
         try:
             done = isinstance(tool, str) and await pages.approve(dispatcher, tool)
-        except SharedStateUnavailable:
+        except (SharedStateUnavailable, PinStateUnreadable):
             return pins_unavailable(request, session)
         if not done:
             return refused(request, "no such tool, or no pin_definitions hook")

@@ -15,7 +15,7 @@ from gateway.config import TriadConfig
 from gateway.registry import MAX_LIMIT, MAX_QUERY_CHARS, explain, plan_report, upstream_states
 from gateway.runtime import running_gateway
 from gateway.search import find
-from gateway.state import FilePins, Pins, PinStore, SharedStateUnavailable
+from gateway.state import FilePins, Pins, PinStateUnreadable, PinStore, SharedStateUnavailable
 from policy import Identity
 
 PLAN_MARGIN = 5.0
@@ -61,6 +61,9 @@ async def approve(config: TriadConfig, names: list[str]) -> int:
             try:
                 changed = [await store.approve(descriptor.executor.id, descriptor.executor.tool, descriptor.wire)
                            for store in stores]
+            except PinStateUnreadable as exc:  # never written over: the operator decides what it held
+                print(f"triad: cannot approve: {exc}", file=sys.stderr)
+                return 1
             except SharedStateUnavailable:
                 print("triad: cannot approve: the cluster's approvals are in Redis, which is unreachable",
                       file=sys.stderr)

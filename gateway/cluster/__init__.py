@@ -12,16 +12,18 @@ from gateway.cluster._events import Event
 from gateway.cluster._link import RedisDown
 from gateway.cluster._replicas import Heartbeat
 from gateway.cluster._secret_box import SecretBox, SecretUnreadable
-from gateway.cluster._vault import Vault
+from gateway.cluster._vault import MAX_SECRET_BYTES, SecretTooLarge, Vault
 from gateway.cluster._vault_tokens import vault_stores
 
 __all__ = [
+    "MAX_SECRET_BYTES",
     "Cluster",
     "ClusterKeyMismatch",
     "Event",
     "Heartbeat",
     "RedisDown",
     "SecretBox",
+    "SecretTooLarge",
     "SecretUnreadable",
     "Vault",
     "vault_stores",

@@ -57,7 +57,7 @@ class Cluster:
         self.vault = Vault(self.link, self.box, self.rejections)
         """Per-identity secrets, encrypted with the cluster key."""
         self.draining = False
-        """Stopping: `/readyz` answers 503 so the load balancer takes this replica out (`leave`)."""
+        """Stopping: `/readyz` answers 503 so the load balancer takes this replica out (`drain`)."""
 
     # -- SharedState ---------------------------------------------------------------------------------------------
 
@@ -102,14 +102,20 @@ class Cluster:
                 "skipped_records": self.rejections.total,
                 "replicas": {name: {"address": record.address, "last_beat_s": round(now - record.beat, 2),
                                     "sessions": record.sessions, "upstreams_ready": record.upstreams_ready,
-                                    "version": record.version}
+                                    "version": record.version, "draining": record.draining}
                              for name, record in self.replicas.alive.items()}}
 
-    async def leave(self) -> None:
-        """Before stopping: not ready any more, gone from the cluster's view, for `drain_delay` seconds."""
-        self.draining = True
-        await self.replicas.leave(stop_beating=True)
+    async def drain(self) -> None:
+        """Before stopping, for `drain_delay` seconds: not ready any more (the load balancer takes this replica out
+        of rotation), but still in the cluster's view, marked draining, so that a request on one of its sessions
+        that lands elsewhere is still forwarded here while it serves them. `leave` ends that, as the socket
+        closes."""
+        self.draining = self.replicas.draining = True
         await anyio.sleep(self.config.drain_delay)
+
+    async def leave(self) -> None:
+        """Gone from the cluster's view at once (its socket is about to close), not after three missed beats."""
+        await self.replicas.leave(stop_beating=True)
 
     async def check_key(self) -> None:
         """Join only a cluster whose key is ours: the first replica leaves a sealed probe record; one started

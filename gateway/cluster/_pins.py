@@ -24,7 +24,7 @@ from pydantic import Field
 from consumers import JSON, JSONObject
 from gateway.cluster._link import KEY_PREFIX, Link, RedisDown
 from gateway.cluster._records import RecordModel, RecordRejected, Records, Rejections
-from gateway.state import PinStatus, PinStore, definition_hash, pinned_fields
+from gateway.state import PinStateUnreadable, PinStatus, PinStore, definition_hash, pinned_fields
 
 PIN_FIRST = """
 redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])
@@ -97,6 +97,8 @@ class RedisPins:
                 await anyio.to_thread.run_sync(self._store.remember, upstream, raw, pinned.digest, pinned.definition)
         except RedisDown:
             return "the cluster's approvals cannot be read while Redis is unreachable"
+        except PinStateUnreadable as exc:  # the durable truth is unknown: fail closed, whatever Redis holds
+            return f"its approval cannot be read ({exc})"
         if pinned is None:
             return "its definition has not been approved yet"
         if pinned.digest != digest:

@@ -40,6 +40,9 @@ class BeatRecord(RecordModel):
     sessions: int = Field(default=0, ge=0)
     version: int = Field(default=0, ge=0)
     upstreams_ready: int = Field(default=0, ge=0)
+    draining: bool = False
+    """Stopping (SIGTERM): out of the load balancer, still serving its sessions; the others keep forwarding them
+    to it until it is gone."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,8 @@ class Replicas:
         self.probe: tuple[str, bytes] | None = None
         """The cluster-key probe record (`Cluster.check_key`), put back each beat if Redis lost it."""
         self._left = False
+        self.draining = False
+        """Announced in each beat from the start of the drain on."""
 
     async def run(self, heartbeat: Heartbeat) -> None:
         while not self._left:
@@ -82,7 +87,8 @@ class Replicas:
         if self._left:
             return
         record = BeatRecord.model_validate({"replica": self.replica_id, "address": heartbeat.address,
-                                            "started": self.started, "beat": time.time(), **heartbeat.facts()})
+                                            "started": self.started, "beat": time.time(), **heartbeat.facts(),
+                                            "draining": self.draining})
         ttl_ms = int(self._beat * MISSED_BEATS * 1000)
         key = record_key(self.replica_id)
         await self._link.run(client.set(key, self._records.seal(key, record), px=ttl_ms))

@@ -20,7 +20,7 @@ from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 from consumers import JSONObject
 from gateway.cluster._link import RedisDown
 from gateway.cluster._secret_box import SecretUnreadable
-from gateway.cluster._vault import Vault
+from gateway.cluster._vault import SecretTooLarge, Vault
 
 __all__ = ["VaultTokens", "vault_stores"]
 
@@ -88,3 +88,5 @@ class VaultTokens:
         except RedisDown:  # an OSError, as for an unreadable token file: the flow reports it as such
             raise OSError("the cluster's Redis is unreachable: per-user upstream tokens cannot be read or kept") \
                 from None
+        except SecretTooLarge as exc:  # as a token file that cannot be written
+            raise OSError(f"per-user upstream tokens cannot be kept: {exc}") from None

@@ -52,6 +52,9 @@ class ReloadResult:
     ok: bool
     errors: list[str] = field(default_factory=list)
     changes: dict[str, list[str]] = field(default_factory=dict)
+    deferred: bool = False
+    """Refused for now: the file may still be being written (it would remove upstreams and was written within
+    `reload.settle`); the watcher's next stable read applies it."""
 
 
 

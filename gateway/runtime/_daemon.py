@@ -271,8 +271,10 @@ def _stopper(userver: uvicorn.Server, gw: Gateway) -> Callable[[], None]:
         if userver.should_exit or (gw.cluster is not None and gw.cluster.draining):
             userver.should_exit = userver.force_exit = True  # a second signal: stop waiting for open connections
             return
+        # idle GET streams end now, cleanly (a client reopens its stream elsewhere); they would hold the exit
+        gw.notifier.end_streams()
         if gw.cluster is not None:  # out of the load balancer first (`cluster.drain_delay`), then stop
-            gw.task_group.start_soon(leave_then_stop, name="leave-cluster")
+            gw.task_group.start_soon(drain_then_stop, name="leave-cluster")
             return
         stop_now()
 
@@ -282,9 +284,10 @@ def _stopper(userver: uvicorn.Server, gw: Gateway) -> Callable[[], None]:
         userver.should_exit = True
         gw.task_group.start_soon(gw.pool.drain, grace, SHUTDOWN_REASON, name="drain")
 
-    async def leave_then_stop() -> None:
+    async def drain_then_stop() -> None:
         if gw.cluster is not None:  # started only with a cluster (above)
-            await gw.cluster.leave()
+            await gw.cluster.drain()  # still forwarded to by the others while it serves its sessions
+            await gw.cluster.leave()  # its socket closes next: nothing is forwarded to it any more
         if not userver.should_exit:
             stop_now()
     return stop

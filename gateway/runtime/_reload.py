@@ -8,13 +8,17 @@ registry by assignment, and the notifier tells each session whose view changed.
 Fail closed: a file caught mid-write is never applied (the watcher waits until two readings `reload.settle` apart
 agree, then parses exactly that content); an empty file is invalid; and a reload that would turn authentication off or
 remove every upstream is refused unless the new file says so (`clients: {}`, `upstreams: {}`), since a truncated
-or half-written file looks just like that.
+or half-written file looks just like that. A reload that removes some upstreams (what a writer paused mid-file for
+longer than the settle interval looks like) is held back while the file it read had been unchanged for less than
+`reload.settle` when the read began (`written_ago`): it is logged with why, and the watcher's next stable read
+applies it, so a removal needs the file quiet for two settle intervals.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -77,27 +81,33 @@ class Reloader:
         """End `watch()`. Its watcher thread only notices this event (cancellation waits for the thread)."""
         self._stop_watching.set()
 
-    async def reload(self, trigger: str, text: str | None = None, *, announce: bool = False) -> ReloadResult:
-        """Validate the file (or `text`, content already read from it) and apply it; refuse it whole if invalid.
-        With `announce` (a reload an operator asked of this replica), the cluster's other replicas reload too."""
-        result = await self._reload(trigger, text)
+    async def reload(self, trigger: str, text: str | None = None, *, announce: bool = False,
+                     written_ago: float | None = None) -> ReloadResult:
+        """Validate the file (or `text`, content already read from it, `written_ago` seconds after its last write)
+        and apply it; refuse it whole if invalid. With `announce` (a reload an operator asked of this replica), the
+        cluster's other replicas reload too."""
+        result = await self._reload(trigger, text, written_ago)
         if announce and result.ok and self._announce is not None:
             await self._announce()
         return result
 
-    async def _reload(self, trigger: str, text: str | None) -> ReloadResult:
+    async def _reload(self, trigger: str, text: str | None, written_ago: float | None) -> ReloadResult:
         async with self._lock:
             self.status.last_attempt = time.time()
             try:
                 if text is None:
-                    text = await _read(self.path)
-                self._last_text = text
+                    text, written_ago = await _read(self.path)
                 new = await anyio.to_thread.run_sync(functools.partial(parse_config, text, source=self.path))
                 if problems := fail_closed_problems(self.config, new):
+                    self._last_text = text
                     raise ConfigError(problems)
+                if (held := self._still_written(new, written_ago)) is not None:
+                    return self._deferred(trigger, held)
+                self._last_text = text
                 hooks = build_chain(new.hooks, self._dispatcher.shared, on_block=self._dispatcher.metrics.blocked,
                                     resolve=new.resolve_path)
             except ConfigError as exc:
+                self._last_text = text
                 return self._refused(trigger, exc.problems)
             except HookConfigError as exc:
                 return self._refused(trigger, [new.hide_values(f"hooks: {exc}")])
@@ -121,6 +131,22 @@ class Reloader:
             logger.info("reloaded config (%s): %s; registry version %d", trigger, summary,
                         self._dispatcher.registry.version)
             return ReloadResult(True, [], changes)
+
+    def _still_written(self, new: TriadConfig, written_ago: float | None) -> str | None:
+        """Why `new` is held back: it removes upstreams, and its file had been unchanged for less than the settle
+        interval when it was read (a writer paused mid-file looks like that); None: apply it."""
+        removed = sorted(set(self.config.upstreams) - set(new.upstreams))
+        settle = self.config.reload.settle
+        if not removed or written_ago is None or written_ago >= settle:
+            return None
+        return (f"upstreams: this reload would remove {', '.join(removed)}, and the file had been written "
+                f"{max(written_ago, 0):.2f}s before it was read (less than reload.settle, {settle:g}s): it may "
+                "still be being written; the next stable read of the file applies it")
+
+    def _deferred(self, trigger: str, why: str) -> ReloadResult:
+        self.status.record(trigger, False, [why], {})
+        logger.warning("reload (%s) held back, the running config stays in force for now: %s", trigger, why)
+        return ReloadResult(False, [why], deferred=True)
 
     def _refused(self, trigger: str, problems: list[str]) -> ReloadResult:
         self.status.failures += 1
@@ -160,30 +186,43 @@ class Reloader:
         if fingerprint(self.path) == seen:
             return seen
         now = fingerprint(self.path)  # before reading: a change during the read shows as a difference next time
-        text = await self._settled_text()
-        if text is not None and text != self._last_text:
-            await self.reload("file changed", text)
-        elif text is not None:
+        settled = await self._settled_text()
+        if settled is not None and settled[0] != self._last_text:
+            result = await self.reload("file changed", settled[0], written_ago=settled[1])
+            if result.deferred:
+                return seen  # still "changed": the next poll reads it again
+        elif settled is not None:
             logger.debug("config file touched, content unchanged; not reloaded")
         return now
 
-    async def _settled_text(self) -> str | None:
-        """The file's content once two readings `reload.settle` apart agree; None if it cannot be read."""
+    async def _settled_text(self) -> tuple[str, float] | None:
+        """The file's content once two readings `reload.settle` apart agree, and how long it had been unchanged
+        when the first of them began; None if it cannot be read."""
         try:
-            text = await _read(self.path)
+            text, written_ago = await _read(self.path)
             while True:
                 await anyio.sleep(self.config.reload.settle)
-                again = await _read(self.path)
+                again, again_ago = await _read(self.path)
                 if again == text:
-                    return text
-                text = again
+                    return text, written_ago
+                text, written_ago = again, again_ago
         except ConfigError:
             return None
 
 
-async def _read(path: Path) -> str:
+async def _read(path: Path) -> tuple[str, float]:
+    """The file's text, and the seconds between its last write and the start of this read (the modification time
+    is taken after the read: a write during it makes the file look younger, never older)."""
+    began = time.time()
     try:
-        return await anyio.Path(path).read_text(encoding="utf-8")
+        return await anyio.to_thread.run_sync(_read_now, path, began)
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
         raise ConfigError([f"{path}: cannot read ({reason})"]) from None
+
+
+def _read_now(path: Path, began: float) -> tuple[str, float]:
+    with path.open("rb") as stream:
+        content = stream.read()
+        modified = os.fstat(stream.fileno()).st_mtime
+    return content.decode("utf-8"), began - modified

@@ -3,7 +3,7 @@ and the interfaces (`Buckets`, `Pins`) whose embedded defaults live here and who
 """
 
 from gateway.state._name_ledger import NameLedger, NameLedgerUnreadable
-from gateway.state._pins import PinStatus, PinStore, definition_hash, pinned_fields
+from gateway.state._pins import PinStateUnreadable, PinStatus, PinStore, definition_hash, pinned_fields
 from gateway.state._shared import Buckets, FilePins, LocalBuckets, Pins, SharedState, SharedStateUnavailable
 
 __all__ = [
@@ -12,6 +12,7 @@ __all__ = [
     "LocalBuckets",
     "NameLedger",
     "NameLedgerUnreadable",
+    "PinStateUnreadable",
     "PinStatus",
     "PinStore",
     "Pins",

@@ -5,14 +5,24 @@ annotations. The store re-reads the file when it changes on disk, so `triad appr
 restart. Writes go to a temporary file renamed over the old one (no torn state file). Beside each hash the file
 keeps the hashed fields of the approved definition, so that an operator can see what changed (`pending`); a file
 written before definitions were kept has hashes only.
+
+The file is never silently replaced, as the name ledger (`gateway.state._name_ledger`): before each write the
+previous version, read back whole and valid, is kept as `<file>.bak`. A file that cannot be read (not UTF-8 JSON,
+another shape, too large) is recovered from `.bak` when that one is readable (the bad file is kept aside as
+`<file>.corrupt-<unix time>`, with an ERROR); else every pinned tool is blocked with a reason that says how to
+recover (`PinStateUnreadable`: never fail open, never first-use pin over the bad file), and the file is left as it
+is.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import logging
 import os
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +30,24 @@ from typing import Literal
 
 from consumers import JSON, JSONObject
 
+logger = logging.getLogger("triad.pins")
+
 HASHED_FIELDS = ("description", "title", "inputSchema", "outputSchema", "annotations")
+
+
+MAX_STATE_BYTES = 64 * 1024 * 1024
+"""A state file larger than this is not read (it is unreadable, as a corrupt one)."""
+BACKUP_SUFFIX = ".bak"
+CORRUPT_SUFFIX = ".corrupt-"
+
+
+class PinStateUnreadable(Exception):
+    """The state file and its last good copy cannot be read: what is pinned is unknown, so every pinned tool is
+    blocked (the message names files, never their content, and says how to recover)."""
+
+
+class _Unreadable(Exception):
+    """One file that cannot be read as a state file; the message is why."""
 
 
 def pinned_fields(definition: Mapping[str, JSON]) -> JSONObject:
@@ -49,6 +76,8 @@ class PinStore:
         self._pins: dict[str, str] = {}
         self._definitions: dict[str, JSONObject] = {}
         self._mtime: float | None = None
+        self._unreadable: tuple[float, PinStateUnreadable] | None = None
+        """The mtime of a bad file without a good copy, and why: reported once, blocking until it changes."""
 
     def _load(self) -> None:
         try:
@@ -56,24 +85,70 @@ class PinStore:
         except FileNotFoundError:
             self._pins, self._definitions, self._mtime = {}, {}, None
             return
-        if mtime != self._mtime:
-            state = json.loads(self.path.read_text() or "{}")
-            self._pins, self._definitions = state.get("pins", {}), state.get("definitions", {})
-            self._mtime = mtime
+        if mtime == self._mtime:
+            return
+        if self._unreadable is not None and self._unreadable[0] == mtime:
+            raise self._unreadable[1]  # the same bad file: reported once, still blocking
+        try:
+            (self._pins, self._definitions), _ = _parse(self.path)
+        except FileNotFoundError:  # renamed away between the stat and the read: as if none
+            self._pins, self._definitions, self._mtime = {}, {}, None
+            return
+        except _Unreadable as bad:
+            try:
+                (self._pins, self._definitions) = self._recover(bad)
+            except PinStateUnreadable as exc:
+                logger.error("%s", exc)
+                self._pins, self._definitions, self._mtime = {}, {}, None
+                self._unreadable = (mtime, exc)
+                raise
+        self._unreadable = None
+        self._mtime = self.path.stat().st_mtime
+
+    def _recover(self, bad: _Unreadable) -> tuple[dict[str, str], dict[str, JSONObject]]:
+        """The state of the last good copy, put back in place of the bad file (kept aside); else
+        `PinStateUnreadable`, the bad file left where it is."""
+        backup = self.path.with_name(self.path.name + BACKUP_SUFFIX)
+        try:
+            state, content = _parse(backup)
+        except (FileNotFoundError, _Unreadable) as no_copy:
+            why = "there is none" if isinstance(no_copy, FileNotFoundError) else f"it cannot be read: {no_copy}"
+            message = (f"the pin_definitions state file {self.path} cannot be read ({bad}), and of its last good "
+                       f"copy {backup} {why}; every pinned tool is blocked until it is fixed. To recover: put a "
+                       f"good copy at {self.path}, or move it aside and approve the tools again "
+                       "(`triad approve -c <config>`)")
+            raise PinStateUnreadable(message) from None
+        aside = self.path.with_name(f"{self.path.name}{CORRUPT_SUFFIX}{int(time.time())}")
+        try:
+            os.replace(self.path, aside)
+            _write_atomically(self.path, content)
+        except OSError as exc:
+            message = (f"the pin_definitions state file {self.path} cannot be read ({bad}), and it cannot be "
+                       f"replaced by its last good copy {backup} ({exc.strerror}); every pinned tool is blocked "
+                       "until the file or its directory is fixed")
+            raise PinStateUnreadable(message) from None
+        logger.error("the pin_definitions state file %s cannot be read (%s): it is kept as %s, and the approvals "
+                     "are restored from its last good copy %s", self.path, bad, aside, backup)
+        return state
 
     def _save(self) -> None:
-        # one temporary name per process: replicas sharing a state directory never write each other's
-        temporary = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
-        temporary.write_text(json.dumps({"pins": self._pins, "definitions": self._definitions}, indent=2,
-                                        sort_keys=True, default=str))
-        os.replace(temporary, self.path)
+        previous: bytes | None = None
+        with contextlib.suppress(FileNotFoundError, _Unreadable):
+            previous = _parse(self.path)[1]  # the version replaced, whole and valid: the last good copy
+        if previous is not None:
+            _write_atomically(self.path.with_name(self.path.name + BACKUP_SUFFIX), previous)
+        _write_atomically(self.path, json.dumps({"pins": self._pins, "definitions": self._definitions}, indent=2,
+                                                sort_keys=True, default=str).encode())
         self._mtime = self.path.stat().st_mtime
 
     def check(self, upstream: str, raw: str, definition: Mapping[str, JSON], trust_new: bool) -> str | None:
         """None when the definition is approved (or new and trusted on first use); else why it is blocked."""
         key, digest = f"{upstream}:{raw}", definition_hash(definition)
         with self._lock:
-            self._load()
+            try:
+                self._load()
+            except PinStateUnreadable as exc:
+                return f"its approval cannot be read ({exc})"
             pinned = self._pins.get(key)
             if pinned is None:
                 if not trust_new:
@@ -131,3 +206,47 @@ class PinStore:
         self._pins[key] = digest
         self._definitions[key] = pinned_fields(definition)
         self._save()
+
+
+def _parse(path: Path) -> tuple[tuple[dict[str, str], dict[str, JSONObject]], bytes]:
+    """(pins, definitions) in a state file and its bytes; `FileNotFoundError` when there is none, else
+    `_Unreadable`."""
+    try:
+        with path.open("rb") as stream:
+            content = stream.read(MAX_STATE_BYTES + 1)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise _Unreadable(exc.strerror or type(exc).__name__) from None
+    if len(content) > MAX_STATE_BYTES:
+        raise _Unreadable(f"larger than {MAX_STATE_BYTES} bytes")
+    if not content.strip():  # a state file is never written empty: this one was cut short, or emptied
+        raise _Unreadable("empty")
+    try:
+        state = json.loads(content.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise _Unreadable("not UTF-8") from None
+    except json.JSONDecodeError as exc:
+        raise _Unreadable(f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    pins = state.get("pins", {}) if isinstance(state, dict) else None
+    definitions = state.get("definitions", {}) if isinstance(state, dict) else None
+    if not isinstance(pins, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in pins.items()):
+        raise _Unreadable("not a pin state: `pins` is not an object of digests")
+    if not isinstance(definitions, dict) or not all(isinstance(v, dict) for v in definitions.values()):
+        raise _Unreadable("not a pin state: `definitions` is not an object of definitions")
+    return (pins, definitions), content
+
+
+def _write_atomically(path: Path, content: bytes) -> None:
+    # one temporary name per process: replicas sharing a state directory never write each other's
+    temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        with temporary.open("wb") as stream:
+            stream.write(content)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temporary, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            temporary.unlink(missing_ok=True)
+        raise

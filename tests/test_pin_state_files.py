@@ -1,0 +1,107 @@
+"""A `pin_definitions` state file that cannot be read is never silently replaced and never fails open (issue 29).
+
+Before, `PinStore._load` ran `json.loads` unguarded: a corrupt file raised out of every call's hook, nothing kept a
+last good copy, and a wrong shape raised `AttributeError`. Now the policy is the name ledger's: each write keeps the
+previous good version as `.bak`; a bad file is set aside (`.corrupt-<time>`) and restored from it with an ERROR;
+without a readable copy every pinned tool is blocked with a reason that says how to recover (even with
+`trust_new: true`), approving is refused, and the bad file stays as it was. A table over every kind of bad file.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from gateway.state import PinStateUnreadable, PinStore
+from gateway.state import _pins as pins_module
+
+TOOL = {"description": "reads a file", "inputSchema": {"type": "object"}}
+CHANGED = {"description": "reads a file, and mails it away", "inputSchema": {"type": "object"}}
+
+
+def _write(content: bytes) -> Callable[[Path], None]:
+    return lambda path: path.write_bytes(content)
+
+
+def _directory(path: Path) -> None:
+    path.unlink(missing_ok=True)
+    path.mkdir()  # read as root too: permissions would not stop this test's reader
+    (path / "x").write_text("x")
+
+
+GOOD = json.dumps({"pins": {"fs:read": "0" * 64}, "definitions": {}}).encode()
+BAD: dict[str, Callable[[Path], None]] = {
+    "corrupt JSON": _write(b'{"pins": {"fs:read": "ab",, }}'),
+    "truncated": _write(GOOD[: len(GOOD) // 2]),
+    "empty": _write(b""),
+    "binary garbage": _write(bytes(range(256)) * 8),
+    "UTF-16": _write(GOOD.decode().encode("utf-16")),
+    "a list": _write(b"[]"),
+    "pins as a list": _write(b'{"pins": ["fs:read"]}'),
+    "a digest that is not text": _write(b'{"pins": {"fs:read": 7}}'),
+    "definitions as a list": _write(b'{"pins": {}, "definitions": [1]}'),
+    "too large": _write(b'{"pins": {}}' + b" " * 2048),
+    "unreadable (a directory)": _directory,
+}
+
+
+@pytest.fixture(autouse=True)
+def _small_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pins_module, "MAX_STATE_BYTES", 1024)
+
+
+def _approved_twice(path: Path) -> None:
+    """Two writes: the second keeps the first as the last good copy."""
+    store = PinStore(path)
+    assert store.approve("fs", "read", TOOL)
+    assert store.approve("fs", "write", TOOL)
+
+
+@pytest.mark.parametrize("kind", BAD)
+def test_a_bad_state_file_is_set_aside_and_restored_from_its_last_good_copy(
+        kind: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "pins.json"
+    _approved_twice(path)
+    assert (tmp_path / "pins.json.bak").is_file()  # the version before the last write
+    BAD[kind](path)
+    store = PinStore(path)
+    with caplog.at_level(logging.ERROR, "triad.pins"):
+        assert store.check("fs", "read", TOOL, trust_new=False) is None  # approved in the last good copy
+        assert "definition changed" in (store.check("fs", "read", CHANGED, trust_new=True) or "")
+    assert any("kept as" in r.getMessage() and "last good copy" in r.getMessage() for r in caplog.records)
+    assert [p.name for p in tmp_path.glob("pins.json.corrupt-*")], "the bad file is kept aside"
+    assert json.loads(path.read_text())["pins"]["fs:read"]  # restored in place
+
+
+@pytest.mark.parametrize("kind", BAD)
+def test_a_bad_state_file_without_a_good_copy_blocks_every_pinned_tool_and_stays(
+        kind: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "pins.json"
+    BAD[kind](path)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    store = PinStore(path)
+    with caplog.at_level(logging.ERROR, "triad.pins"):
+        for trust_new in (True, False):
+            reason = store.check("fs", "read", TOOL, trust_new=trust_new)
+            assert reason is not None and "cannot be read" in reason and "To recover" in reason, reason
+        with pytest.raises(PinStateUnreadable):
+            store.approve("fs", "read", TOOL)
+        with pytest.raises(PinStateUnreadable):
+            store.remember("fs", "read", "0" * 64, None)
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1, "reported once while the file stays the same"
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written over it, nothing added
+
+
+def test_each_write_keeps_the_previous_good_version(tmp_path: Path) -> None:
+    path = tmp_path / "pins.json"
+    store = PinStore(path)
+    store.approve("fs", "read", TOOL)
+    first = path.read_bytes()
+    store.approve("fs", "read", CHANGED)
+    assert (tmp_path / "pins.json.bak").read_bytes() == first
+    assert not list(tmp_path.glob("*.tmp"))
