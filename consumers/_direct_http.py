@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import json
 import logging
 import ssl
 from collections.abc import AsyncIterator, Callable
@@ -31,7 +30,7 @@ from pydantic import ValidationError
 
 from consumers._errors import UNAVAILABLE_STATUSES, HopBroken, HopUnavailable, SessionGone
 from consumers._http_rules import HTTP_RULES, env_proxy
-from consumers._json import JSON, JSONObject
+from consumers._json import JSON, JSONObject, dumps, loads
 from consumers.relay import Downstream, ProgressFn, UpstreamRequest, ask_wire
 
 logger = logging.getLogger("triad.upstream")
@@ -112,7 +111,7 @@ class DirectHttp:
         message = request.model_dump(by_alias=True, mode="json", exclude_none=True)
         params = message.setdefault("params", {})
         params["_meta"] = {**(params.get("_meta") or {}), "progressToken": request_id}
-        body = json.dumps({"jsonrpc": "2.0", "id": request_id, **message}).encode()
+        body = dumps({"jsonrpc": "2.0", "id": request_id, **message})
         try:
             return await self._request(body, request_id, on_progress, downstream)
         except aiohttp.ClientError as exc:
@@ -135,7 +134,7 @@ class DirectHttp:
                     if reply is None:
                         reply = await self._resume(stream, request_id, on_progress, downstream)
                 else:
-                    reply = json.loads(await _read_whole(response))
+                    reply = loads(await _read_whole(response))
         except anyio.get_cancelled_exc_class():
             with anyio.move_on_after(CANCEL_TIMEOUT, shield=True):
                 # The SDK's server cancels a call before it hands on the client's notification, whose reason
@@ -271,7 +270,7 @@ class DirectHttp:
     async def _send(self, message: JSONObject) -> None:
         """A response or notification to the upstream (it answers 202, no body)."""
         try:
-            async with self._link.client.post(self._link.url, data=json.dumps(message).encode(),
+            async with self._link.client.post(self._link.url, data=dumps(message),
                                               allow_redirects=HTTP_RULES.follow_redirects,
                                               headers=self._headers()) as response:
                 await response.content.read(4096)  # an answer has none; more than this is not read (nor pooled)
@@ -338,7 +337,7 @@ class _Events:
             if self._data:
                 text, self._data, self._data_size = b"\n".join(self._data), [], 0
                 try:
-                    message = json.loads(text) if text.strip() else None
+                    message = loads(text) if text.strip() else None
                 except ValueError:
                     logger.debug("an upstream sent a malformed SSE event")
                     continue

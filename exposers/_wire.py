@@ -37,13 +37,10 @@ from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from consumers import JSON
+from consumers import HUGE_NUMBER, JSON, all_finite
 from gateway.errors import TriadError
 
-_HUGE_NUMBER = re.compile(r"[eE]\+?0*[1-9][0-9]{2}|[0-9]{200}")
-"""A literal that may overflow a float to infinity has an exponent of 100 or more, or 200 digits and more; only
-then is the parsed value walked for infinities (pydantic's `allow_inf_nan=False` refuses `NaN` and `Infinity`
-literals, not overflows)."""
+_HUGE_NUMBER = HUGE_NUMBER  # only text with one is walked (`allow_inf_nan=False` refuses literals, not overflows)
 _HUGE_NUMBER_BYTES = re.compile(_HUGE_NUMBER.pattern.encode())
 
 
@@ -128,21 +125,6 @@ def _walk(value: JSON) -> tuple[int, bool]:
         elif isinstance(item, list):
             stack.extend(item)
     return count, True
-
-
-def all_finite(value: JSON) -> bool:
-    """No float in `value` (a parsed JSON value, at any depth) is NaN or infinite."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, float):
-            if not math.isfinite(item):
-                return False
-        elif isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return True
 
 
 def error_body(code: int, message: str) -> bytes:
