@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextvars
 import gc
+import json
 import math
 import re
 from collections.abc import Iterable, Sequence
@@ -45,6 +46,7 @@ _HUGE_NUMBER_BYTES = re.compile(_HUGE_NUMBER.pattern.encode())
 
 
 INVALID_MESSAGE = "Invalid request: not a JSON-RPC 2.0 message"
+INVALID_ID = "Invalid request: a request's id must be a string or an integer"
 
 MAX_JSON_VALUES = 100_000
 """JSON values (objects, arrays, strings, numbers, literals; not object keys) in one message from a client. Real
@@ -173,6 +175,9 @@ class StrictJson:
             except ParseError as exc:
                 await _send_error(send, 400, error_body(exc.code, exc.args[0]))
                 return
+            if invalid_id(value):
+                await _send_error(send, 400, error_body(types.INVALID_REQUEST, INVALID_ID))
+                return
             if self._check == "message" and not _is_message(value):
                 await _send_error(send, 400, error_body(types.INVALID_REQUEST, INVALID_MESSAGE))
                 return
@@ -183,6 +188,32 @@ class StrictJson:
             return True
         content_type = next((v for k, v in scope["headers"] if k == b"content-type"), b"").decode("latin-1")
         return "application/json" in (part.strip() for part in content_type.split(";")[0].split(","))
+
+
+def invalid_id(value: JSON) -> bool:
+    """A request (a method and an id) whose id is neither a string nor an integer (`null`, `1.5`, `true`): no
+    request, and no notification either; the SDK would take it for a notification and never answer."""
+    if not isinstance(value, dict) or "method" not in value or "id" not in value:
+        return False
+    ident = value["id"]
+    return isinstance(ident, bool) or not isinstance(ident, int | str)
+
+
+_ODD_ID = re.compile(r'"id"\s*:\s*(?:null|true|false|\[|\{|-?[0-9]+(?:\.|[eE]))')
+"""An id that may be no id; only a line with one is parsed twice (`screen_line`)."""
+_INVALID_ID_MARK = {"triad.invalid": "id"}
+
+
+def screen_line(line: str) -> str:
+    """A stdin line as the SDK's reader gets it: the line, or for a request whose id is no id (`invalid_id`), a
+    stand-in that `StrictMessages` answers with `INVALID_ID` (the SDK's parse would lose the id)."""
+    if _ODD_ID.search(line) is None:
+        return line
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return line
+    return json.dumps(_INVALID_ID_MARK) + "\n" if invalid_id(value) else line
 
 
 def _is_message(value: JSON) -> bool:
@@ -281,6 +312,8 @@ def _refusal(item: SessionMessage | Exception) -> types.JSONRPCError | Literal[F
     """The error answering `item`; None when it is fine, False for a blank line (no answer)."""
     if isinstance(item, ValidationError):
         errors = item.errors(include_url=False)
+        if errors and errors[0].get("input") == _INVALID_ID_MARK:
+            return _error(None, types.INVALID_REQUEST, INVALID_ID)
         if errors and errors[0]["type"] == "json_invalid":
             if isinstance(raw := errors[0].get("input"), str | bytes) and not raw.strip():
                 return False
