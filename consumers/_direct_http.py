@@ -29,7 +29,7 @@ from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
 from consumers._errors import UNAVAILABLE_STATUSES, HopBroken, HopUnavailable, SessionGone
-from consumers._http_rules import HTTP_RULES, env_proxy
+from consumers._http_rules import HTTP_RULES, env_proxy, redirect_refused
 from consumers._json import JSON, JSONObject, dumps, loads
 from consumers.relay import Downstream, ProgressFn, UpstreamRequest, ask_wire
 
@@ -125,6 +125,9 @@ class DirectHttp:
                     raise SessionGone
                 if response.status in UNAVAILABLE_STATUSES:
                     raise HopUnavailable(response.status)
+                if 300 <= response.status < 400:
+                    raise MCPError(code=types.INTERNAL_ERROR, message=redirect_refused(response.status,
+                                                                                       response.headers))
                 if response.status >= 400:
                     text = (await response.content.read(200)).decode(errors="replace")  # bounded: a message, not a body
                     raise MCPError(code=types.INTERNAL_ERROR, message=f"HTTP {response.status}: {text}")

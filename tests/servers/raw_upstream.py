@@ -12,6 +12,8 @@ With `--no-templates`, `resources/templates/list` is answered -32601 (an upstrea
 elicitation) and then breaks off mid-stream, the connection cut.
 `echo_<tag>` answers with the JSON text it is given (`{"hex": <the text's UTF-8 bytes in hex>}`), exactly as given,
 in its result's structured content, `_meta`, a content item and an unknown field.
+On `/mcp?redirect=<status>&on=<method>,...`, each POST of those methods (of every one, without `on`) is answered
+with that status and `Location: <MOVED>`.
 `wait_<tag>` is a call that is never answered (`WAITING` on stderr when it comes); each `notifications/cancelled`
 it receives is printed on stderr as `CANCELLED <reason>`.
 Over HTTP and SSE it binds 127.0.0.1 on a free port and prints `READY <port>` on stderr.
@@ -33,6 +35,8 @@ NUMBERS: dict[str, Any] = {
     "yes": True, "text": "1",
 }
 """The values every message carries somewhere: types a JSON parser keeps apart, and a careless one merges."""
+MOVED = "http://127.0.0.1:9/moved/mcp"
+"""Where a redirect points (nothing listens there)."""
 META: dict[str, Any] = {"example.com/numbers": NUMBERS, "example.com/flag": False}
 
 
@@ -199,6 +203,9 @@ def http_app(upstream: Upstream) -> Any:
         if request.method == "GET":
             return Response(status_code=405)
         message = json.loads(await request.body())
+        redirect, on = request.query_params.get("redirect"), request.query_params.get("on")
+        if redirect and (on is None or message.get("method") in on.split(",")):
+            return Response(status_code=int(redirect), headers={"location": MOVED})
         if upstream.breaking and (message.get("params") or {}).get("name") == f"break_{upstream.tag}":
             return StreamingResponse(break_off(), media_type="text/event-stream")
         answers = upstream.answer(message)
