@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 
 from tests.conftest import PYTHON, ROOT, TRIAD, Proc, marker, start_triad, write_config
 from tests.raw_clients import DEADLINE, JSON_HEADERS, initialize, modern_call, modern_headers
-from tests.raw_peers import INITIALIZED, typed
+from tests.raw_peers import INITIALIZED, diff, typed
 
 pytestmark = pytest.mark.anyio
 
@@ -318,6 +318,9 @@ def differences(direct: bytes, through: bytes) -> list[str]:
         return [f"Triad answered {got}"]
     got = got["result"]
     found = []
+    reserved = {k: v for k, v in want["_meta"].items() if k != "example.com/raw"}
+    if diff(reserved, {k: got.get("_meta", {}).get(k, "<absent>") for k in reserved}):
+        found.append(f"_meta: {str(got.get('_meta'))[:200]} (want its keys {sorted(reserved)})")
     for where, want_values, got_values in [
             ("structuredContent", want["structuredContent"]["value"], got["structuredContent"]["value"]),
             ("_meta", want["_meta"]["example.com/raw"], got.get("_meta", {}).get("example.com/raw")),

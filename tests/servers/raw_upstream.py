@@ -171,7 +171,9 @@ def echo(ident: Any, raw: bytes) -> bytes:
     """The answer to a call of `echo_<tag>`, the raw JSON text spliced in byte for byte."""
     return (b'{"jsonrpc":"2.0","id":' + json.dumps(ident).encode() + b',"result":{"content":[{"type":"text",'
             b'"text":"echo","x-raw":' + raw + b'}],"structuredContent":{"value":' + raw + b'},"_meta":'
-            b'{"example.com/raw":' + raw + b'},"x-raw":' + raw + b',"isError":false}}')
+            b'{"example.com/raw":' + raw + b',"io.modelcontextprotocol/related-task":{"taskId":"t-1"},'
+            b'"io.modelcontextprotocol/ui":{"x":1},"io.modelcontextprotocol/future":' + raw + b'},"x-raw":' + raw +
+            b',"isError":false}}')
 
 
 def dumps(message: dict[str, Any] | bytes) -> bytes:
