@@ -24,10 +24,10 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
-from anyio.streams.buffered import BufferedByteReceiveStream
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from tests import raw_peers
 from tests.conftest import PYTHON, ROOT, TRIAD, Proc, marker, start_triad, write_config
 from tests.raw_clients import DEADLINE, JSON_HEADERS, initialize, modern_call, modern_headers
 from tests.raw_peers import INITIALIZED, diff, typed
@@ -144,38 +144,22 @@ def _sse_data(body: bytes) -> list[bytes]:
 
 
 class Stdio:
-    def __init__(self, process: anyio.abc.Process) -> None:
-        assert process.stdout is not None
-        self.process, self._out = process, BufferedByteReceiveStream(process.stdout)
+    """A stdio peer (`tests.raw_peers`) that returns the answer's line as it came."""
 
-    async def send(self, message: dict[str, Any]) -> None:
-        assert self.process.stdin is not None
-        await self.process.stdin.send(json.dumps(message).encode() + b"\n")
+    def __init__(self, peer: raw_peers.StdioPeer) -> None:
+        self._peer = peer
 
     async def exchange(self, message: dict[str, Any]) -> bytes:
-        await self.send(message)
-        with anyio.fail_after(DEADLINE):
-            while True:
-                line = await self._out.receive_until(b"\n", 64 * 2**20)
-                if answers(line, message):
-                    return line
+        await self._peer.send(message)
+        while not answers(line := await self._peer.lines(), message):
+            pass
+        return line
 
 
 @asynccontextmanager
 async def stdio_peer(command: list[str]) -> AsyncIterator[Stdio]:
-    async with await anyio.open_process(command) as process:
-        peer = Stdio(process)
-        try:
-            await peer.exchange(initialize(next(_ids)))
-            await peer.send(INITIALIZED)
-            yield peer
-        finally:
-            if process.stdin is not None:
-                await process.stdin.aclose()
-            with anyio.move_on_after(15):
-                await process.wait()
-            if process.returncode is None:
-                process.kill()
+    async with raw_peers.stdio_peer(command) as peer:
+        yield Stdio(peer)
 
 
 class Http:

@@ -12,12 +12,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import anyio
 import httpx2
 import pytest
 
-from tests.conftest import PYTHON, ROOT, TRIAD, Proc, marker, start_triad, write_config
-from tests.raw_clients import DEADLINE, JSON_HEADERS, sse_messages, sse_session
+from tests.conftest import PYTHON, ROOT, Proc, marker, start_triad, write_config
+from tests.raw_clients import DEADLINE, JSON_HEADERS, sse_messages, sse_session, stdio_session
 
 pytestmark = pytest.mark.anyio
 
@@ -84,27 +83,14 @@ async def test_a_request_whose_id_is_no_id_gets_invalid_request_over_http_and_ss
 
 async def test_a_request_whose_id_is_no_id_gets_invalid_request_over_stdio(gateway: tuple[Path, str]) -> None:
     config, _ = gateway
-    async with await anyio.open_process([*TRIAD, "stdio", "-c", str(config)]) as process:
-        from tests.raw_clients import StdioSession, initialize
-
-        peer = StdioSession(process)
-        try:
-            assert "result" in await peer.request(initialize())
-            await peer.send(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}).encode())
-            wrong = []
-            for ident in NO_IDS:
-                answer = await peer.request(echo(ident))
-                if not refused(answer):
-                    wrong.append(f"stdio id={ident!r}: {answer}")
-            assert (await peer.request(echo(8)))["id"] == 8
-            assert not wrong, "\n".join(wrong)
-        finally:
-            assert process.stdin is not None
-            await process.stdin.aclose()
-            with anyio.move_on_after(15):
-                await process.wait()
-            if process.returncode is None:
-                process.kill()
+    async with stdio_session(config) as peer:
+        wrong = []
+        for ident in NO_IDS:
+            answer = await peer.request(echo(ident))
+            if not refused(answer):
+                wrong.append(f"stdio id={ident!r}: {answer}")
+        assert (await peer.request(echo(8)))["id"] == 8
+    assert not wrong, "\n".join(wrong)
 
 
 async def test_a_2025_03_26_session_may_send_a_batch_and_later_revisions_may_not(gateway: tuple[Path, str]) -> None:
