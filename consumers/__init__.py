@@ -1,7 +1,7 @@
 """Upstream connections: one owner task per upstream, transports, the pool keyed by name, and the relay seam."""
 
 from consumers._errors import describe_failure
-from consumers._json import JSON, JSONObject
+from consumers._json import HUGE_NUMBER, JSON, JSONObject, all_finite, dumps, loads
 from consumers.channel import TASK_STATUS
 from consumers.child_groups import ChildGroups
 from consumers.lifecycle import UpstreamState
@@ -25,6 +25,7 @@ from consumers.upstream import Upstream
 
 __all__ = [
     "CURRENT_DOWNSTREAM",
+    "HUGE_NUMBER",
     "JSON",
     "TASK_STATUS",
     "Answer",
@@ -44,6 +45,9 @@ __all__ = [
     "UpstreamRequest",
     "UpstreamState",
     "UserAuthorization",
+    "all_finite",
     "describe_failure",
+    "dumps",
+    "loads",
     "login",
 ]

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import json
 import logging
 import ssl
 from collections.abc import AsyncIterator, Callable
@@ -30,8 +29,8 @@ from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
 from consumers._errors import UNAVAILABLE_STATUSES, HopBroken, HopUnavailable, SessionGone
-from consumers._http_rules import HTTP_RULES, env_proxy
-from consumers._json import JSON, JSONObject
+from consumers._http_rules import HTTP_RULES, env_proxy, redirect_refused
+from consumers._json import JSON, JSONObject, dumps, loads
 from consumers.relay import Downstream, ProgressFn, UpstreamRequest, ask_wire
 
 logger = logging.getLogger("triad.upstream")
@@ -112,7 +111,7 @@ class DirectHttp:
         message = request.model_dump(by_alias=True, mode="json", exclude_none=True)
         params = message.setdefault("params", {})
         params["_meta"] = {**(params.get("_meta") or {}), "progressToken": request_id}
-        body = json.dumps({"jsonrpc": "2.0", "id": request_id, **message}).encode()
+        body = dumps({"jsonrpc": "2.0", "id": request_id, **message})
         try:
             return await self._request(body, request_id, on_progress, downstream)
         except aiohttp.ClientError as exc:
@@ -126,6 +125,9 @@ class DirectHttp:
                     raise SessionGone
                 if response.status in UNAVAILABLE_STATUSES:
                     raise HopUnavailable(response.status)
+                if 300 <= response.status < 400:
+                    raise MCPError(code=types.INTERNAL_ERROR, message=redirect_refused(response.status,
+                                                                                       response.headers))
                 if response.status >= 400:
                     text = (await response.content.read(200)).decode(errors="replace")  # bounded: a message, not a body
                     raise MCPError(code=types.INTERNAL_ERROR, message=f"HTTP {response.status}: {text}")
@@ -135,7 +137,7 @@ class DirectHttp:
                     if reply is None:
                         reply = await self._resume(stream, request_id, on_progress, downstream)
                 else:
-                    reply = json.loads(await _read_whole(response))
+                    reply = loads(await _read_whole(response))
         except anyio.get_cancelled_exc_class():
             with anyio.move_on_after(CANCEL_TIMEOUT, shield=True):
                 # The SDK's server cancels a call before it hands on the client's notification, whose reason
@@ -271,7 +273,7 @@ class DirectHttp:
     async def _send(self, message: JSONObject) -> None:
         """A response or notification to the upstream (it answers 202, no body)."""
         try:
-            async with self._link.client.post(self._link.url, data=json.dumps(message).encode(),
+            async with self._link.client.post(self._link.url, data=dumps(message),
                                               allow_redirects=HTTP_RULES.follow_redirects,
                                               headers=self._headers()) as response:
                 await response.content.read(4096)  # an answer has none; more than this is not read (nor pooled)
@@ -338,7 +340,7 @@ class _Events:
             if self._data:
                 text, self._data, self._data_size = b"\n".join(self._data), [], 0
                 try:
-                    message = json.loads(text) if text.strip() else None
+                    message = loads(text) if text.strip() else None
                 except ValueError:
                     logger.debug("an upstream sent a malformed SSE event")
                     continue

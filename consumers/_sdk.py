@@ -17,6 +17,11 @@ naming the SDK version when one no longer holds.
   (`mcp.shared._stream_protocols`); they are named here once.
 - `CONTEXT_ATTRIBUTE`: the SDK's dispatcher reads the sender's contextvars from its read stream's `last_context`
   (how the current downstream crosses into callbacks over streamable HTTP); a wrapper must pass it through.
+- `serialise_any_string`: every transport of the SDK, server and client side (stdio, legacy SSE, streamable HTTP),
+  writes a message as `message.model_dump_json(by_alias=True, exclude_unset=True)`, which raises on a lone
+  surrogate (valid JSON an upstream may send): the process (`triad stdio`) or the session (SSE) ended. The four
+  JSON-RPC message classes get a `model_dump_json` that falls back to `consumers._json.dumps_text` for exactly
+  that failure (pydantic's own serialiser stays the fast path). Installed once, when `consumers` is imported.
 """
 
 from __future__ import annotations
@@ -30,9 +35,10 @@ from mcp import ClientSession
 from mcp.shared._stream_protocols import ReadStream, WriteStream
 from mcp.shared.dispatcher import CallOptions, ProgressFnT
 from mcp.shared.message import SessionMessage
-from pydantic import TypeAdapter
+from pydantic import BaseModel, TypeAdapter
+from pydantic_core import PydanticSerializationError
 
-from consumers._json import JSONObject
+from consumers._json import JSONObject, dumps_text
 
 if TYPE_CHECKING:
     from consumers.relay import UpstreamRequest
@@ -91,3 +97,26 @@ def declare_as_client(session: ClientSession, declared: JSONObject) -> None:
 def sender_context(stream: object) -> contextvars.Context | None:
     """The sender's context a read stream last carried (None when it carries none)."""
     return getattr(stream, CONTEXT_ATTRIBUTE, None)
+
+
+_MESSAGE_CLASSES = (types.JSONRPCRequest, types.JSONRPCNotification, types.JSONRPCResponse, types.JSONRPCError)
+_DUMP_OPTIONS = ("include", "exclude", "by_alias", "exclude_unset", "exclude_defaults", "exclude_none")
+"""The options of `model_dump_json` that `model_dump` shares (the SDK passes `by_alias` and `exclude_unset`)."""
+
+
+def _model_dump_json(self: BaseModel, **options: Any) -> str:
+    try:
+        return BaseModel.model_dump_json(self, **options)
+    except PydanticSerializationError:
+        if options.get("indent") is not None:
+            raise
+        return dumps_text(self.model_dump(**{key: options[key] for key in _DUMP_OPTIONS if key in options}))
+
+
+def serialise_any_string() -> None:
+    """Give the JSON-RPC message classes the `model_dump_json` that writes lone surrogates as escapes (idempotent)."""
+    for cls in _MESSAGE_CLASSES:
+        cls.model_dump_json = _model_dump_json  # type: ignore[method-assign]
+
+
+serialise_any_string()

@@ -4,6 +4,11 @@ The SDK's `ClientSession` gives no signal when its transport closes (a stdio chi
 pending requests fail, but the owner task waiting on its wake event would never learn it. `EOFWatch` passes every
 item through unchanged (except those `intercept` takes: progress
 notifications Triad routes itself, `consumers._progress`) and flips `closed` (and calls `on_eof`) when the stream ends.
+
+It also reads again what the SDK's readers (SSE, streamable HTTP) could not: pydantic's parser refuses valid JSON
+(a lone surrogate, an integer past 4300 digits) and hands the session the error, which drops the message and
+leaves its request waiting for its whole timeout; `consumers._json.parse_message` reads it. A number the SDK
+parsed as infinite becomes `null` (the documented substitute, `consumers._json`).
 """
 
 from __future__ import annotations
@@ -12,7 +17,10 @@ import contextvars
 from collections.abc import Callable
 
 import anyio
+from mcp.shared.message import SessionMessage
+from pydantic import ValidationError
 
+from consumers._json import finite_message, parse_message
 from consumers._sdk import Incoming, ReadEnd, sender_context
 
 
@@ -37,7 +45,7 @@ class EOFWatch:
     async def receive(self) -> Incoming:
         try:
             while True:
-                item = await self._inner.receive()
+                item = _read_again(await self._inner.receive())
                 if self._intercept is None or not self._intercept(item):
                     return item
         except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
@@ -62,3 +70,19 @@ class EOFWatch:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
+
+
+def _read_again(item: Incoming) -> Incoming:
+    """`item`, or the message in the text the SDK's parser refused; infinite numbers as `None`."""
+    if isinstance(item, SessionMessage):
+        finished = finite_message(item.message)
+        return item if finished is item.message else SessionMessage(finished, metadata=item.metadata)
+    if isinstance(item, ValidationError):
+        errors = item.errors(include_url=False)
+        text = errors[0].get("input") if errors and errors[0]["type"] == "json_invalid" else None
+        if isinstance(text, str | bytes):
+            try:
+                return SessionMessage(parse_message(text))
+            except ValueError:  # a ValidationError is one: not a message after all
+                return item
+    return item

@@ -31,13 +31,13 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 
 import anyio
-import mcp_types as types
 from anyio.abc import Process
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.client.stdio import get_default_environment
 from mcp.shared.message import SessionMessage
 
 from consumers import _child_exec, child_groups
+from consumers._json import parse_message
 from consumers.child_groups import ChildGroups
 from consumers.errors import UpstreamUnavailable
 from consumers.masking import SecretMask
@@ -234,7 +234,7 @@ async def _pump_out(process: Process, to_session: MemoryObjectSendStream[Session
 
 def _parse(line: bytes) -> SessionMessage | Exception:
     try:
-        return SessionMessage(types.jsonrpc_message_adapter.validate_json(line, by_name=False))
+        return SessionMessage(parse_message(line))
     except ValueError as exc:  # the session reports it and goes on; the line is not logged (it may hold secrets)
         return exc
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import contextvars
 import gc
-import math
+import json
 import re
 from collections.abc import Iterable, Sequence
 from types import TracebackType
@@ -37,16 +37,16 @@ from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from consumers import JSON
+from consumers import HUGE_NUMBER, JSON, all_finite
 from gateway.errors import TriadError
 
-_HUGE_NUMBER = re.compile(rb"[eE]\+?0*[1-9][0-9]{2}|[0-9]{200}")
-"""A literal that may overflow a float to infinity has an exponent of 100 or more, or 200 digits and more; only
-then is the parsed value walked for infinities (pydantic's `allow_inf_nan=False` refuses `NaN` and `Infinity`
-literals, not overflows)."""
+_HUGE_NUMBER_BYTES = re.compile(HUGE_NUMBER.pattern.encode())
+"""Only text with a literal that may overflow a float is walked for infinities (`allow_inf_nan=False` refuses
+`NaN` and `Infinity` literals, not overflows)."""
 
 
 INVALID_MESSAGE = "Invalid request: not a JSON-RPC 2.0 message"
+INVALID_ID = "Invalid request: a request's id must be a string or an integer"
 
 MAX_JSON_VALUES = 100_000
 """JSON values (objects, arrays, strings, numbers, literals; not object keys) in one message from a client. Real
@@ -80,7 +80,7 @@ def parse_json(data: bytes | str) -> JSON:
     finally:
         if paused:
             gc.enable()
-    if _HUGE_NUMBER.search(text) is not None and not all_finite(value):
+    if _HUGE_NUMBER_BYTES.search(text) is not None and not all_finite(value):
         raise ParseError("Parse error: a number is out of range (JSON has no Infinity)")
     return value
 
@@ -130,21 +130,6 @@ def count_values(data: bytes) -> int:
     return 1 + kept.count(b",") + kept.count(b"{") + kept.count(b"[") - empty
 
 
-def all_finite(value: JSON) -> bool:
-    """No float in `value` (a parsed JSON value, at any depth) is NaN or infinite."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, float):
-            if not math.isfinite(item):
-                return False
-        elif isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return True
-
-
 def error_body(code: int, message: str) -> bytes:
     """A JSON-RPC error with id null, for an HTTP body refused before any request in it could be read."""
     return _error(None, code, message).model_dump_json(by_alias=True).encode()
@@ -191,6 +176,9 @@ class StrictJson:
             except ParseError as exc:
                 await _send_error(send, 400, error_body(exc.code, exc.args[0]))
                 return
+            if invalid_id(value):
+                await _send_error(send, 400, error_body(types.INVALID_REQUEST, INVALID_ID))
+                return
             if self._check == "message" and not _is_message(value):
                 await _send_error(send, 400, error_body(types.INVALID_REQUEST, INVALID_MESSAGE))
                 return
@@ -201,6 +189,32 @@ class StrictJson:
             return True
         content_type = next((v for k, v in scope["headers"] if k == b"content-type"), b"").decode("latin-1")
         return "application/json" in (part.strip() for part in content_type.split(";")[0].split(","))
+
+
+def invalid_id(value: JSON) -> bool:
+    """A request (a method and an id) whose id is neither a string nor an integer (`null`, `1.5`, `true`): no
+    request, and no notification either; the SDK would take it for a notification and never answer."""
+    if not isinstance(value, dict) or "method" not in value or "id" not in value:
+        return False
+    ident = value["id"]
+    return isinstance(ident, bool) or not isinstance(ident, int | str)
+
+
+_ODD_ID = re.compile(r'"id"\s*:\s*(?:null|true|false|\[|\{|-?[0-9]+(?:\.|[eE]))')
+"""An id that may be no id; only a line with one is parsed twice (`screen_line`)."""
+_INVALID_ID_MARK = {"triad.invalid": "id"}
+
+
+def screen_line(line: str) -> str:
+    """A stdin line as the SDK's reader gets it: the line, or for a request whose id is no id (`invalid_id`), a
+    stand-in that `StrictMessages` answers with `INVALID_ID` (the SDK's parse would lose the id)."""
+    if _ODD_ID.search(line) is None:
+        return line
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return line
+    return json.dumps(_INVALID_ID_MARK) + "\n" if invalid_id(value) else line
 
 
 def _is_message(value: JSON) -> bool:
@@ -299,6 +313,8 @@ def _refusal(item: SessionMessage | Exception) -> types.JSONRPCError | Literal[F
     """The error answering `item`; None when it is fine, False for a blank line (no answer)."""
     if isinstance(item, ValidationError):
         errors = item.errors(include_url=False)
+        if errors and errors[0].get("input") == _INVALID_ID_MARK:
+            return _error(None, types.INVALID_REQUEST, INVALID_ID)
         if errors and errors[0]["type"] == "json_invalid":
             if isinstance(raw := errors[0].get("input"), str | bytes) and not raw.strip():
                 return False

@@ -39,6 +39,7 @@ from exposers._throttle import AuthThrottle
 from exposers._wire import StrictJson
 from exposers.admission import Admission, refuse_quota, sse_places
 from exposers.auth import TokenGate, metadata_routes
+from exposers.batches import Batches
 from exposers.console import build_console
 from exposers.direct import DirectPath
 from exposers.input_rounds import InputRounds
@@ -199,10 +200,10 @@ def build_app(server: GatewayServer, dispatcher: Dispatcher, notifier: Notifier,
                 if router is not None:
                     await router.aclose()
 
-    mcp: ASGIApp = Admission(DirectPath(StrictJson(StreamableHTTPASGIApp(manager), MAX_REQUEST_BODY), dispatcher,
-                                        notifier.sessions, manager, security, MAX_REQUEST_BODY, rounds,
-                                        server.server_info_stamp, enabled=listen.direct_path),
-                             dispatcher, notifier.sessions)
+    direct = DirectPath(StrictJson(StreamableHTTPASGIApp(manager), MAX_REQUEST_BODY), dispatcher, notifier.sessions,
+                        manager, security, MAX_REQUEST_BODY, rounds, server.server_info_stamp,
+                        enabled=listen.direct_path)
+    mcp: ASGIApp = Batches(Admission(direct, dispatcher, notifier.sessions), notifier.sessions, MAX_REQUEST_BODY)
     router = None
     if cluster is not None:
         from exposers.cluster_routes import ClusterRouter  # it needs redis-py: only with `cluster:` (an extra)

@@ -17,7 +17,7 @@ from typing import Any, cast
 
 from mcp.server.stdio import stdio_server
 
-from exposers._wire import StrictMessages
+from exposers._wire import StrictMessages, screen_line
 from exposers.server import GatewayServer
 
 logger = logging.getLogger("triad.exposer")
@@ -43,7 +43,7 @@ class StdinLines:
             raise StopAsyncIteration from None
         if not line:
             raise StopAsyncIteration
-        return line.decode("utf-8", errors="replace")
+        return screen_line(line.decode("utf-8", errors="replace"))
 
 
 @asynccontextmanager

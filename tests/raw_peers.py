@@ -66,6 +66,11 @@ class StdioPeer:
         await self.send(message)
         return await self._until(message.get("id"))
 
+    async def lines(self) -> bytes:
+        """The next line, unparsed (for comparisons of the text itself)."""
+        with anyio.fail_after(DEADLINE):
+            return await self._out.receive_until(b"\n", 64 * 2**20)
+
     async def _until(self, ident: Any) -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = []
         with anyio.fail_after(DEADLINE):

@@ -139,7 +139,7 @@ async def test_an_upstream_without_templates_is_an_upstream_with_zero_templates(
                                                          "args": stdio_command("--no-templates")[1:]}}})
     async with http_peer(start_triad(procs, config, wait_ready=1)) as peer:
         [listed] = await peer.exchange(request("tools/list"))
-        assert [tool["name"] for tool in listed["result"]["tools"]] == ["numbers_o", "wait_o"]
+        assert [tool["name"] for tool in listed["result"]["tools"]] == ["echo_o", "numbers_o", "wait_o"]
         [templates] = await peer.exchange(request("resources/templates/list"))
         assert templates["result"]["resourceTemplates"] == []
         [read] = await peer.exchange(request("resources/read", {"uri": "raw://o/item"}))

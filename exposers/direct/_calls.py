@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import logging
 import warnings
 from collections.abc import Mapping
@@ -32,7 +31,7 @@ from mcp_types import PROTOCOL_VERSION_META_KEY
 from pydantic import ValidationError
 from starlette.types import Receive, Send
 
-from consumers import JSON, Answer, JSONObject
+from consumers import JSON, Answer, JSONObject, dumps
 from exposers.input_rounds import InputRounds
 from exposers.relay import cannot_ask, envelope_capabilities, envelope_log_level
 from exposers.request import ClientRequest, serve
@@ -87,7 +86,7 @@ class Reply:
         self.finished = False
 
     async def event(self, message: JSONObject) -> None:
-        await self._stream(_sse(json.dumps(message, separators=(",", ":")).encode()))
+        await self._stream(_sse(dumps(message)))
 
     async def ping(self) -> None:
         await self._stream(b": ping\r\n\r\n")
@@ -282,7 +281,7 @@ def _dump(error: types.ErrorData) -> JSONObject:
 
 
 def _response(request_id: types.RequestId, outcome: JSONObject) -> bytes:
-    return json.dumps({"jsonrpc": "2.0", "id": request_id, **outcome}, separators=(",", ":")).encode()
+    return dumps({"jsonrpc": "2.0", "id": request_id, **outcome})
 
 
 def _sse(data: bytes) -> bytes:

@@ -9,7 +9,6 @@ with those bytes. The SDK's own per-version serialiser checks each page, and add
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, LOG_LEVEL_META_KEY, PROTOCOL_VERSION_META_KEY
@@ -17,7 +16,7 @@ from mcp_types.methods import serialize_server_result
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
-from consumers import JSON, JSONObject
+from consumers import JSON, JSONObject, dumps
 from exposers.raw_results import unsieved
 from exposers.request import caller_session
 from exposers.server import CACHE_HINT, complete, stamp_server_info
@@ -84,5 +83,5 @@ class ListPages:
                 return None
             if modern:
                 shaped = stamp_server_info(shaped, self._server_info)
-            result = self._pages[key] = json.dumps(shaped, separators=(",", ":")).encode()
-        return b'{"jsonrpc":"2.0","id":' + json.dumps(message["id"]).encode() + b',"result":' + result + b"}"
+            result = self._pages[key] = dumps(shaped)
+        return b'{"jsonrpc":"2.0","id":' + dumps(message["id"]) + b',"result":' + result + b"}"

@@ -30,11 +30,16 @@ def input_round(params: Mapping[str, JSON]) -> JSONObject:
     return {key: params[key] for key in ("inputResponses", "requestState") if params.get(key) is not None}
 
 
+RESULT_STAMP = ("io.modelcontextprotocol/serverInfo",)
+"""The 2026-07-28 stamp on an upstream's result: who answered, which Triad states itself. Any other key of the
+reserved prefix (`related-task`, `ui`, what a later revision defines) is the result's own and passes on."""
+
+
 def clean_result(result: JSONObject) -> JSONObject:
     """Strip the upstream's era stamp from a result's `_meta`; everything else passes through untouched."""
     meta = result.get("_meta")
-    if isinstance(meta, dict) and any(k.startswith(ERA_META_PREFIX) for k in meta):
-        stripped = {k: v for k, v in meta.items() if not k.startswith(ERA_META_PREFIX)}
+    if isinstance(meta, dict) and any(k in RESULT_STAMP for k in meta):
+        stripped = {k: v for k, v in meta.items() if k not in RESULT_STAMP}
         result = {**result, "_meta": stripped} if stripped else {k: v for k, v in result.items() if k != "_meta"}
     return result
 

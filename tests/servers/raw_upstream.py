@@ -10,6 +10,10 @@ carry the tag (`numbers_<tag>`, `raw://<tag>/item`), so several instances can si
 With `--no-templates`, `resources/templates/list` is answered -32601 (an upstream without templates). With
 `--breaking` (HTTP), a tool `break_<tag>` answers a call with a stream that asks the client something (an
 elicitation) and then breaks off mid-stream, the connection cut.
+`echo_<tag>` answers with the JSON text it is given (`{"hex": <the text's UTF-8 bytes in hex>}`), exactly as given,
+in its result's structured content, `_meta`, a content item and an unknown field.
+On `/mcp?redirect=<status>&on=<method>,...`, each POST of those methods (of every one, without `on`) is answered
+with that status and `Location: <MOVED>`.
 `wait_<tag>` is a call that is never answered (`WAITING` on stderr when it comes); each `notifications/cancelled`
 it receives is printed on stderr as `CANCELLED <reason>`.
 Over HTTP and SSE it binds 127.0.0.1 on a free port and prints `READY <port>` on stderr.
@@ -31,6 +35,8 @@ NUMBERS: dict[str, Any] = {
     "yes": True, "text": "1",
 }
 """The values every message carries somewhere: types a JSON parser keeps apart, and a careless one merges."""
+MOVED = "http://127.0.0.1:9/moved/mcp"
+"""Where a redirect points (nothing listens there)."""
 META: dict[str, Any] = {"example.com/numbers": NUMBERS, "example.com/flag": False}
 
 
@@ -43,7 +49,9 @@ def tools(tag: str) -> dict[str, Any]:
             "annotations": {"readOnlyHint": True, "x-weight": 1, "x-ratio": 1.0},
             "icons": [{"src": "https://example.com/i.png", "sizes": ["1x1"], "x-scale": -0.0}],
             "_meta": META, "x-future": {"numbers": NUMBERS}, "futureFlag": 2**64,
-        }, {"name": f"wait_{tag}", "description": "Never answers.", "inputSchema": {"type": "object"}}],
+        }, {"name": f"wait_{tag}", "description": "Never answers.", "inputSchema": {"type": "object"}},
+            {"name": f"echo_{tag}", "description": "Answers the JSON text it is given.",
+             "inputSchema": {"type": "object", "properties": {"hex": {"type": "string"}}}}],
         "_meta": {f"example.com/page-{tag}": NUMBERS},
     }
 
@@ -106,7 +114,7 @@ class Upstream:
     def __init__(self, name: str, tag: str, no_templates: bool, breaking: bool = False) -> None:
         self.name, self.tag, self.no_templates, self.breaking = name, tag, no_templates, breaking
 
-    def answer(self, message: Any) -> list[dict[str, Any]]:
+    def answer(self, message: Any) -> list[dict[str, Any] | bytes]:
         """The messages one incoming message is answered with: notifications first, then the response (none for
         a call of `wait_<tag>`)."""
         if isinstance(message, dict) and message.get("method") == "notifications/cancelled":
@@ -117,7 +125,9 @@ class Upstream:
             print("WAITING", file=sys.stderr, flush=True)
             return []
         ident, method, params = message["id"], message["method"], message.get("params") or {}
-        out: list[dict[str, Any]] = []
+        if method == "tools/call" and params.get("name") == f"echo_{self.tag}":
+            return [echo(ident, bytes.fromhex(params["arguments"]["hex"]))]
+        out: list[dict[str, Any] | bytes] = []
         try:
             result = self.result(method, params)
         except LookupError as exc:
@@ -157,8 +167,17 @@ class Upstream:
         raise LookupError(f"Method not found: {method}")
 
 
-def dumps(message: dict[str, Any]) -> bytes:
-    return json.dumps(message, separators=(",", ":")).encode()
+def echo(ident: Any, raw: bytes) -> bytes:
+    """The answer to a call of `echo_<tag>`, the raw JSON text spliced in byte for byte."""
+    return (b'{"jsonrpc":"2.0","id":' + json.dumps(ident).encode() + b',"result":{"content":[{"type":"text",'
+            b'"text":"echo","x-raw":' + raw + b'}],"structuredContent":{"value":' + raw + b'},"_meta":'
+            b'{"example.com/raw":' + raw + b',"io.modelcontextprotocol/related-task":{"taskId":"t-1"},'
+            b'"io.modelcontextprotocol/ui":{"x":1},"io.modelcontextprotocol/future":' + raw + b'},"x-raw":' + raw +
+            b',"isError":false}}')
+
+
+def dumps(message: dict[str, Any] | bytes) -> bytes:
+    return message if isinstance(message, bytes) else json.dumps(message, separators=(",", ":")).encode()
 
 
 async def serve_stdio(upstream: Upstream) -> None:
@@ -186,6 +205,9 @@ def http_app(upstream: Upstream) -> Any:
         if request.method == "GET":
             return Response(status_code=405)
         message = json.loads(await request.body())
+        redirect, on = request.query_params.get("redirect"), request.query_params.get("on")
+        if redirect and (on is None or message.get("method") in on.split(",")):
+            return Response(status_code=int(redirect), headers={"location": MOVED})
         if upstream.breaking and (message.get("params") or {}).get("name") == f"break_{upstream.tag}":
             return StreamingResponse(break_off(), media_type="text/event-stream")
         answers = upstream.answer(message)
@@ -193,7 +215,9 @@ def http_app(upstream: Upstream) -> Any:
             await asyncio.Event().wait()
         if not answers:
             return Response(status_code=202)
-        headers = {"mcp-session-id": uuid.uuid4().hex} if answers[-1].get("result", {}).get("serverInfo") else {}
+        last = answers[-1]
+        headers = {"mcp-session-id": uuid.uuid4().hex} \
+            if isinstance(last, dict) and last.get("result", {}).get("serverInfo") else {}
         if len(answers) == 1:
             return Response(dumps(answers[0]), media_type="application/json", headers=headers)
         events = b"".join(b"event: message\ndata: " + dumps(a) + b"\n\n" for a in answers)
