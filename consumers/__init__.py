@@ -20,6 +20,7 @@ from consumers.relay import (
     RequestOptions,
     Share,
     UpstreamRequest,
+    undeclared,
 )
 from consumers.upstream import Upstream
 
@@ -46,4 +47,5 @@ __all__ = [
     "UserAuthorization",
     "describe_failure",
     "login",
+    "undeclared",
 ]
