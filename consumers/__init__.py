@@ -20,6 +20,7 @@ from consumers.relay import (
     RequestOptions,
     Share,
     UpstreamRequest,
+    undeclared,
 )
 from consumers.upstream import Upstream
 
@@ -50,4 +51,5 @@ __all__ = [
     "dumps",
     "loads",
     "login",
+    "undeclared",
 ]

@@ -16,7 +16,7 @@ import contextlib
 import itertools
 import logging
 import ssl
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -46,6 +46,10 @@ MAX_RESUMES = 5
 """How often a reply stream that ends before its result is taken up again (each bounded by the call's deadline)."""
 MAX_MESSAGE = 64 * 2**20
 """The largest message an upstream may send on a reply (a base64 image or a long document fits many times)."""
+ASKED_FOR = {"sampling/createMessage": "sampling", "elicitation/create": "elicitation", "roots/list": "roots"}
+"""The capability an upstream's request needs its session to have declared."""
+OwnRoots = Callable[[], Awaitable[JSONObject]]
+"""A session's own answer to `roots/list` (`{"result": ...}` or `{"error": ...}`), where it is not relayed."""
 
 
 @dataclass
@@ -63,8 +67,9 @@ class HttpLink:
     """Set once the SDK's GET stream for the upstream's own messages was answered (open, or refused: the upstream
     has none): from then on, what the upstream says outside requests reaches Triad."""
 
-    def direct(self, protocol_version: str, on_notification: Callable[[str, JSONObject], None]) -> DirectHttp:
-        return DirectHttp(self, protocol_version, on_notification)
+    def direct(self, protocol_version: str, on_notification: Callable[[str, JSONObject], None],
+               declared: frozenset[str] = frozenset(), own_roots: OwnRoots | None = None) -> DirectHttp:
+        return DirectHttp(self, protocol_version, on_notification, declared, own_roots)
 
 
 class LinkAuth(Protocol):
@@ -88,9 +93,11 @@ async def open_link(url: str, headers: dict[str, str], connect_timeout: float, t
 
 
 class DirectHttp:
-    def __init__(self, link: HttpLink, protocol_version: str,
-                 on_notification: Callable[[str, JSONObject], None]) -> None:
+    def __init__(self, link: HttpLink, protocol_version: str, on_notification: Callable[[str, JSONObject], None],
+                 declared: frozenset[str] = frozenset(), own_roots: OwnRoots | None = None) -> None:
         self._link = link
+        self._declared = declared
+        self._own_roots = own_roots
         self._version = protocol_version
         self._on_notification = on_notification
         self._ids = itertools.count(1)
@@ -263,9 +270,17 @@ class DirectHttp:
         """The upstream's own request, mid-call: asked of the client whose call this is, answered by a POST."""
         method, found = message["method"], message.get("params")
         params: JSONObject = found if isinstance(found, dict) else {}
-        if downstream is None:
-            answer: JSONObject = {"error": {"code": types.METHOD_NOT_FOUND,
-                                                "message": f"{method}: no client call is waiting for it"}}
+        capability = ASKED_FOR.get(method)
+        if capability is not None and capability not in self._declared:  # as the SDK's session answers it
+            answer: JSONObject = {"error": {"code": types.MISSING_REQUIRED_CLIENT_CAPABILITY, "message": (
+                f"this session did not declare the {capability} capability (a client's own session declares what "
+                f"its client declared), so Triad does not send {method}"),
+                "data": {"requiredCapabilities": {capability: {}}}}}
+        elif method == "roots/list" and self._own_roots is not None:  # a shared session's roots are its own
+            answer = await self._own_roots()
+        elif downstream is None:
+            answer = {"error": {"code": types.METHOD_NOT_FOUND,
+                                "message": f"{method}: no client call is waiting for it"}}
         else:
             answer = await ask_wire(downstream, {"method": method, "params": params})
         await self._send({"jsonrpc": "2.0", "id": message["id"], **answer})

@@ -10,9 +10,11 @@ naming the SDK version when one no longer holds.
 - `declare_as_client`: the capabilities a `ClientSession` declares are built by `ClientSession._build_capabilities`
   from which callbacks it has (elicitation always with both form and url modes), with no way to pass a client's
   own declaration through.
-- `send_raw` of a `tools/call` as a task (2025-11-25): `ClientSession.send_request` checks every result against the
-  spec's result type of its method, and refuses the `CreateTaskResult` such a call is answered with; the request
-  is stamped as `send_request` stamps it (`_stamp`) and sent with the session's dispatcher (`_dispatcher`).
+- `send_raw` of a `tools/call` as a task (2025-11-25), and of a list (`UNCHECKED`): `ClientSession.send_request`
+  checks every result against the spec's result type of its method, and refuses the `CreateTaskResult` such a
+  call is answered with, and a whole list for one odd item (a tool schema without `type`: Triad takes or repairs
+  each item, `gateway.registry`); the request is stamped as `send_request` stamps it (`_stamp`) and sent with the
+  session's dispatcher (`_dispatcher`).
 - `ReadEnd` / `WriteEnd`: the SDK types a transport's streams with protocols of a private module
   (`mcp.shared._stream_protocols`); they are named here once.
 - `CONTEXT_ATTRIBUTE`: the SDK's dispatcher reads the sender's contextvars from its read stream's `last_context`
@@ -47,6 +49,9 @@ RAW: TypeAdapter[JSONObject] = TypeAdapter(dict[str, Any])
 """A result as the upstream sent it: the wire dict."""
 
 CONTEXT_ATTRIBUTE = "last_context"
+UNCHECKED = frozenset({"tools/list", "resources/list", "resources/templates/list", "prompts/list"})
+"""Lists whose results are taken as the upstream sent them: the SDK's check refuses a whole page for one item it
+does not like, where Triad judges each item on its own."""
 
 Incoming = SessionMessage | Exception
 """What a transport's read end yields: a message, or an error the transport hit."""
@@ -63,7 +68,8 @@ async def send_raw(session: ClientSession, request: UpstreamRequest,
                    progress: Callable[[float, float | None, str | None], Awaitable[None]] | None = None
                    ) -> JSONObject:
     """Send `request` on `session`; its result as a raw dict."""
-    if request.method == "tools/call" and getattr(request.params, "task", None) is not None:
+    if request.method in UNCHECKED or (request.method == "tools/call"
+                                       and getattr(request.params, "task", None) is not None):
         data = request.model_dump(by_alias=True, mode="json", exclude_none=True)
         options: CallOptions = {}
         session._stamp(data, options)

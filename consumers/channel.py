@@ -22,11 +22,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Collection
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, cast
 
 import mcp_types as types
 from mcp import ClientSession
-from mcp.client.session import ListRootsFnT, MessageHandlerFnT
+from mcp.client.session import ClientRequestContext, ListRootsFnT, MessageHandlerFnT
 
 from consumers._json import JSONObject
 from consumers._progress import CallWrites
@@ -47,7 +47,7 @@ from consumers.relay import (
 from consumers.transports import TlsContexts, open_transport
 
 if TYPE_CHECKING:
-    from consumers._direct_http import DirectHttp, HttpLink
+    from consumers._direct_http import DirectHttp, HttpLink, OwnRoots
     from consumers.oauth import CredentialUse
 
 MAX_INPUT_ROUNDS = 10
@@ -78,8 +78,13 @@ class Channel(Protocol):
 
 class SessionChannel:
     def __init__(self, upstream: str, session: ClientSession, relays: InFlight, watch: EOFWatch,
-                 link: HttpLink | None) -> None:
+                 link: HttpLink | None, declared: Collection[str] = (), own_roots: OwnRoots | None = None) -> None:
         self.upstream = upstream
+        self._declared = frozenset(declared)
+        """What the session declared (of sampling, elicitation, roots): the direct path answers the upstream's
+        requests as the SDK's session would, refusing the others."""
+        self._own_roots = own_roots
+        """The session's own answer to `roots/list` (a shared session's configured roots), if not relayed."""
         self.session = session
         """The SDK's session: the handshake, lists, pings and subscriptions go on it directly."""
         self.relays = relays
@@ -94,7 +99,7 @@ class SessionChannel:
         """Send requests on Triad's direct HTTP path from now on (a handshake-era streamable-HTTP session, after
         its handshake); `on_notification` gets what its replies carry that is not about their request."""
         if self._link is not None:
-            self._direct = self._link.direct(protocol_version, on_notification)
+            self._direct = self._link.direct(protocol_version, on_notification, self._declared, self._own_roots)
 
     async def listening(self) -> None:
         """Return once the upstream's stream for messages outside requests was answered (at once if it has none)."""
@@ -141,6 +146,7 @@ async def open_channel(name: str, config: UpstreamConfig, cwd: str | None, relay
     relays. `on_message`: the upstream's notifications outside calls and transport errors; `on_notification`:
     its task status pushes (2025-11-25), which the SDK's session passes to no handler. `auth`: the OAuth
     credential to use, for an upstream with `auth` (`consumers.transports.open_transport`)."""
+    own_roots = _own_roots(list_roots) if "roots" in declare and list_roots is not None else None
     if "roots" in declare and list_roots is None:
         list_roots = relays.on_list_roots
     async with open_transport(name, config, cwd, output, tls, auth) as (read, write, link):
@@ -150,7 +156,15 @@ async def open_channel(name: str, config: UpstreamConfig, cwd: str | None, relay
                                  sampling_callback=relays.on_sampling if "sampling" in declare else None,
                                  elicitation_callback=relays.on_elicitation if "elicitation" in declare else None,
                                  list_roots_callback=list_roots if "roots" in declare else None) as session:
-            yield SessionChannel(name, session, relays, watch, link)
+            yield SessionChannel(name, session, relays, watch, link, declare, own_roots)
+
+
+def _own_roots(list_roots: ListRootsFnT) -> OwnRoots:
+    async def answer() -> JSONObject:
+        found = await list_roots(cast(ClientRequestContext, None))  # Triad's own answers read no context
+        return {"error" if isinstance(found, types.ErrorData) else "result":
+                found.model_dump(by_alias=True, mode="json", exclude_none=True)}
+    return answer
 
 
 TASK_STATUS = "notifications/tasks/status"

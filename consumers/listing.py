@@ -11,6 +11,7 @@ from mcp.shared.exceptions import MCPError
 
 from consumers._json import JSONObject
 from consumers._sdk import send_raw
+from consumers.definitions import usable_tools
 from consumers.errors import UpstreamError
 
 ERA_META_PREFIX = "io.modelcontextprotocol/"
@@ -39,6 +40,8 @@ class Catalog:
     page_meta: dict[str, JSONObject] = field(default_factory=dict)
     """Each list's result-level `_meta` (by list key: `tools`, `resources`...), the keys of all its pages merged
     (the first page that has a key gives its value), without the 2026-07-28 era keys."""
+    notes: tuple[str, ...] = ()
+    """What was repaired or dropped of the upstream's tool definitions (`consumers.definitions`)."""
 
 
 async def list_catalog(name: str, session: ClientSession, init: types.InitializeResult | types.DiscoverResult | None,
@@ -54,8 +57,11 @@ async def list_catalog(name: str, session: ClientSession, init: types.Initialize
         info = server_info.model_dump(by_alias=True, mode="json", exclude_none=True) if server_info else {}
         version = session.protocol_version or ""
     meta: dict[str, JSONObject] = {}
-    tools = check_tools(await list_all(name, session, types.ListToolsRequest, "tools", meta), version) \
-        if "tools" in caps else ()
+    tools: Tools = ()
+    notes: tuple[str, ...] = ()
+    if "tools" in caps:
+        usable, notes = usable_tools(name, await list_all(name, session, types.ListToolsRequest, "tools", meta))
+        tools = check_tools(usable, version)
     resources: Tools = ()
     templates: Tools = ()
     prompts: Tools = ()
@@ -64,7 +70,7 @@ async def list_catalog(name: str, session: ClientSession, init: types.Initialize
         templates = await list_templates(name, session, meta)
     if "prompts" in caps:
         prompts = await list_all(name, session, types.ListPromptsRequest, "prompts", meta)
-    return Catalog(tools, resources, templates, prompts, caps, info, version, meta)
+    return Catalog(tools, resources, templates, prompts, caps, info, version, meta, notes)
 
 
 async def list_templates(name: str, session: ClientSession, meta: dict[str, JSONObject] | None = None
@@ -88,7 +94,13 @@ async def list_all(name: str, session: ClientSession, request_type: type[ListReq
     for _ in range(MAX_LIST_PAGES):
         params = types.PaginatedRequestParams(cursor=cursor) if cursor is not None else None
         page = await send_raw(session, request_type(params=params))
-        items.extend(page.get(key) or ())
+        listed = page.get(key)
+        if listed is not None and not isinstance(listed, list):  # items are judged one by one; the page is not
+            raise UpstreamError(name, f"{request_type.model_fields['method'].default}: the upstream's `{key}` is "
+                                f"not a list but {type(listed).__name__}")
+        # tools are judged one by one with a note (`consumers.definitions`); any other item that is not even an
+        # object is nothing a client could use
+        items.extend(item for item in listed or () if key == "tools" or isinstance(item, dict))
         page_meta = page.get("_meta")
         if meta is not None and isinstance(page_meta, dict):
             kept = meta.setdefault(key, {})
@@ -98,6 +110,9 @@ async def list_all(name: str, session: ClientSession, request_type: type[ListReq
         cursor = page.get("nextCursor")
         if cursor is None:
             return tuple(items)
+        if not isinstance(cursor, str):
+            raise UpstreamError(name, f"{request_type.model_fields['method'].default}: the upstream's `nextCursor` "
+                                "is not a string")
         if cursor in seen:
             raise UpstreamError(name, f"{request_type.model_fields['method'].default}: the upstream "
                                 "repeated a pagination cursor")

@@ -14,6 +14,7 @@ import mcp_types as types
 from mcp import ClientSession
 
 from consumers._json import JSON, JSONObject
+from consumers.definitions import usable_tools
 from consumers.listing import Catalog, list_all, list_templates
 
 OWN_LISTS = {"notifications/tools/list_changed": "tools", "notifications/resources/list_changed": "resources",
@@ -58,7 +59,9 @@ def own_families(catalog: Catalog) -> tuple[tuple[JSONObject, ...], ...]:
 
 async def list_own(upstream: str, session: ClientSession, offered: Mapping[str, JSON]) -> OwnLists:
     """What a client's session lists (of the families the upstream offers)."""
-    tools = await list_all(upstream, session, types.ListToolsRequest, "tools") if "tools" in offered else ()
+    # the catalog's notes say what was repaired or dropped: a client's session lists the same definitions
+    tools = usable_tools(upstream, await list_all(upstream, session, types.ListToolsRequest, "tools"))[0] \
+        if "tools" in offered else ()
     resources = await list_all(upstream, session, types.ListResourcesRequest, "resources") \
         if "resources" in offered else ()
     templates = await list_templates(upstream, session) if "resources" in offered else None

@@ -48,6 +48,37 @@ ASKS: dict[str, tuple[Any, Any]] = {
 """The server->client requests a gateway relays: method -> (request model, result model)."""
 
 
+def undeclared(request: types.ServerRequest, capabilities: JSONObject | None) -> types.ErrorData | None:
+    """The error an upstream gets for a request its client did not declare it takes (capability and, for
+    elicitation, mode; sampling with tools needs `sampling.tools`), or None when the client may be asked: a client
+    is never sent a request for a capability it did not declare (spec: servers MUST NOT), whatever the upstream
+    assumed. An `elicitation: {}` declaration is form mode only (2025-11-25)."""
+    declared = capabilities or {}
+    method, params = request.method, request.params
+    needed: JSONObject | None = None
+    if method == "sampling/createMessage":
+        tools = getattr(params, "tools", None) is not None or getattr(params, "tool_choice", None) is not None
+        sampling = declared.get("sampling")
+        if not isinstance(sampling, dict) or (tools and not isinstance(sampling.get("tools"), dict)):
+            needed = {"sampling": {"tools": {}} if tools else {}}
+    elif method == "elicitation/create":
+        mode = getattr(params, "mode", None) or "form"
+        elicitation = declared.get("elicitation")
+        modes = ({key for key in ("form", "url") if isinstance(elicitation.get(key), dict)} or {"form"}) \
+            if isinstance(elicitation, dict) else set()
+        if mode not in modes:
+            needed = {"elicitation": {mode: {}}}
+    elif method == "roots/list" and not isinstance(declared.get("roots"), dict):
+        needed = {"roots": {}}
+    if needed is None:
+        return None
+    [(name, detail)] = needed.items()
+    extent = f" for {next(iter(detail))} mode" if name == "elicitation" else " with tools" if detail else ""
+    return types.ErrorData(code=types.MISSING_REQUIRED_CLIENT_CAPABILITY, message=(
+        f"the client did not declare the {name} capability{extent}, so Triad does not send it {method}"),
+        data={"requiredCapabilities": needed})
+
+
 Answer = TypeVar("Answer", bound=BaseModel)
 """The result model a server->client request is answered with (`Downstream.ask`)."""
 
@@ -155,7 +186,8 @@ async def ask_wire(downstream: Downstream, request: JSON) -> JSONObject:
         parsed = request_model.model_validate(request, by_name=False)
     except ValidationError:
         return {"error": {"code": types.INVALID_PARAMS, "message": f"malformed {method} request"}}
-    answer = await downstream.ask(parsed, result_model)
+    refused = undeclared(parsed, downstream.capabilities)
+    answer = refused if refused is not None else await downstream.ask(parsed, result_model)
     return {"error" if isinstance(answer, types.ErrorData) else "result":
             answer.model_dump(by_alias=True, mode="json", exclude_none=True)}
 
@@ -235,7 +267,8 @@ class InFlight:
                    if self.calls else "no call of a client is in flight on it")
             return types.ErrorData(code=types.INVALID_REQUEST, message=(
                 f"Triad cannot relay {request.method} from upstream {self._upstream!r}: {why}"))
-        return await downstream.ask(request, result_type)
+        refused = undeclared(request, downstream.capabilities)
+        return refused if refused is not None else await downstream.ask(request, result_type)
 
     async def on_sampling(self, context: ClientRequestContext, params: types.CreateMessageRequestParams
                           ) -> types.CreateMessageResult | types.ErrorData:

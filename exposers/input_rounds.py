@@ -26,7 +26,7 @@ import mcp_types as types
 from anyio.abc import TaskGroup
 from mcp.shared.exceptions import MCPError
 
-from consumers import CURRENT_DOWNSTREAM, JSON, Answer, JSONObject
+from consumers import CURRENT_DOWNSTREAM, JSON, Answer, JSONObject, undeclared
 from exposers.relay import Relay
 from gateway.identity import Identity, same_principal
 
@@ -39,7 +39,6 @@ PARKED_TTL = 300.0
 MAX_PARKED = 1000
 """A bound on parked calls, so clients that never retry cannot grow memory without limit."""
 INPUT_KEY = "input"
-CAPABILITY_OF = {"sampling/createMessage": "sampling", "elicitation/create": "elicitation", "roots/list": "roots"}
 
 
 Forward = Callable[[Any], Awaitable[JSONObject]]
@@ -84,10 +83,8 @@ class _RoundRelay:
         await self.current.progress(params)
 
     async def ask(self, request: types.ServerRequest, result_type: type[Answer]) -> Answer | types.ErrorData:
-        needed = CAPABILITY_OF.get(request.method)
-        if needed is not None and needed not in (self.capabilities or {}):
-            return types.ErrorData(code=types.MISSING_REQUIRED_CLIENT_CAPABILITY, message=(
-                f"the client did not declare the {needed} capability, so Triad cannot ask it {request.method}"))
+        if (refused := undeclared(request, self.capabilities)) is not None:
+            return refused
         question = _Question(request, result_type)
         if (answer := self._flight.answer_here) is not None:  # a flight in its request's own task: answer it now
             try:

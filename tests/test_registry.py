@@ -67,12 +67,14 @@ def test_upstream_tools_are_named_filtered_and_hidden_when_their_upstream_is_dow
 
 def test_paging_and_cursors() -> None:
     items = [{"name": str(i)} for i in range(5)]
-    first = paginate(items, "tools", None, 3, 2)
+    first = paginate(items, "tools", None, 2)
     assert [t["name"] for t in first["tools"]] == ["0", "1"]
-    second = paginate(items, "tools", first["nextCursor"], 3, 2)
-    third = paginate(items, "tools", second["nextCursor"], 3, 2)
+    second = paginate(items, "tools", first["nextCursor"], 2)
+    third = paginate(items, "tools", second["nextCursor"], 2)
     assert [t["name"] for t in third["tools"]] == ["4"] and "nextCursor" not in third
+    # the caller's list changed: the page resumes after the last item delivered (tests/test_stable_cursors.py)
+    assert [t["name"] for t in paginate(items[1:], "tools", first["nextCursor"], 2)["tools"]] == ["2", "3"]
     with pytest.raises(StaleCursor, match="stale cursor"):
-        paginate(items, "tools", first["nextCursor"], 4, 2)
+        paginate(items[2:], "tools", first["nextCursor"], 2)
     with pytest.raises(StaleCursor, match="invalid cursor"):
-        paginate(items, "tools", "garbage!", 3, 2)
+        paginate(items, "tools", "garbage!", 2)

@@ -186,7 +186,7 @@ class Dispatcher:
 
     def _page(self, view: ClientView, items: tuple[JSONObject, ...], key: str, cursor: str | None
               ) -> JSONObject:
-        page = paginate(items, key, cursor, view.version, self.config.page_size)
+        page = paginate(items, key, cursor, self.config.page_size)
         return with_page_meta(page, key, (self.pool.get(name) for name in sorted(view.visible_upstreams)))
 
     def declares_param_headers(self, name: str) -> bool:

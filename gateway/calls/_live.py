@@ -85,11 +85,12 @@ class Live:
             built = build_upstream_sources(self.config, snapshots, reserved=CORE_NAMES, names=self._names)
             registry = build_registry(self._snapshot.registry.version + 1, [core_source(self.config), *built.sources],
                                       built.context, built.uri_owners)
-            for warning in set(built.warnings) - self._warned:  # once per warning, not once per rebuild
+            for warning in {*built.warnings, *built.definitions} - self._warned:  # once each, not per rebuild
                 logger.warning("%s", warning)
-            self._warned = set(built.warnings)
+            self._warned = {*built.warnings, *built.definitions}
             registry = dataclasses.replace(registry, diagnostics=(
-                *registry.diagnostics, *(RegistryDiagnostic("naming", "", w) for w in built.warnings)))
+                *registry.diagnostics, *(RegistryDiagnostic("naming", "", w) for w in built.warnings),
+                *(RegistryDiagnostic("definition", "", note) for note in built.definitions)))
             self._snapshot = Snapshot(registry, self.pipeline, self.hooks.listed)
         return self._snapshot
 

@@ -20,6 +20,8 @@ from gateway.registry._reports import explain, plan_report, upstream_states
 from gateway.registry._schemas import normalize
 from gateway.registry._snapshot import ListedKind, Snapshot
 from gateway.registry._views import (
+    CURSOR_KEYS,
+    MAX_CURSOR_CHARS,
     ClientView,
     SessionLists,
     down_upstream,
@@ -33,8 +35,10 @@ from gateway.registry._wire import RUN_LIST_META_KEY, clean_result, expose_links
 
 __all__ = [
     "CORE_NAMES",
+    "CURSOR_KEYS",
     "DEFAULT_LIMIT",
     "EMPTY_REGISTRY",
+    "MAX_CURSOR_CHARS",
     "MAX_LIMIT",
     "MAX_QUERY_CHARS",
     "RUN_LIST_META_KEY",

@@ -57,6 +57,8 @@ class BuiltSources:
     uri_owners: dict[str, str]
     warnings: tuple[str, ...] = ()
     """Deny patterns that reach tools whose raw names differ only by case (`policy.lint`)."""
+    definitions: tuple[str, ...] = ()
+    """What was repaired or dropped of the enabled upstreams' tool definitions (`consumers.definitions`)."""
 
 
 def build_upstream_sources(config: TriadConfig, snapshots: Mapping[str, UpstreamSnapshot],
@@ -113,7 +115,8 @@ def build_upstream_sources(config: TriadConfig, snapshots: Mapping[str, Upstream
                          (tool_names.exposed(name, _naming_key(raw, upstreams[name])), head + raw, f"{name}:{raw}"))
                         for raw in raws] for raws in by_case.values() if len(raws) > 1]
     warnings = case_lookalike_denies(config.policy, {cid: c.tools for cid, c in config.clients.items()}, lookalikes)
-    return BuiltSources(sources, context, uri_owners, tuple(warnings))
+    definitions = tuple(note for name in upstreams for note in _catalog(snapshots, name).notes)
+    return BuiltSources(sources, context, uri_owners, tuple(warnings), definitions)
 
 
 _EMPTY = Catalog()

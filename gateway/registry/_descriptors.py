@@ -93,7 +93,7 @@ class PromptEntry:
 
 @dataclass(frozen=True, slots=True)
 class RegistryDiagnostic:
-    kind: Literal["override", "drop", "naming"]
+    kind: Literal["override", "drop", "naming", "definition"]
     name: str
     message: str
 

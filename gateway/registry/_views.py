@@ -1,8 +1,8 @@
 """Per-client views of one registry version: the plan, the name lookups, and the serialised lists.
 
 A view is computed once per (registry version, identity) and reused by every request of that client until the
-registry changes, so the call path only does dict lookups. Pagination cursors are opaque and carry the registry
-version; a cursor from an older version is refused with a clear error instead of silently skipping items.
+registry changes, so the call path only does dict lookups. Pagination cursors are opaque keyset cursors over the
+caller's own list (`paginate`): a rebuild for another client's change does not make them stale.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import base64
 import binascii
 import dataclasses
 import functools
+import hashlib
 import itertools
 import json
 import operator
@@ -314,40 +315,81 @@ def _digest(items: tuple[JSONObject, ...]) -> int:
     return hash(json.dumps(items, sort_keys=True, default=str))
 
 
-def paginate(items: Sequence[JSONObject], key: str, cursor: str | None, version: int,
-             page_size: int) -> JSONObject:
-    start = 0 if cursor is None else _decode_cursor(cursor, version)
+def paginate(items: Sequence[JSONObject], key: str, cursor: str | None, page_size: int) -> JSONObject:
+    """One page of the caller's own list `items` under `key` (`tools`, `resources`...), each item identified by
+    its name, URI or URI template (`_ID_FIELDS`).
+
+    A cursor holds a digest of the list it paged, its offset, and hashes of the last keys it delivered. While the
+    caller's list is unchanged (another client's change rebuilds the registry, not this list) the offset holds; when
+    it changed, the page continues after the last delivered item still listed, so an item listed throughout is
+    neither repeated nor skipped (lists keep the relative order of their items: sorted tools, upstream order)."""
+    field = _ID_FIELDS.get(key, "name")
+    keys = [str(item.get(field, "")) for item in items]
+    start = 0 if cursor is None else _resume(_decode_cursor(cursor), keys)
     end = start + page_size
     result: JSONObject = {key: list(items[start:end])}
     if end < len(items):
-        result["nextCursor"] = _encode_cursor(version, end)
+        result["nextCursor"] = _encode_cursor(_list_digest(keys), end, keys[max(0, end - CURSOR_KEYS):end])
     return result
 
 
-def _encode_cursor(version: int, offset: int) -> str:
-    return base64.urlsafe_b64encode(f"v1:{version}:{offset}".encode()).decode().rstrip("=")
+_ID_FIELDS = {"tools": "name", "prompts": "name", "resources": "uri", "resourceTemplates": "uriTemplate"}
+
+CURSOR_KEYS = 16
+"""Hashes of the last delivered keys a cursor holds: the page resumes after the latest of them still listed; a
+cursor whose every one of them left the caller's list is refused (stale) rather than guessed."""
+
+_HASH_BYTES = 8
 
 
-MAX_CURSOR_CHARS = 128
-"""Characters in a list cursor: Triad's own are about 20 (`v1:<version>:<offset>` in base64); anything longer was
-not issued here, and is refused before it is decoded."""
+def _key_hash(key: str) -> bytes:
+    return hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=_HASH_BYTES).digest()
 
 
-def _decode_cursor(cursor: str, version: int) -> int:
+def _list_digest(keys: Sequence[str]) -> bytes:
+    digest = hashlib.blake2b(digest_size=_HASH_BYTES)
+    for key in keys:
+        digest.update(_key_hash(key))
+    return digest.digest()
+
+
+def _encode_cursor(digest: bytes, offset: int, last: Sequence[str]) -> str:
+    raw = b"\x02" + digest + offset.to_bytes(4, "big") + b"".join(_key_hash(k) for k in reversed(last))
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+MAX_CURSOR_CHARS = 256
+"""Characters in a list cursor: Triad's own are at most 188 (a version byte, the list digest, the offset and
+`CURSOR_KEYS` key hashes, in base64), whatever the length of the names or URIs; anything longer was not issued
+here, and is refused before it is decoded."""
+
+
+def _decode_cursor(cursor: str) -> tuple[bytes, int, list[bytes]]:
     if len(cursor) > MAX_CURSOR_CHARS:
         raise StaleCursor(f"invalid cursor: it has {len(cursor)} characters, the limit is {MAX_CURSOR_CHARS}; it was "
                           "not issued by this server; list again without a cursor")
     try:
-        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        tag, cursor_version, offset = text.split(":")
-        if tag != "v1":
-            raise ValueError(tag)
-        parsed_version, parsed_offset = int(cursor_version), int(offset)
-    except (ValueError, binascii.Error, UnicodeDecodeError):
-        raise StaleCursor("invalid cursor: it was not issued by this server; list again without a cursor") from None
-    if parsed_version != version or parsed_offset < 0:
-        raise StaleCursor("stale cursor: the list changed since this cursor was issued; list again from the start")
-    return parsed_offset
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+    except (ValueError, binascii.Error):
+        raw = b""
+    body = raw[1 + _HASH_BYTES + 4:]
+    if raw[:1] != b"\x02" or not body or len(body) % _HASH_BYTES or len(body) > CURSOR_KEYS * _HASH_BYTES:
+        raise StaleCursor("invalid cursor: it was not issued by this server; list again without a cursor")
+    offset = int.from_bytes(raw[1 + _HASH_BYTES:1 + _HASH_BYTES + 4], "big")
+    last = [body[i:i + _HASH_BYTES] for i in range(0, len(body), _HASH_BYTES)]
+    return raw[1:1 + _HASH_BYTES], offset, last
+
+
+def _resume(cursor: tuple[bytes, int, list[bytes]], keys: Sequence[str]) -> int:
+    digest, offset, last = cursor
+    if digest == _list_digest(keys) and 0 < offset <= len(keys) and _key_hash(keys[offset - 1]) == last[0]:
+        return offset
+    positions = {_key_hash(key): index for index, key in enumerate(keys)}
+    for hashed in last:  # the latest delivered item still listed
+        if hashed in positions:
+            return positions[hashed] + 1
+    raise StaleCursor("stale cursor: every item of the last page left this list since the cursor was issued; "
+                      "list again from the start")
 
 
 def schema_profile(configured: str | None, provider: str | None) -> str | None:

@@ -195,16 +195,24 @@ def build_server(args: argparse.Namespace) -> Server[Any]:
             sys.stdout.buffer.flush()
             await anyio.sleep_forever()
         if name in ("ask", "sample", "roots"):
+            result_type: Any
             metadata = ServerMessageMetadata(related_request_id=ctx.request_id)
-            if name == "ask":
+            if name == "ask" and arguments.get("mode") == "url":
+                request = types.ElicitRequest(params=types.ElicitRequestURLParams(
+                    message=str(arguments.get("question", "?")), url="https://example.com/consent",
+                    elicitation_id="consent-1"))
+                result_type = types.ElicitResult
+            elif name == "ask":
                 request = types.ElicitRequest(params=types.ElicitRequestFormParams(
                     message=str(arguments.get("question", "?")),
                     requested_schema={"type": "object", "properties": {"answer": {"type": "string"}}}))
-                result_type: Any = types.ElicitResult
+                result_type = types.ElicitResult
             elif name == "sample":
                 request = types.CreateMessageRequest(params=types.CreateMessageRequestParams(
                     messages=[types.SamplingMessage(role="user", content=types.TextContent(
-                        text=str(arguments.get("prompt", ""))))], max_tokens=10))
+                        text=str(arguments.get("prompt", ""))))], max_tokens=10,
+                    tools=[types.Tool(name="lookup", input_schema={"type": "object"})]
+                    if arguments.get("with_tools") else None))
                 result_type = types.CreateMessageResult
             else:
                 request, result_type = types.ListRootsRequest(), types.ListRootsResult

@@ -9,7 +9,8 @@ for progress gets progress notifications with integer and float values and a `_m
 carry the tag (`numbers_<tag>`, `raw://<tag>/item`), so several instances can sit behind one Triad unprefixed.
 With `--no-templates`, `resources/templates/list` is answered -32601 (an upstream without templates). With
 `--breaking` (HTTP), a tool `break_<tag>` answers a call with a stream that asks the client something (an
-elicitation) and then breaks off mid-stream, the connection cut.
+elicitation) and then breaks off mid-stream, the connection cut. With `--tools-file F`, `tools/list` answers the
+JSON list in F as its tools, exactly as written (odd or invalid definitions: `tests/test_odd_definitions.py`).
 `echo_<tag>` answers with the JSON text it is given (`{"hex": <the text's UTF-8 bytes in hex>}`), exactly as given,
 in its result's structured content, `_meta`, a content item and an unknown field.
 On `/mcp?redirect=<status>&on=<method>,...`, each POST of those methods (of every one, without `on`) is answered
@@ -27,6 +28,7 @@ import json
 import socket
 import sys
 import uuid
+from pathlib import Path
 from typing import Any
 
 NUMBERS: dict[str, Any] = {
@@ -111,8 +113,10 @@ PROGRESS = ({"progress": 1, "total": 3, "message": "one", "_meta": META},
 
 
 class Upstream:
-    def __init__(self, name: str, tag: str, no_templates: bool, breaking: bool = False) -> None:
+    def __init__(self, name: str, tag: str, no_templates: bool, breaking: bool = False,
+                 listed: list[Any] | None = None) -> None:
         self.name, self.tag, self.no_templates, self.breaking = name, tag, no_templates, breaking
+        self.listed = listed
 
     def answer(self, message: Any) -> list[dict[str, Any] | bytes]:
         """The messages one incoming message is answered with: notifications first, then the response (none for
@@ -147,6 +151,8 @@ class Upstream:
                     "serverInfo": {"name": self.name, "version": "1"}}
         if method == "ping":
             return {}
+        if method == "tools/list" and self.listed is not None:
+            return {"tools": self.listed}
         if method == "tools/list":
             listed = tools(tag)
             if self.breaking:
@@ -274,8 +280,10 @@ def main() -> None:
     parser.add_argument("--tag", default="raw")
     parser.add_argument("--no-templates", action="store_true")
     parser.add_argument("--breaking", action="store_true")
+    parser.add_argument("--tools-file")
     args = parser.parse_args()
-    upstream = Upstream(args.name, args.tag, args.no_templates, args.breaking)
+    listed = json.loads(Path(args.tools_file).read_text()) if args.tools_file else None
+    upstream = Upstream(args.name, args.tag, args.no_templates, args.breaking, listed)
     asyncio.run(serve_stdio(upstream) if args.transport == "stdio" else serve_http(upstream))
 
 
