@@ -247,7 +247,7 @@ def test_see_as_client_shows_exactly_what_triad_plan_shows(browser: WebDriver, p
     assert {h["name"] for h in plan["hidden"]} >= {"fx__echo", "fx__die", "fx__flood", "gx__echo"}
     screenshot(browser, "registry-as-dev")
     # the layer-by-layer explanation, one click away, is `triad explain`'s
-    browser.find_element(By.XPATH, "//table[@id='hidden']//tr[td[1]='fx__die']//a").click()
+    browser.find_element(By.XPATH, "//table[@id='hidden']//tr[td[1]='fx__die']//a[text()='explain']").click()
     wait_for(browser, lambda b: "/console/explain" in b.current_url)
     done = subprocess.run([*TRIAD, "explain", "-c", str(path), "--client", "dev", "fx__die", "--json"],
                           capture_output=True, text=True, timeout=90, env={**os.environ, "ADMIN_TOKEN": ADMIN_TOKEN})
