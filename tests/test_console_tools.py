@@ -7,16 +7,24 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from typing import Any
 
-import httpx2
 import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from tests.conftest import Proc, stdio_upstream
-from tests.raw_clients import HANDSHAKE, JSON_HEADERS, answer_of, call, dumps, initialize
-from tests.test_console import AGENT_TOKEN, DEV_TOKEN, browser, clients, rows, screenshot, sign_in, start_console
+from tests.raw_clients import call
+from tests.test_console import (
+    AGENT_TOKEN,
+    DEV_TOKEN,
+    browser,
+    clients,
+    mcp_answer,
+    rows,
+    screenshot,
+    sign_in,
+    start_console,
+)
 from tests.test_console import wait_for as wait_until
 
 __all__ = ["browser"]  # the module-scoped Chromium of tests/test_console.py
@@ -37,26 +45,14 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             proc.terminate()
 
 
-def mcp(base: str, token: str, method: str, message: dict[str, Any]) -> dict[str, Any]:
-    """One request on a handshake-era session of its own, as the client whose token it is: the whole answer."""
-    headers = {**JSON_HEADERS, "Authorization": f"Bearer {token}"}
-    with httpx2.Client(timeout=30) as http:
-        opened = http.post(f"{base}/mcp", content=dumps(initialize()), headers=headers)
-        assert opened.status_code == 200, opened.text
-        headers |= {"Mcp-Session-Id": opened.headers["mcp-session-id"], "MCP-Protocol-Version": HANDSHAKE}
-        http.post(f"{base}/mcp", content=dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}),
-                  headers=headers)
-        return answer_of(http.post(f"{base}/mcp", content=dumps(message), headers=headers))
-
-
 def shown_rows(browser: WebDriver, table: str) -> list[str]:
     return [row.find_element(By.TAG_NAME, "td").text if row.find_elements(By.TAG_NAME, "td") else ""
             for row in browser.find_elements(By.CSS_SELECTOR, f"#{table} tbody tr") if row.is_displayed()]
 
 
 def test_a_denied_call_is_on_the_calls_page_with_the_layer_that_denied_it(browser: WebDriver, base: str) -> None:
-    assert "error" in mcp(base, DEV_TOKEN, "tools/call", call(1, "echo", {"text": "swordfish-77"}))
-    assert "result" in mcp(base, AGENT_TOKEN, "tools/call", call(1, "echo", {"text": "fine"}))
+    assert "error" in mcp_answer(base, DEV_TOKEN, call(1, "echo", {"text": "swordfish-77"}))
+    assert "result" in mcp_answer(base, AGENT_TOKEN, call(1, "echo", {"text": "fine"}))
     sign_in(browser, base)
     wait_until(browser, lambda b: b.current_url.endswith("/console/upstreams"))
     browser.get(f"{base}/console/calls")
@@ -69,8 +65,8 @@ def test_a_denied_call_is_on_the_calls_page_with_the_layer_that_denied_it(browse
 
 
 def test_a_tools_full_definition_is_one_click_from_the_registry(browser: WebDriver, base: str) -> None:
-    listed = {t["name"]: t for t in mcp(base, AGENT_TOKEN, "tools/list",
-                                        {"jsonrpc": "2.0", "id": 1, "method": "tools/list"})["result"]["tools"]}
+    listed = {t["name"]: t for t in mcp_answer(base, AGENT_TOKEN,
+                                               {"jsonrpc": "2.0", "id": 1, "method": "tools/list"})["result"]["tools"]}
     sign_in(browser, base)
     wait_until(browser, lambda b: b.current_url.endswith("/console/upstreams"))
     browser.get(f"{base}/console/registry")
@@ -93,7 +89,7 @@ def test_a_tools_full_definition_is_one_click_from_the_registry(browser: WebDriv
                                                      ("calls", "recent", "denied")])
 def test_a_filter_box_keeps_the_rows_that_hold_its_text(browser: WebDriver, base: str, page: str, table: str,
                                                         text: str) -> None:
-    mcp(base, DEV_TOKEN, "tools/call", call(1, "echo", {"text": "x"}))  # a denied call for the Calls page
+    mcp_answer(base, DEV_TOKEN, call(1, "echo", {"text": "x"}))  # a denied call for the Calls page
     sign_in(browser, base)
     wait_until(browser, lambda b: b.current_url.endswith("/console/upstreams"))
     browser.get(f"{base}/console/{page}")
