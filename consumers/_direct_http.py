@@ -26,11 +26,13 @@ import anyio.lowlevel
 import mcp_types as types
 from anyio.abc import TaskGroup
 from mcp.shared.exceptions import MCPError
+from opentelemetry.trace import StatusCode
 from pydantic import ValidationError
 
 from consumers._errors import UNAVAILABLE_STATUSES, HopBroken, HopUnavailable, SessionGone
 from consumers._http_rules import HTTP_RULES, env_proxy, redirect_refused
 from consumers._json import JSON, JSONObject, dumps, loads
+from consumers._spans import request_span
 from consumers.relay import Downstream, ProgressFn, UpstreamRequest, ask_wire
 
 logger = logging.getLogger("triad.upstream")
@@ -118,16 +120,24 @@ class DirectHttp:
         message = request.model_dump(by_alias=True, mode="json", exclude_none=True)
         params = message.setdefault("params", {})
         params["_meta"] = {**(params.get("_meta") or {}), "progressToken": request_id}
-        body = dumps({"jsonrpc": "2.0", "id": request_id, **message})
-        try:
-            return await self._request(body, request_id, on_progress, downstream)
-        except aiohttp.ClientError as exc:
-            raise HopBroken(connect=isinstance(exc, aiohttp.ClientConnectorError)) from exc
+        trace: dict[str, str] = {}
+        with request_span(message, request_id, trace) as span:
+            body = dumps({"jsonrpc": "2.0", "id": request_id, **message})
+            try:
+                return await self._request(body, request_id, on_progress, downstream, trace)
+            except MCPError as exc:
+                if span is not None:
+                    span.set_attributes({"error.type": str(exc.error.code),
+                                         "rpc.response.status_code": str(exc.error.code)})
+                    span.set_status(StatusCode.ERROR, exc.error.message)
+                raise
+            except aiohttp.ClientError as exc:
+                raise HopBroken(connect=isinstance(exc, aiohttp.ClientConnectorError)) from exc
 
     async def _request(self, body: bytes, request_id: str, on_progress: ProgressFn,
-                       downstream: Downstream | None) -> JSONObject:
+                       downstream: Downstream | None, trace: dict[str, str]) -> JSONObject:
         try:
-            async with self._post(body) as response:
+            async with self._post(body, trace) as response:
                 if response.status == 404:
                     raise SessionGone
                 if response.status in UNAVAILABLE_STATUSES:
@@ -159,7 +169,7 @@ class DirectHttp:
         return _result_of(reply)
 
     @contextlib.asynccontextmanager
-    async def _post(self, body: bytes) -> AsyncIterator[aiohttp.ClientResponse]:
+    async def _post(self, body: bytes, trace: dict[str, str] | None = None) -> AsyncIterator[aiohttp.ClientResponse]:
         """The POST, sent a second time when a pooled connection turns out closed before the upstream answered
         anything (an idle keep-alive connection the upstream closed at that moment). With OAuth, sent again once
         after a 401 or a 403 `insufficient_scope` that the token source could answer with a new token."""
@@ -169,7 +179,8 @@ class DirectHttp:
         challenged = resent = False
         while True:
             try:
-                response = await self._link.client.post(self._link.url, data=body, headers=self._headers(),
+                response = await self._link.client.post(self._link.url, data=body,
+                                                        headers={**self._headers(), **(trace or {})},
                                                         allow_redirects=HTTP_RULES.follow_redirects)
             except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
                 if resent:

@@ -114,6 +114,11 @@ def rows(browser: WebDriver, table: str) -> list[list[str]]:
 
 def mcp_call(base: str, token: str, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
     """One tools/call on a handshake-era session of its own, as the client whose token it is."""
+    return mcp_answer(base, token, call(1, tool, arguments))["result"]  # type: ignore[no-any-return]
+
+
+def mcp_answer(base: str, token: str, message: dict[str, Any]) -> dict[str, Any]:
+    """One request on a handshake-era session of its own, as the client whose token it is: the whole answer."""
     headers = {**JSON_HEADERS, "Authorization": f"Bearer {token}"}
     with httpx2.Client(timeout=30) as http:
         opened = http.post(f"{base}/mcp", content=dumps(initialize()), headers=headers)
@@ -121,8 +126,7 @@ def mcp_call(base: str, token: str, tool: str, arguments: dict[str, Any]) -> dic
         headers |= {"Mcp-Session-Id": opened.headers["mcp-session-id"], "MCP-Protocol-Version": HANDSHAKE}
         http.post(f"{base}/mcp", content=dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}),
                   headers=headers)
-        answer = answer_of(http.post(f"{base}/mcp", content=dumps(call(1, tool, arguments)), headers=headers))
-    return answer["result"]  # type: ignore[no-any-return]
+        return answer_of(http.post(f"{base}/mcp", content=dumps(message), headers=headers))
 
 
 # -- sign-in -----------------------------------------------------------------------------------------------------
@@ -247,7 +251,7 @@ def test_see_as_client_shows_exactly_what_triad_plan_shows(browser: WebDriver, p
     assert {h["name"] for h in plan["hidden"]} >= {"fx__echo", "fx__die", "fx__flood", "gx__echo"}
     screenshot(browser, "registry-as-dev")
     # the layer-by-layer explanation, one click away, is `triad explain`'s
-    browser.find_element(By.XPATH, "//table[@id='hidden']//tr[td[1]='fx__die']//a").click()
+    browser.find_element(By.XPATH, "//table[@id='hidden']//tr[td[1]='fx__die']//a[text()='explain']").click()
     wait_for(browser, lambda b: "/console/explain" in b.current_url)
     done = subprocess.run([*TRIAD, "explain", "-c", str(path), "--client", "dev", "fx__die", "--json"],
                           capture_output=True, text=True, timeout=90, env={**os.environ, "ADMIN_TOKEN": ADMIN_TOKEN})

@@ -171,6 +171,12 @@ def build_console(dispatcher: Dispatcher, reloader: Reloads | None, throttle: Au
             return refused(request, "no such client")
         return render(request, "explain.html", session, report=report)
 
+    async def tool(request: Request, session: ConsoleSession) -> Response:
+        found = pages.definition(dispatcher, request.query_params.get("name", ""))
+        if found is None:
+            return refused(request, "no such tool")
+        return render(request, "tool.html", session, tool=found)
+
     async def calls(request: Request, session: ConsoleSession) -> Response:
         found = pages.calls(dispatcher)
         return render(request, "calls.html", session, in_flight=found["in_flight"], recent=found["recent"])
@@ -207,6 +213,7 @@ def build_console(dispatcher: Dispatcher, reloader: Reloads | None, throttle: Au
         Route("/upstreams", signed_in(upstreams)),
         Route("/registry", signed_in(registry)),
         Route("/explain", signed_in(explain)),
+        Route("/tool", signed_in(tool)),
         Route("/calls", signed_in(calls)),
         Route("/reloads", signed_in(reloads)),
         Route("/pins", signed_in(pins)),

@@ -24,6 +24,8 @@ from gateway.state import PinStatus
 
 RATE_WINDOW = 60.0
 """Seconds over which the call rate is counted (from the call log, as far as it reaches)."""
+DEFINITION_FIELDS = ("inputSchema", "outputSchema", "annotations")
+"""Parts of a tool's definition shown each on its own on the tool's page (the whole definition follows)."""
 
 
 class StateClock:
@@ -104,6 +106,22 @@ def tools(dispatcher: Dispatcher) -> list[JSONObject]:
     return out
 
 
+def definition(dispatcher: Dispatcher, name: str) -> JSONObject | None:
+    """The full definition of the registry's tool `name`, as clients are served it (overrides applied): the
+    description, schemas and annotations an operator checks before approving a pin. None: no such tool."""
+    descriptor = dispatcher.registry.tools.get(name)
+    if descriptor is None:
+        return None
+    wire = descriptor.to_wire()
+    executor = descriptor.executor
+    fields = {key: json.dumps(wire[key], indent=2, sort_keys=True) for key in DEFINITION_FIELDS if key in wire}
+    return _hidden_values(dispatcher, {
+        "name": name, "title": str(wire.get("title") or ""), "description": str(wire.get("description") or ""),
+        "owner": str(descriptor.owner), "upstream": executor.id if executor else "",
+        "raw": executor.tool if executor else "", "fields": fields,
+        "whole": json.dumps(wire, indent=2, sort_keys=True, default=str)})
+
+
 def plan(dispatcher: Dispatcher, client_id: str) -> JSONObject:
     """What `triad plan --client <client_id>` prints, of the running daemon (KeyError: no such client)."""
     view = dispatcher.view(identity_for(dispatcher.config, client_id))
@@ -145,10 +163,17 @@ def calls(dispatcher: Dispatcher) -> dict[str, list[JSONObject]]:
         return {"number": record.number, "kind": record.kind, "tool": name or record.raw or "",
                 "client": record.client or "", "upstream": record.upstream, "started": record.started,
                 "ms": 1000 * (record.duration if record.duration is not None else now - record.started),
-                "outcome": record.outcome or "running", "blocked_by": record.blocked_by or ""}
+                "outcome": record.outcome or "running", "stopped_by": _stopped_by(record)}
 
     log = dispatcher.metrics.call_log
     return {"in_flight": [row(r) for r in log.in_flight()], "recent": [row(r) for r in log.recent()]}
+
+
+def _stopped_by(record: CallRecord) -> str:
+    """Who refused a call that never left: the policy layer (and its pattern), or the hook by its name."""
+    if record.outcome == "denied":
+        return f"policy: {record.layer}" + (f" ({record.pattern})" if record.pattern else "")
+    return record.blocked_by or ""
 
 
 def reloads(dispatcher: Dispatcher, reloader: Reloads | None) -> JSONObject:

@@ -160,8 +160,10 @@ class ToolCalls:
             if descriptor.name == name and (step := decision.denied_by) is not None:
                 self._metrics.deny(step.layer)
                 log_denied(view.identity.client_id, name, session, step)
+                executor = descriptor.executor
+                self._metrics.call_log.denied(view.identity.client_id, descriptor.name, executor.id if executor else "",
+                                              executor.tool if executor else "", step)
                 if self._live.hooks:
-                    executor = descriptor.executor
                     ctx = CallContext("tool", view.identity.client_id, session or Session(), name,
                                       executor.id if executor else "", executor.tool if executor else "",
                                       _arguments(params))

@@ -84,9 +84,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                                         "upstream identity) instead of for Triad")
 
     importer = verbs.add_parser("import", help="convert an MCP client's server list (Claude Desktop, Claude Code, "
-                                               "Cursor, VS Code, Windsurf, Gemini CLI, Cline) to Triad YAML")
+                                               "Cursor, VS Code, Windsurf, Gemini CLI, Cline, Zed) to Triad YAML")
     importer.add_argument("file", help="claude_desktop_config.json, .cursor/mcp.json, .vscode/mcp.json, "
-                                       ".gemini/settings.json...")
+                                       "~/.claude.json, .gemini/settings.json, Zed's settings.json...")
     importer.add_argument("--from", dest="source_format", choices=sorted(FORMATS),
                           help="the client that wrote the file (default: told by its keys and its path)")
     importer.add_argument("--force", action="store_true",

@@ -1,8 +1,9 @@
 """`triad import FILE`: an MCP client's server list as Triad YAML, losing nothing silently.
 
-Read: Claude Desktop, Claude Code, Cursor, Windsurf, Gemini CLI and Cline (`mcpServers`), and VS Code (`servers`,
-or `mcp.servers` in settings.json), as JSON with comments and trailing commas (JSONC, which VS Code writes). The
-format is told by `--from`, else by the servers' own keys, else by the file's path, and is always named.
+Read: Claude Desktop, Claude Code, Cursor, Windsurf, Gemini CLI and Cline (`mcpServers`), VS Code (`servers`,
+or `mcp.servers` in settings.json) and Zed (`context_servers`), as JSON with comments and trailing commas (JSONC,
+which VS Code writes); every server block of the file (`_import_sources`: Claude Code's projects too). The format
+is told by `--from`, else by the blocks and the servers' own keys, else by the file's path, and is always named.
 
 Every setting becomes its Triad equivalent (`serverUrl` and `httpUrl` a `url`, Gemini's millisecond `timeout` a
 duration, `includeTools` / `excludeTools` / `disabledTools` the upstream's `tools` filter, an `envFile` one
@@ -25,11 +26,12 @@ import yaml
 
 from consumers import JSON, JSONObject
 from gateway.cli._import_secrets import Secrets
+from gateway.cli._import_sources import Found, find_blocks, name_servers
 from gateway.cli._jsonc import loads_jsonc
 
 FORMATS = {
     "claude-desktop": "Claude Desktop", "claude-code": "Claude Code", "cursor": "Cursor", "vscode": "VS Code",
-    "windsurf": "Windsurf", "gemini": "Gemini CLI", "cline": "Cline / Roo Code",
+    "windsurf": "Windsurf", "gemini": "Gemini CLI", "cline": "Cline / Roo Code", "zed": "Zed",
 }
 """`--from` values and the names shown for them."""
 
@@ -37,7 +39,9 @@ _PATH_HINTS = (("claude_desktop_config", "claude-desktop"), (".cursor/", "cursor
                ("/code/user/", "vscode"), ("windsurf", "windsurf"), ("codeium", "windsurf"), (".gemini/", "gemini"),
                ("cline_mcp_settings", "cline"), ("mcp_settings.json", "cline"), (".mcp.json", "claude-code"),
                (".claude.json", "claude-code"))
-_WORKSPACE_DIRS = (".vscode", ".cursor", ".gemini", ".windsurf", ".roo")
+_TOP_BLOCKS = ("mcpServers", "servers", "mcp.servers", "context_servers")
+"""Blocks whose servers are named by their bare name in messages (a project block's carry its key path)."""
+_WORKSPACE_DIRS = (".vscode", ".cursor", ".gemini", ".windsurf", ".roo", ".zed")
 """A file in one of these folders belongs to the workspace that holds the folder (`${workspaceFolder}`)."""
 _TIMEOUT_UNITS = {"gemini": "ms", "cline": "s"}
 """A bare number as `timeout`: Gemini CLI counts milliseconds, Cline seconds; elsewhere it is not documented."""
@@ -46,7 +50,9 @@ CLIENT_SIDE = {"autoApprove": "auto-approval is the client's business; Triad's p
                "trust": "Gemini CLI's confirmation prompts are the client's business",
                "dev": "VS Code's watch-and-debug mode for server development",
                "description": "a label for people", "gallery": "VS Code's gallery entry",
-               "version": "VS Code's gallery entry"}
+               "version": "VS Code's gallery entry",
+               "watchPaths": "Roo Code restarts the server when these files change; Triad does not watch them",
+               "source": "Zed's record of where the server came from"}
 """Keys with no meaning in a gateway: noted, not lost."""
 _TRANSPORTS = {"stdio": "stdio", "sse": "sse", "http": "streamable-http", "streamable-http": "streamable-http",
                "streamable_http": "streamable-http", "streamablehttp": "streamable-http"}
@@ -75,13 +81,22 @@ def convert(text: str, path: str | None = None, source_format: str | None = None
         data = loads_jsonc(text)
     except json.JSONDecodeError as exc:
         raise ImportFailed(f"not valid JSON: {exc.msg} (line {exc.lineno})") from None
-    fmt, servers = find_servers(data, path, source_format)
-    run = _Run(fmt, _workspace(path), Secrets())
+    fmt, found = find_servers(data, path, source_format)
+    run = _Run(fmt, _workspace(path), Secrets(), list(found.lost), list(found.notes))
     upstreams: JSONObject = {}
-    for name, server in servers.items():
-        entry = run.server(str(name), server)
-        if entry is not None:
-            upstreams[str(name)] = entry
+    for upstream, name, block in name_servers(found.blocks):
+        where = name if block.where in _TOP_BLOCKS else f"{block.where}.{name}"
+        if upstream != name:
+            run.notes.append(f"{where}: imported as {upstream!r} (another block has a different {name!r})")
+        entry = run.server(upstream, block.servers[name], where)
+        if entry is None:
+            continue
+        if block.project is not None and "command" in entry and "cwd" not in entry:
+            entry["cwd"] = block.project  # Claude Code starts a project's servers in the project's folder
+        if name in block.off:
+            entry["enabled"] = False
+            run.notes.append(f"{where}: imported disabled ({block.off[name]} has it off)")
+        upstreams[upstream] = entry
     if isinstance(data, Mapping) and isinstance(data.get("inputs"), list):
         for item in data["inputs"]:
             if isinstance(item, Mapping) and isinstance(item.get("id"), str):
@@ -97,18 +112,25 @@ def convert(text: str, path: str | None = None, source_format: str | None = None
     return Conversion("\n".join(header) + "\n" + body, FORMATS[fmt], len(upstreams), needed, run.lost, run.notes)
 
 
-def find_servers(data: JSON, path: str | None = None,
-                 source_format: str | None = None) -> tuple[str, Mapping[str, JSON]]:
-    """The format (a `FORMATS` key) and the server map."""
+def find_servers(data: JSON, path: str | None = None, source_format: str | None = None) -> tuple[str, Found]:
+    """The format (a `FORMATS` key) and every server block of the file."""
     if not isinstance(data, Mapping):
         raise ImportFailed("the file is not a JSON object")
-    mcp = data.get("mcp")
-    for servers, fmt in ((data.get("mcpServers"), None), (data.get("servers"), "vscode"),
-                         (mcp.get("servers") if isinstance(mcp, Mapping) else None, "vscode")):
-        if isinstance(servers, Mapping):
-            return source_format or fmt or _detect(servers, path), servers
-    raise ImportFailed("no mcpServers (Claude Desktop, Cursor) or servers (VS Code) block found (Claude Code, "
-                       "Windsurf, Gemini CLI and Cline write mcpServers too)")
+    found = find_blocks(data)
+    if not found.blocks:
+        raise ImportFailed("no mcpServers (Claude Desktop, Cursor) or servers (VS Code) block found, nor Zed's "
+                           "context_servers (Claude Code, Windsurf, Gemini CLI and Cline write mcpServers too)")
+    if source_format is not None:
+        return source_format, found
+    where = {block.where for block in found.blocks}
+    if "context_servers" in where:
+        return "zed", found
+    if where & {"servers", "mcp.servers"}:
+        return "vscode", found
+    if any(block.project is not None for block in found.blocks):
+        return "claude-code", found
+    servers = {name: server for block in found.blocks for name, server in block.servers.items()}
+    return _detect(servers, path), found
 
 
 def _detect(servers: Mapping[str, JSON], path: str | None) -> str:
@@ -117,11 +139,13 @@ def _detect(servers: Mapping[str, JSON], path: str | None) -> str:
         return "windsurf"
     if keys & {"httpUrl", "trust", "includeTools", "excludeTools"}:
         return "gemini"
+    if keys & {"transportType", "alwaysAllow", "watchPaths"}:
+        return "cline"
     where = PurePath(path).as_posix().lower() if path else ""
     for hint, fmt in _PATH_HINTS:
         if hint in where:
             return fmt
-    return "cline" if "alwaysAllow" in keys else "claude-desktop"
+    return "claude-desktop"
 
 
 def _workspace(path: str | None) -> PurePath | None:
@@ -145,17 +169,22 @@ class _Run:
     lost: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
-    def server(self, name: str, server: JSON) -> JSONObject | None:
+    def server(self, name: str, server: JSON, label: str | None = None) -> JSONObject | None:
+        """The upstream `name` (variables are named after it) from `server`; messages call it `label`."""
+        label = label or name
         if not name.strip():
-            self.lost.append(f"{name!r}: a server with an empty name (Triad names every tool after its upstream)")
+            self.lost.append(f"{label!r}: a server with an empty name (Triad names every tool after its upstream)")
             return None
         if not isinstance(server, Mapping):
-            self.lost.append(f"{name}: not an object")
+            self.lost.append(f"{label}: not an object")
             return None
+        if self.fmt == "zed" and isinstance(command := server.get("command"), Mapping):  # Zed's older shape
+            server = {**{k: v for k, v in server.items() if k != "command"},
+                      **{("command" if k == "path" else k): v for k, v in command.items()}}
         entry: JSONObject = {}
         tools: dict[str, list[str]] = {}
         for key, value in server.items():
-            where = f"{name}.{key}"
+            where = f"{label}.{key}"
             if key in ("command", "cwd") and isinstance(value, str):
                 entry[key] = self.text(value, where)
             elif key == "args" and isinstance(value, list):
@@ -175,13 +204,15 @@ class _Run:
                     entry["transport"] = "streamable-http"
                 elif key == "url" and self.fmt == "gemini":  # Gemini CLI: `url` is SSE, `httpUrl` streamable HTTP
                     entry["transport"] = "sse"
-            elif key in ("type", "transport") and isinstance(value, str):
+            elif key in ("type", "transport", "transportType") and isinstance(value, str):
                 if (spelled := _TRANSPORTS.get(value.strip().lower())) is None:
                     self.lost.append(f"{where}: unknown transport {value!r}")
                 else:
                     entry.setdefault("transport", spelled)
             elif key == "timeout" and isinstance(value, str | int | float) and not isinstance(value, bool):
                 self.timeout(where, value, entry)
+            elif key == "settings" and self.fmt == "zed" and value in ({}, None):
+                pass  # Zed writes an empty `settings` for custom servers
             elif key in ("disabled", "enabled") and isinstance(value, bool):
                 entry["enabled"] = value if key == "enabled" else not value
             elif key in ("includeTools", "excludeTools", "disabledTools") and isinstance(value, list):
@@ -194,7 +225,9 @@ class _Run:
         if tools:
             entry["tools"] = tools
         if "command" not in entry and "url" not in entry:
-            self.lost.append(f"{name}: neither a command nor a url")
+            extension = self.fmt == "zed" and server.get("source") == "extension"
+            self.lost.append(f"{label}: " + ("a Zed extension's server (its command lives in the extension)"
+                                            if extension else "neither a command nor a url"))
             return None
         if entry.get("transport") == "stdio" and "command" in entry:
             del entry["transport"]  # a command means stdio

@@ -2,12 +2,14 @@
 
 A record holds names and numbers only: the kind, the upstream, the tool's or prompt's raw name (never a resource
 URI, which may carry a user's data), the client, the start time, the duration, the outcome and, for a call a hook
-blocked, that hook's name. Never an argument or a result value: they may hold secrets.
+blocked, that hook's name; for one policy denied, the layer and the pattern. Never an argument or a result value:
+they may hold secrets.
 
 Ownership: `Metrics` holds one `CallLog` per dispatcher. It is fed from two seams: `gateway.calls`' `Forwarder.forward`
 (every request that leaves for an upstream: `start`, then `end` with the outcome `forward` computes for the
-metrics too), and the hook chain's block (`blocked`), since a blocked call never leaves. The exposer's runner tells
-it whose session a request comes from (`attribute`): `forward` knows the session, not the identity. Everything
+metrics too), the hook chain's block (`blocked`) and the policy's denial (`denied`), since neither call leaves.
+The exposer's runner tells it whose session a request comes from (`attribute`): `forward` knows the session,
+not the identity. Everything
 here is synchronous; the records are bounded (`MAX_RECENT`), and the calls in flight by the calls Triad serves.
 """
 
@@ -20,8 +22,11 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from policy import LAYER_NAMES
+
 if TYPE_CHECKING:
     from consumers import UpstreamRequest
+    from policy import Step
 
 MAX_RECENT = 200
 """Finished calls kept; enough for a screen or two of history, small enough to copy on every page view."""
@@ -44,8 +49,12 @@ class CallRecord:
     """The name the client used, when known at the source (a blocked call); else the console maps `raw`."""
     duration: float | None = None
     outcome: str | None = None
-    """None while in flight; then `ok`, `tool_error`, `timeout`, `error` (as in the metrics) or `blocked`."""
+    """None while in flight; then `ok`, `tool_error`, `timeout`, `error` (as in the metrics), `blocked` or
+    `denied`."""
     blocked_by: str | None = None
+    layer: str | None = None
+    """The policy layer that denied the call (`LAYER_NAMES`, as in the logs and the metrics)."""
+    pattern: str | None = None
 
 
 class BlockedCall(Protocol):
@@ -95,6 +104,12 @@ class CallLog:
                                        ctx.raw_name if kind in NAMED_KINDS else None, ctx.client_id, time.time(),
                                        exposed=ctx.name if kind in NAMED_KINDS else None, duration=0.0,
                                        outcome="blocked", blocked_by=hook or None))
+
+    def denied(self, client_id: str, name: str, upstream: str, raw: str, step: Step) -> None:
+        """Policy denied the tool call `name` (the caller was told `Unknown tool`) at `step`."""
+        self._recent.append(CallRecord(next(self._numbers), "tool", upstream, raw, client_id, time.time(),
+                                       exposed=name, duration=0.0, outcome="denied",
+                                       layer=LAYER_NAMES.get(step.layer, str(step.layer)), pattern=step.pattern))
 
     def in_flight(self) -> list[CallRecord]:
         """Oldest first."""

@@ -151,10 +151,12 @@ def build_server(args: argparse.Namespace) -> Server[Any]:
         name = params.name.removeprefix(args.prefix)
         arguments = params.arguments or {}
         if name in ("echo", "sampled_echo"):
+            meta = {"fixture/upstream": args.name, "fixture/received-meta": (ctx.params or {}).get("_meta") or {}}
+            http_request = getattr(ctx, "request", None)  # the Starlette request over HTTP: its trace headers
+            if http_request is not None and "traceparent" in http_request.headers:
+                meta["fixture/received-traceparent-header"] = http_request.headers["traceparent"]
             return {"content": [{"type": "text", "text": str(arguments.get("text", "")),
-                                 "annotations": {"audience": ["user"], "priority": 0.5}}],
-                    "_meta": {"fixture/upstream": args.name,
-                              "fixture/received-meta": (ctx.params or {}).get("_meta") or {}}}
+                                 "annotations": {"audience": ["user"], "priority": 0.5}}], "_meta": meta}
         if name == "image":
             return {"content": [{"type": "image", "data": PNG_1PX, "mimeType": "image/png"}]}
         if name == "audio":
