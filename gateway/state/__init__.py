@@ -3,10 +3,11 @@ and the interfaces (`Buckets`, `Pins`) whose embedded defaults live here and who
 """
 
 from gateway.state._name_ledger import NameLedger, NameLedgerUnreadable
-from gateway.state._pins import PinStatus, PinStore, definition_hash, pinned_fields
+from gateway.state._pins import HASHED_FIELDS, PinStatus, PinStore, definition_hash, pin_diff, pinned_fields
 from gateway.state._shared import Buckets, FilePins, LocalBuckets, Pins, SharedState, SharedStateUnavailable
 
 __all__ = [
+    "HASHED_FIELDS",
     "Buckets",
     "FilePins",
     "LocalBuckets",
@@ -18,5 +19,6 @@ __all__ = [
     "SharedState",
     "SharedStateUnavailable",
     "definition_hash",
+    "pin_diff",
     "pinned_fields",
 ]
