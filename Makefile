@@ -1,5 +1,8 @@
-# `make run` sets up and starts the gateway on config.example.yaml; `make test` sets up and runs every test.
+# `make run` sets up and starts the gateway on config.example.yaml (`make run PORT=9000 HOST=127.0.0.1`: elsewhere
+# than listen.port and listen.host); `make test` sets up and runs every test.
 PYTHON ?= python3
+PORT ?=
+HOST ?=
 VENV := .venv
 BIN := $(CURDIR)/$(VENV)/bin
 NODE_DIR := tests/node
@@ -21,7 +24,8 @@ setup: $(VENV)/.installed
 
 run: $(VENV)/.installed
 	# the venv first on PATH (the example's demo upstream runs on TRIAD_PYTHON, the venv's Python, anyway)
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/triad serve -c config.example.yaml
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/triad serve -c config.example.yaml $(if $(PORT),--port $(PORT)) \
+		$(if $(HOST),--host $(HOST))
 
 # The end-to-end tests run twice: with Triad's direct HTTP path on (the default) and off (the SDK's server only).
 E2E_TESTS := tests/test_gateway_e2e.py tests/test_conformance.py tests/test_eras.py tests/test_relays.py \

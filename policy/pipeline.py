@@ -30,8 +30,10 @@ against exposed names and raw names of every upstream; lift one with `policy.gat
 MAX_COMPILED_RUN_LISTS = 64
 """Compiled run-level lists kept for reuse; the least recently used goes first. Building one view needs one."""
 
-LAYER_NAMES = {1: "profile", 2: "agent", 3: "provider", 4: "group", 5: "gateway deny", 6: "owner-only",
-               7: "run-level"}
+LAYER_NAMES = {1: "profile", 2: "agent", 3: "provider", 4: "group", 5: "gateway_deny", 6: "owner_only",
+               7: "run_level"}
+"""Each layer's one name: in explanations, log lines (`layer`), the audit (`layer`) and metrics (`layer` label);
+the spelling of its `policy:` key where it has one."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -223,8 +223,8 @@ async def test_builtin_hooks_against_a_real_upstream(procs: list[Proc], tmp_path
     assert outcomes == [("fx__echo", "blocked", "blocked"), ("fx__echo", "allowed", "ok"),
                         ("fx__echo", "allowed", "ok"), ("fx__echo", "blocked", "blocked"),
                         ("fx__slow", "allowed", "error"), ("fx__big", "allowed", "ok"),
-                        ("fx__big", "allowed", "tool-error"), ("gx__die", "denied", "denied")]
-    assert lines[-1]["layer"] == 1 and lines[-1]["pattern"] == "gx__die"
+                        ("fx__big", "allowed", "tool_error"), ("gx__die", "denied", "denied")]
+    assert lines[-1]["layer"] == "profile" and lines[-1]["pattern"] == "gx__die"
     assert all("arguments" not in r for r in lines) and all(r["client"] == "local" for r in lines)
     assert "swordfish" not in audit_path.read_text()
 
@@ -271,4 +271,4 @@ async def test_a_real_call_through_the_audit_hook_reaches_the_tool_error_path(pr
         result = await via.send_request(request, types.CallToolResult)
         assert result.is_error is True
     line = (await procs[-1].until(r'\{"time".*"name": "fail".*\}')).group(0)
-    assert json.loads(line)["outcome"] == "tool-error"
+    assert json.loads(line)["outcome"] == "tool_error"

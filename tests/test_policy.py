@@ -151,7 +151,7 @@ def test_every_decision_explains_each_layer_that_applied() -> None:
     assert [(s.layer, s.allowed, s.pattern) for s in decision.steps] == [
         (1, True, None), (2, True, "gh__*"), (6, False, "*delete*")]
     assert decision.denied_by is not None
-    assert decision.denied_by.describe() == "layer 6 (owner-only, owner_only): denied: owners only (pattern '*delete*')"
+    assert decision.denied_by.describe() == "layer 6 (owner_only, owner_only): denied: owners only (pattern '*delete*')"
 
 
 def test_run_list_parsing() -> None:

@@ -149,11 +149,11 @@ async def test_run_level_lists_from_header_query_and_meta(env: None, procs: list
 EXPLAIN_CASES = [
     ("ide", "fx__echo", 0, ["pass  layer 2 agent [agent coder]: allowed by 'group:fx'", "decision: visible"]),
     ("ide", "fx__slow", 1, ["DENY  layer 3 provider [provider google]: denied by 'fx__slow'", "decision: hidden"]),
-    ("ide", "fx__audio", 1, ["DENY  layer 6 owner-only [owner_only]: denied: owners only (pattern 'fx__audio')"]),
-    ("boss", "fx__audio", 0, ["pass  layer 6 owner-only [owner_only]: allowed: caller is an owner"]),
+    ("ide", "fx__audio", 1, ["DENY  layer 6 owner_only [owner_only]: denied: owners only (pattern 'fx__audio')"]),
+    ("boss", "fx__audio", 0, ["pass  layer 6 owner_only [owner_only]: allowed: caller is an owner"]),
     ("bot", "fx__die", 1, ["DENY  layer 1 profile [profile]: denied by '*die*'",
                            "DENY  layer 2 agent [agent bot]: denied: not in the allow list"]),
-    ("ide", "fx__fail", 1, ["DENY  layer 5 gateway deny [gateway_deny]: denied by '*fail*'"]),
+    ("ide", "fx__fail", 1, ["DENY  layer 5 gateway_deny [gateway_deny]: denied by '*fail*'"]),
     ("ide", "nosuch__tool", 1, ["not in the registry"]),
 ]
 

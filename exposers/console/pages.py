@@ -9,18 +9,16 @@ config's `hide_values`. No argument or result value, no token and no session id 
 
 from __future__ import annotations
 
-import difflib
 import json
 import time
 from dataclasses import dataclass
 
 from consumers import JSON, JSONObject
-from gateway.calls import Dispatcher
-from gateway.hooks import PinDefinitions
+from gateway.calls import Dispatcher, pin_hooks
 from gateway.identity import LOCAL_CLIENT, identity_for
 from gateway.observe import CallRecord, Reloads
 from gateway.registry import explain, plan_report, upstream_states
-from gateway.state import PinStatus
+from gateway.state import PinStatus, pin_diff
 
 RATE_WINDOW = 60.0
 """Seconds over which the call rate is counted (from the call log, as far as it reaches)."""
@@ -197,13 +195,9 @@ class PinRow:
     """Unified diff of the approved definition's fields against the current ones (empty: not recorded)."""
 
 
-def _pin_hooks(dispatcher: Dispatcher) -> list[PinDefinitions]:
-    return [entry.hook for entry in dispatcher.hooks.entries if isinstance(entry.hook, PinDefinitions)]
-
-
 async def pending_pins(dispatcher: Dispatcher) -> tuple[bool, list[PinRow]]:
     """(whether any pin_definitions hook is configured, tools whose definition waits for approval)."""
-    hooks = _pin_hooks(dispatcher)
+    hooks = pin_hooks(dispatcher.hooks)
     registry = dispatcher.registry
 
     rows = []
@@ -212,7 +206,7 @@ async def pending_pins(dispatcher: Dispatcher) -> tuple[bool, list[PinRow]]:
         if executor is None or executor.kind != "mcp":
             continue
         for hook in hooks:
-            status = await hook.pins.status(executor.id, executor.tool, descriptor.wire)
+            status = await hook.pins.status(executor.id, executor.tool, descriptor.current)
             if status.state == "changed" or (status.state == "new" and not hook.options.trust_new):
                 rows.append(PinRow(name, executor.id, executor.tool, status.state, _diff(status)))
                 break
@@ -220,21 +214,18 @@ async def pending_pins(dispatcher: Dispatcher) -> tuple[bool, list[PinRow]]:
 
 
 def _diff(status: PinStatus) -> list[str]:
-    if status.approved is None:
-        return []
-    old = json.dumps(status.approved, indent=2, sort_keys=True, default=str).splitlines()
-    new = json.dumps(status.current, indent=2, sort_keys=True, default=str).splitlines()
-    return list(difflib.unified_diff(old, new, "approved", "current", lineterm="", n=3))[2:]
+    return pin_diff(status.approved, status.current)
 
 
 async def approve(dispatcher: Dispatcher, tool: str) -> bool:
     """Approve the current definition of `tool` in every pin_definitions hook; False if no such tool or hook."""
-    hooks = _pin_hooks(dispatcher)
+    hooks = pin_hooks(dispatcher.hooks)
     descriptor = dispatcher.registry.tools.get(tool)
     executor = descriptor.executor if descriptor is not None else None
     if not hooks or descriptor is None or executor is None or executor.kind != "mcp":
         return False
 
     for hook in hooks:
-        await hook.pins.approve(executor.id, executor.tool, descriptor.wire)
+        await hook.pins.approve(executor.id, executor.tool, descriptor.current)
+    dispatcher.invalidate()  # listed from now on as approved
     return True

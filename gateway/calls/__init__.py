@@ -3,9 +3,11 @@
 """
 
 from gateway.calls._dispatcher import LEGACY_TASKS, SUBSCRIBE, Dispatcher
+from gateway.calls._pin_gate import pin_hooks
 
 __all__ = [
     "LEGACY_TASKS",
     "SUBSCRIBE",
     "Dispatcher",
+    "pin_hooks",
 ]

@@ -48,7 +48,8 @@ some upstream's tasks can be offered to 2026-07-28 clients (its own extension, o
 
 class Dispatcher:
     def __init__(self, config: TriadConfig, pool: UpstreamPool, *, remote: bool = False,
-                 names: NameLedger | None = None, shared: SharedState | None = None) -> None:
+                 names: NameLedger | None = None, shared: SharedState | None = None, record_pins: bool = False) -> None:
+        """`record_pins`: a daemon's (serve, stdio): the first definition listed of each pinned tool is recorded."""
         self.shared = shared
         """With `cluster:`, the state hooks share with the other replicas (each chain a reload builds gets it)."""
         self.names = names if names is not None else NameLedger()
@@ -57,7 +58,8 @@ class Dispatcher:
         self.quotas = Quotas()
         """Each identity's sessions, streams and calls in flight (`gateway.quotas`): the exposers take and give back."""
         hooks = build_chain(config.hooks, shared, on_block=self.metrics.blocked, resolve=config.resolve_path)
-        self.live = Live(config, pool, hooks, remote=remote, names=self.names)
+        self.live = Live(config, pool, hooks, remote=remote, names=self.names, record_pins=record_pins,
+                         on_stale=self.invalidate)
         """The config, policy, hooks, search indexes and registry of the moment."""
         self._changed = anyio.Event()
         self._listeners: list[Callable[[], None]] = []
@@ -127,6 +129,7 @@ class Dispatcher:
             self._changed = anyio.Event()
             await anyio.lowlevel.checkpoint()  # changes made in the same moment (a reload, a start) build once
             self.live.current()
+            await self.live.record_pins()  # first listings recorded: rebuilt again, listeners told
 
     @property
     def registry(self) -> Registry:

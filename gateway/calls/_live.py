@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from consumers import JSON, Catalog, UpstreamPool
 from gateway.calls._core_tools import settings_for
+from gateway.calls._pin_gate import PinGate
 from gateway.config import TriadConfig
 from gateway.errors import InvalidRequest
 from gateway.hooks import HookChain
@@ -49,7 +50,8 @@ def _pipeline(config: TriadConfig, remote: bool) -> Pipeline:
 
 class Live:
     def __init__(self, config: TriadConfig, pool: UpstreamPool, hooks: HookChain, *, remote: bool,
-                 names: NameLedger) -> None:
+                 names: NameLedger, record_pins: bool = False, on_stale: Callable[[], None] | None = None) -> None:
+        """`on_stale`: told when first listings were recorded (the registry must be rebuilt, listeners told)."""
         self.config = config
         self.hooks = hooks
         self.pipeline = _pipeline(config, remote)
@@ -58,6 +60,9 @@ class Live:
         self._names = names
         self._warned: set[str] = set()
         self._remote = remote
+        self._on_stale = on_stale if on_stale is not None else self.invalidate
+        self._pins = PinGate(record=record_pins)
+        """What `pin_definitions` lets clients see of each tool, and the first listings it records."""
         self._snapshot = Snapshot(EMPTY_REGISTRY, self.pipeline)
         """The registry of the moment and its caches: replaced whole, by one assignment."""
         self._stale = True
@@ -83,7 +88,8 @@ class Live:
             # the core tools' names are never an upstream tool's, whatever mode a client is in: a name stays the
             # same for every client, and a search-mode client's `search_tools` is always Triad's.
             built = build_upstream_sources(self.config, snapshots, reserved=CORE_NAMES, names=self._names)
-            registry = build_registry(self._snapshot.registry.version + 1, [core_source(self.config), *built.sources],
+            sources = self._pins.apply(self.hooks, built.sources)
+            registry = build_registry(self._snapshot.registry.version + 1, [core_source(self.config), *sources],
                                       built.context, built.uri_owners)
             for warning in {*built.warnings, *built.definitions} - self._warned:  # once each, not per rebuild
                 logger.warning("%s", warning)
@@ -121,7 +127,14 @@ class Live:
         at once) sees every tool, not a partial list or an `Unknown tool` for a tool that is still starting."""
         if not self._settled:
             await self._pool.wait_settled()
+            self.current()
+            await self.record_pins()
             self._settled = True
+
+    async def record_pins(self) -> None:
+        """Record the first definitions the last rebuild withheld for it (`PinGate`), then rebuild to list them."""
+        if await self._pins.record_pending():
+            self._on_stale()
 
     def view(self, identity: Identity, own: SessionLists = ()) -> ClientView:
         """What `identity` may see; `own`: narrowed by what its session's own upstream sessions list."""

@@ -104,7 +104,7 @@ class ToolCalls:
             return await send(None)
         ctx = CallContext("tool", identity.client_id, session or Session(), entry.descriptor.name, upstream.name,
                           entry.executor.tool, _arguments(params), notes, entry.descriptor.input_schema,
-                          entry.descriptor.wire)
+                          entry.descriptor.current)
         return await self._live.hooks.run(ctx, send)
 
     async def _run_core(self, view: ClientView, descriptor: ToolDescriptor, params: Mapping[str, JSON],

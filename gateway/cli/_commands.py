@@ -74,7 +74,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     approve = verbs.add_parser("approve", help="approve the current definitions of tools pinned by pin_definitions")
     _config_arg(approve)
-    approve.add_argument("tools", nargs="*", help="exposed tool names (default: every tool)")
+    approve.add_argument("tools", nargs="*", help="exposed tool names (none: show what waits for approval as diffs, "
+                                                  "approve nothing, exit 3 if something does)")
+    approve.add_argument("--all", dest="approve_all", action="store_true",
+                         help="approve the current definition of every tool")
 
     login = verbs.add_parser("login", help="authorize Triad at an OAuth-protected upstream once: prints the URL to "
                                            "open, waits for the redirect, keeps the tokens in the state directory")
@@ -153,7 +156,10 @@ def _run_verb(args: argparse.Namespace, config: TriadConfig) -> int:
         return 0
     configure_logging(getattr(args, "log_level", "ERROR"))
     if args.verb == "approve":
-        return anyio.run(reports.approve, config, args.tools)
+        if args.approve_all and args.tools:
+            print("triad: approve: give tool names or --all, not both", file=sys.stderr)
+            return 2
+        return anyio.run(reports.approve, config, args.tools, args.approve_all)
     if args.verb == "search":
         return anyio.run(reports.print_search, config, identity, " ".join(args.query), args.limit, args.json, args.host)
     tool = args.tool if args.verb == "explain" else None

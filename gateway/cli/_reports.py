@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterable
-from pathlib import Path
+from collections.abc import Iterable, Mapping
 
 from consumers import JSONObject
 from gateway.config import TriadConfig
-from gateway.registry import MAX_LIMIT, MAX_QUERY_CHARS, explain, plan_report, upstream_states
+from gateway.hooks import PinDefinitions
+from gateway.registry import MAX_LIMIT, MAX_QUERY_CHARS, ToolDescriptor, explain, plan_report, upstream_states
 from gateway.runtime import running_gateway
 from gateway.search import find
-from gateway.state import FilePins, Pins, PinStateUnreadable, PinStore, SharedStateUnavailable
+from gateway.state import PinStateUnreadable, SharedStateUnavailable, pin_diff
 from policy import Identity
 
 PLAN_MARGIN = 5.0
@@ -35,41 +35,67 @@ async def collect(config: TriadConfig, identity: Identity, tool: str | None = No
         return plan_report(view, upstreams, [d.message for d in gw.dispatcher.registry.diagnostics])
 
 
-async def approve(config: TriadConfig, names: list[str]) -> int:
-    """Pin the current definitions of `names` (or of every tool) in each pin_definitions hook's state file."""
+PENDING_EXIT = 3
+"""`triad approve` without tool names: definitions wait for approval (shown as diffs; nothing was approved)."""
 
-    states = [str(spec.options.get("state", "triad-pins.json")) for spec in config.hooks
-              if spec.name == "pin_definitions"]
-    if not states:
+
+async def approve(config: TriadConfig, names: list[str], approve_all: bool = False) -> int:
+    """Without `names` (nor `approve_all`): print each definition that waits for approval as a unified diff against
+    the approved one, approve nothing, exit `PENDING_EXIT` if there is one. With `names`, or every tool with
+    `approve_all`: pin their current definitions in each pin_definitions hook's approvals (with `cluster:`, the
+    cluster's, seen at once by every replica, and the state file)."""
+    if not any(spec.name == "pin_definitions" for spec in config.hooks):
         print("triad: no pin_definitions hook in this config; nothing to approve", file=sys.stderr)
         return 1
     async with running_gateway(config) as gw:
-        # with `cluster:`, approvals are the cluster's (in Redis, seen at once by every replica) and the file's
-        files = [PinStore(Path(config.resolve_path(state))) for state in states]
-        stores: list[Pins] = [gw.cluster.pins(state, file) if gw.cluster is not None else FilePins(file)
-                              for state, file in zip(states, files, strict=True)]
         await gw.pool.wait_settled(PLAN_MARGIN)
-        tools = gw.dispatcher.registry.tools
+        hooks = [entry.hook for entry in gw.dispatcher.hooks.entries if isinstance(entry.hook, PinDefinitions)]
+        tools = {name: d for name, d in gw.dispatcher.registry.tools.items()
+                 if d.executor is not None and d.executor.kind == "mcp"}
         unknown = [name for name in names if name not in tools]
         if unknown:
             print(f"triad: unknown tool(s): {', '.join(unknown)}", file=sys.stderr)
             return 1
-        for name in names or sorted(tools):
-            descriptor = tools[name]
-            if descriptor.executor is None or descriptor.executor.kind != "mcp":
-                continue
-            try:
-                changed = [await store.approve(descriptor.executor.id, descriptor.executor.tool, descriptor.wire)
-                           for store in stores]
-            except PinStateUnreadable as exc:  # never written over: the operator decides what it held
-                print(f"triad: cannot approve: {exc}", file=sys.stderr)
-                return 1
-            except SharedStateUnavailable:
-                print("triad: cannot approve: the cluster's approvals are in Redis, which is unreachable",
-                      file=sys.stderr)
-                return 1
-            print(f"{name}: {'approved' if any(changed) else 'already approved'}")
+        try:
+            if not names and not approve_all:
+                return await _show_pending(hooks, tools)
+            for name in names or sorted(tools):
+                executor, current = tools[name].executor, tools[name].current
+                assert executor is not None
+                changed = [await hook.pins.approve(executor.id, executor.tool, current) for hook in hooks]
+                print(f"{name}: {'approved' if any(changed) else 'already approved'}")
+        except PinStateUnreadable as exc:  # never written over: the operator decides what it held
+            print(f"triad: cannot approve: {exc}", file=sys.stderr)
+            return 1
+        except SharedStateUnavailable:
+            print("triad: cannot approve: the cluster's approvals are in Redis, which is unreachable",
+                  file=sys.stderr)
+            return 1
     return 0
+
+
+async def _show_pending(hooks: list[PinDefinitions], tools: Mapping[str, ToolDescriptor]) -> int:
+    pending = 0
+    for name, descriptor in sorted(tools.items()):
+        executor = descriptor.executor
+        assert executor is not None
+        for hook in hooks:
+            status = await hook.pins.status(executor.id, executor.tool, descriptor.current)
+            if status.state == "approved" or (status.state == "new" and hook.options.trust_new):
+                continue  # a new tool under trust_new is pinned when a client is first shown it
+            pending += 1
+            what = "changed since it was approved" if status.state == "changed" else "not approved yet"
+            print(f"{name} ({executor.id}:{executor.tool}): {what}")
+            diff = pin_diff(status.approved if status.state == "changed" else {}, status.current)
+            print("\n".join(f"  {line}" for line in diff) if diff or status.state == "new"
+                  else "  (the approved definition was not kept, only its hash)")
+            break
+    if not pending:
+        print("nothing waits for approval")
+        return 0
+    print(f"triad: {pending} tool(s) wait for approval; nothing was approved. Approve them by name "
+          "(`triad approve -c FILE TOOL ...`) or all at once with --all", file=sys.stderr)
+    return PENDING_EXIT
 
 
 def format_plan(report: JSONObject) -> str:

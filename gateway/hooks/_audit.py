@@ -19,6 +19,7 @@ from gateway.config import STANDARD_STREAM
 from gateway.hooks._options import HookOptions, json_size
 from gateway.hooks._protocols import PathResolver
 from gateway.hooks._values import Block, CallContext, Outcome
+from policy import LAYER_NAMES
 
 logger = logging.getLogger("triad.hooks")
 
@@ -92,7 +93,7 @@ class Audit:
     async def _after(self, ctx: CallContext, outcome: Outcome) -> JSONObject | None:
         result = outcome.result
         status = ("blocked" if outcome.blocked else "error" if outcome.error is not None
-                  else "tool-error" if result and result.get("isError") else "ok")
+                  else "tool_error" if result and result.get("isError") else "ok")
         record: JSONObject = {"decision": "blocked" if outcome.blocked else "allowed", "outcome": status,
                                   "duration_ms": round(outcome.duration * 1000, 3),
                                   "arguments_bytes": json_size(ctx.arguments), "result_bytes": json_size(result)}
@@ -111,7 +112,8 @@ class Audit:
     after_call = after_read = after_get = _after
 
     async def on_denied(self, ctx: CallContext, layer: int, pattern: str | None, detail: str) -> None:
-        self._write(ctx, {"decision": "denied", "outcome": "denied", "layer": layer, "pattern": pattern,
+        self._write(ctx, {"decision": "denied", "outcome": "denied", "layer": LAYER_NAMES.get(layer, str(layer)),
+                          "pattern": pattern,
                           "detail": detail})
 
 

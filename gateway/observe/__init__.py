@@ -12,11 +12,12 @@ from gateway.observe._logs import (
     log_denied,
     mask_logs,
 )
-from gateway.observe._metrics import Metrics
+from gateway.observe._metrics import OUTCOMES, Metrics
 from gateway.observe._reloads import ReloadResult, Reloads, ReloadStatus
 from gateway.observe._tracing import configure_tracing, tracing_enabled
 
 __all__ = [
+    "OUTCOMES",
     "CallRecord",
     "JsonFormatter",
     "LogSummary",

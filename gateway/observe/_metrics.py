@@ -62,7 +62,7 @@ class Metrics:
         """The calls in flight and the recent ones, by name (the console's; never exported to Prometheus)."""
 
     def deny(self, layer: int) -> None:
-        self.denied.labels(LAYER_NAMES.get(layer, str(layer)).replace(" ", "_")).inc()
+        self.denied.labels(LAYER_NAMES.get(layer, str(layer))).inc()
 
     def blocked(self, ctx: BlockedCall, hook: str) -> None:
         """A before-hook named `hook` (a name from the config) blocked `ctx` (a `gateway.hooks.CallContext`)."""

@@ -12,10 +12,12 @@ from gateway.registry._descriptors import (
     Registry,
     RegistryDiagnostic,
     ToolDescriptor,
+    ToolSource,
     build_registry,
 )
 from gateway.registry._naming import parse_exposed_uri, prefix_active, sanitize_server_names
 from gateway.registry._page_meta import with_page_meta
+from gateway.registry._pinning import PinReason, listed_approved, withheld
 from gateway.registry._reports import explain, plan_report, upstream_states
 from gateway.registry._schemas import normalize
 from gateway.registry._snapshot import ListedKind, Snapshot
@@ -46,11 +48,13 @@ __all__ = [
     "ClientView",
     "Diagnostic",
     "ListedKind",
+    "PinReason",
     "Registry",
     "RegistryDiagnostic",
     "SessionLists",
     "Snapshot",
     "ToolDescriptor",
+    "ToolSource",
     "UpstreamSnapshot",
     "build_registry",
     "build_upstream_sources",
@@ -61,6 +65,7 @@ __all__ = [
     "expose_links",
     "forwardable_meta",
     "input_round",
+    "listed_approved",
     "narrow_to_name",
     "normalize",
     "paginate",
@@ -74,4 +79,5 @@ __all__ = [
     "upstream_of_key",
     "upstream_states",
     "with_page_meta",
+    "withheld",
 ]

@@ -63,6 +63,14 @@ class ToolDescriptor:
     overridden upstream tool, with the override applied (`gateway.registry`)."""
     arguments: BoundArguments | None = None
     """Arguments the client may not set (hidden or fixed by an override), applied as the call is forwarded."""
+    held: Mapping[str, JSON] | None = None
+    """When `pin_definitions` lists the approved definition in place of a changed one (`wire`): the definition the
+    upstream offers now, which pins check and `triad approve` approves (`current`)."""
+
+    @property
+    def current(self) -> Mapping[str, JSON]:
+        """The tool as its source defines it now (what pins are checked against)."""
+        return self.held if self.held is not None else self.wire
 
     def to_wire(self) -> JSONObject:
         out = dict(self.wire)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from consumers import JSONObject
 from gateway.registry._availability import Diagnostic
 from gateway.registry._catalog import upstream_of_key
+from gateway.registry._pinning import pin_diagnostic
 from gateway.registry._views import ClientView, tool_facts
 from policy import LAYER_NAMES, Decision, Identity, ToolFacts
 
@@ -81,9 +82,12 @@ def explain(view: ClientView, name: str, decide: Callable[[Identity, ToolFacts],
 
 def _upstream_reasons(diagnostics: Sequence[Diagnostic], upstreams: JSONObject) -> list[JSONObject]:
     """Name the upstream and its failure when a tool is hidden because its upstream is not serving (one line per
-    upstream, though its availability expression fails once per serving state)."""
+    upstream, though its availability expression fails once per serving state), and why `pin_definitions`
+    withholds a tool."""
     out: list[JSONObject] = []
     for diagnostic in (d.as_dict() for d in diagnostics):
+        if (pinned := pin_diagnostic(diagnostic.get("signal") or {})) is not None:
+            diagnostic = {**diagnostic, **pinned}
         upstream = upstream_of_key((diagnostic.get("signal") or {}).get("key", ""))
         if upstream is not None:
             state = upstreams.get(upstream, {})

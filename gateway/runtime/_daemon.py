@@ -41,6 +41,7 @@ from gateway.calls import Dispatcher
 from gateway.config import TriadConfig, is_loopback
 from gateway.identity import LOCAL, Identity
 from gateway.observe import JsonFormatter, TextFormatter, mask_logs
+from gateway.runtime._pin_watch import watch_pins
 from gateway.runtime._reload import Reloader
 from gateway.state import NameLedger, NameLedgerUnreadable
 
@@ -101,7 +102,7 @@ async def running_gateway(config: TriadConfig, host: str | None = None, *, watch
         if directory is not None and config.source is not None else None
     pool = UpstreamPool(config, on_change, groups=groups)
     dispatcher = Dispatcher(config, pool, remote=not is_loopback(host or config.listen.host), names=names,
-                            shared=cluster)
+                            shared=cluster, record_pins=watch)
     notifier = Notifier(dispatcher, Sessions(), cluster)
     rounds = InputRounds(cluster.replica_id if cluster is not None else None)
     announce = None
@@ -143,6 +144,8 @@ async def running_gateway(config: TriadConfig, host: str | None = None, *, watch
         await pool.start(tg)
         if watch and reloader is not None:
             tg.start_soon(reloader.watch, name="config-watch")
+        if watch:
+            tg.start_soon(watch_pins, dispatcher, name="pin-watch")
         try:
             yield Gateway(config, pool, dispatcher, notifier, rounds, reloader, tg, cluster)
         finally:

@@ -3,10 +3,19 @@ and the interfaces (`Buckets`, `Pins`) whose embedded defaults live here and who
 """
 
 from gateway.state._name_ledger import NameLedger, NameLedgerUnreadable
-from gateway.state._pins import PinStateUnreadable, PinStatus, PinStore, definition_hash, pinned_fields
+from gateway.state._pins import (
+                                 HASHED_FIELDS,
+                                 PinStateUnreadable,
+                                 PinStatus,
+                                 PinStore,
+                                 definition_hash,
+                                 pin_diff,
+                                 pinned_fields,
+)
 from gateway.state._shared import Buckets, FilePins, LocalBuckets, Pins, SharedState, SharedStateUnavailable
 
 __all__ = [
+    "HASHED_FIELDS",
     "Buckets",
     "FilePins",
     "LocalBuckets",
@@ -19,5 +28,6 @@ __all__ = [
     "SharedState",
     "SharedStateUnavailable",
     "definition_hash",
+    "pin_diff",
     "pinned_fields",
 ]

@@ -17,6 +17,7 @@ is.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import hashlib
 import json
 import logging
@@ -57,6 +58,15 @@ def pinned_fields(definition: Mapping[str, JSON]) -> JSONObject:
 
 def definition_hash(definition: Mapping[str, JSON]) -> str:
     return hashlib.sha256(json.dumps(pinned_fields(definition), sort_keys=True, default=str).encode()).hexdigest()
+
+
+def pin_diff(approved: Mapping[str, JSON] | None, current: Mapping[str, JSON]) -> list[str]:
+    """Unified diff of the approved definition's fields against the current ones (empty: none was kept)."""
+    if approved is None:
+        return []
+    old = json.dumps(approved, indent=2, sort_keys=True, default=str).splitlines()
+    new = json.dumps(current, indent=2, sort_keys=True, default=str).splitlines()
+    return list(difflib.unified_diff(old, new, "approved", "current", lineterm="", n=3))[2:]
 
 
 @dataclass(frozen=True)
