@@ -68,7 +68,7 @@ class Authenticator:
         except KeysUnavailable as exc:
             logger.warning("OAuth: cannot check an access token: %s", exc.message)
             return JSONResponse({"error": "temporarily_unavailable", "error_description": exc.message},
-                                status_code=503)
+                                status_code=503, headers={"Retry-After": str(exc.retry_after)})
         if identity is None and token is not None:
             self.throttle.failed("invalid_token", source)
             return unauthorised(config, TokenRejected("a valid bearer token is required"))

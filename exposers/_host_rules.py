@@ -11,6 +11,8 @@ when it is exactly an allowed loopback form:
 
 One `Host` field and at most one `Origin` field (several are refused). `LoopbackGuard` runs in front of every
 route, `/mcp` included; the SDK's own check (kept on, behind it) then never sees a value it would judge otherwise.
+The public OAuth metadata documents (`exposers.auth.public_document`) are readable from any `Origin` (CORS:
+they carry nothing a rebinding page could steal); their `Host` is checked like every other route's.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from exposers.auth import public_document
 from gateway.config import is_loopback
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
@@ -56,13 +59,16 @@ def security_settings(host: str) -> TransportSecuritySettings | None:
     )
 
 
-def refusal(headers: list[tuple[bytes, bytes]]) -> Response | None:
-    """421 for a `Host` that is not a loopback form, 403 for such an `Origin`; None when both are fine."""
+def refusal(headers: list[tuple[bytes, bytes]], any_origin: bool = False) -> Response | None:
+    """421 for a `Host` that is not a loopback form, 403 for such an `Origin` (unless `any_origin`); None when both
+    are fine."""
     # RFC 9110 §5.5: surrounding whitespace is not part of a field value (httptools keeps it).
     hosts = [value.strip(b" \t") for key, value in headers if key.lower() == b"host"]
     origins = [value.strip(b" \t") for key, value in headers if key.lower() == b"origin"]
     if len(hosts) != 1 or not loopback_host(hosts[0].decode("latin-1")):
         return Response("Invalid Host header", status_code=421)
+    if any_origin:
+        return None
     if len(origins) > 1 or (origins and not loopback_origin(origins[0].decode("latin-1"))):
         return Response("Invalid Origin header", status_code=403)
     return None
@@ -76,7 +82,8 @@ class LoopbackGuard:
         self._on = is_loopback(host)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self._on and scope["type"] == "http" and (refused := refusal(scope["headers"])) is not None:
+        if self._on and scope["type"] == "http" \
+                and (refused := refusal(scope["headers"], public_document(scope["path"]))) is not None:
             await refused(scope, receive, send)
             return
         await self.app(scope, receive, send)

@@ -45,6 +45,7 @@ __all__ = [
     "requires_token",
     "run_list",
     "same_principal",
+    "subject_of",
     "with_provider",
 ]
 
@@ -84,6 +85,11 @@ def same_principal(a: Identity, b: Identity) -> bool:
     """Whether two identities are the same caller as far as a session is concerned: the same client and, for OAuth
     callers, the same issuer and subject (`principal` is not part of an identity's equality)."""
     return a.client_id == b.client_id and a.principal == b.principal
+
+
+def subject_of(identity: Identity) -> str | None:
+    """The OAuth subject (`sub`) of the caller's access token (None: the caller has none), as the audit records it."""
+    return identity.principal[1] if identity.principal is not None else None
 
 
 def credential_owner(identity: Identity) -> str:

@@ -2,7 +2,7 @@
 introspection, mapped to Triad identities, and the protected-resource metadata routes.
 """
 
-from exposers.auth._routes import challenge, metadata_routes
+from exposers.auth._routes import challenge, metadata_routes, public_document
 from exposers.auth._tokens import KeysUnavailable, MalformedAuthorization, TokenGate, TokenRejected, bearer_token
 
 __all__ = [
@@ -13,4 +13,5 @@ __all__ = [
     "bearer_token",
     "challenge",
     "metadata_routes",
+    "public_document",
 ]

@@ -5,9 +5,11 @@ authorization spec orders it (RFC 8414 path-inserted, then OIDC discovery path-i
 and used only when its `issuer` is the configured one, string for string.
 
 Caching and rotation: the key set is fetched on first use and kept for `jwks_cache`; a token whose `kid` is not in
-it refetches the set once, at most once every `jwks_refetch_interval` (so a stream of tokens with made-up `kid`s
-cannot turn Triad into a load generator against the authorization server), and is refused if the key is still not
-there. A key that left the set stops validating tokens at the next fetch.
+it, or whose signature fails with the key held for its `kid` (a key replaced under the same `kid`), refetches the
+set once, at most once every `jwks_refetch_interval` (so a stream of forged tokens cannot turn Triad into a load
+generator against the authorization server), and is refused if the key is still not there or still does not
+verify. A key that left the set stops validating tokens at the next fetch. Without any key in hand, a request is
+answered 503 with `Retry-After`: the seconds until the next fetch may be tried.
 
 Ownership: one `KeySet` per `OAuthConfig`, held by `exposers.auth.TokenValidator`. It has no task of its own: a
 fetch runs in the requesting task, under a lock so that concurrent requests fetch once.
@@ -15,7 +17,9 @@ fetch runs in the requesting task, under a lock so that concurrent requests fetc
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping
 from urllib.parse import urlsplit, urlunsplit
@@ -40,6 +44,9 @@ MAX_DOCUMENT = 1 * 2**20
 
 class KeysUnavailable(TriadError):
     """The issuer's keys could not be fetched (Triad cannot tell a good token from a bad one: HTTP 503)."""
+
+    retry_after: int = 1
+    """Seconds until the keys may be fetched again (the 503's `Retry-After`)."""
 
 
 class UnknownKey(TriadError):
@@ -79,27 +86,58 @@ class KeySet:
         if self._fresh() and (found := self._find(kid)) is not None:
             return found
         seen = self._attempted_at
-        async with self._lock:
-            if seen != self._attempted_at:
-                pass  # another request fetched while this one waited: use what it found
-            elif not self._fresh():
-                # Keys past `jwks_cache` still serve while the issuer cannot be reached (it says so in the log).
-                if self._may_fetch():
-                    try:
-                        await self._fetch()
-                    except KeysUnavailable as exc:
-                        if not self._keys:
-                            raise
-                        logger.warning("OAuth: keeping the keys fetched before: %s", exc)
-                elif not self._keys:
-                    raise KeysUnavailable("the issuer's keys could not be fetched; not trying again yet")
-            elif self._find(kid) is None and self._may_fetch():
-                logger.info("OAuth: a token names an unknown key id; fetching the issuer's keys again")
-                await self._fetch()
+        try:
+            async with self._lock:
+                await self._settle(seen, kid)
+        except KeysUnavailable as exc:
+            exc.retry_after = self.retry_after()
+            raise
         found = self._find(kid)
         if found is None:
             raise UnknownKey("the token is signed with a key the issuer does not publish")
         return found
+
+    async def refetched(self, kid: str | None, failed: jwt.PyJWK) -> jwt.PyJWK | None:
+        """After a signature failed with `failed`, the key held for `kid`: the set is fetched again (at most once
+        per `jwks_refetch_interval`, or not at all if another request refetched since); the new key for `kid`, or
+        None when there is no other one to try."""
+        seen = self._attempted_at
+        async with self._lock:
+            if seen == self._attempted_at and self._may_fetch():
+                logger.info("OAuth: a token's signature fails with the key held for its key id; fetching the "
+                            "issuer's keys again")
+                try:
+                    await self._fetch()
+                except KeysUnavailable as exc:
+                    logger.warning("OAuth: keeping the keys fetched before: %s", exc)
+        found = self._find(kid)
+        return found if found is not None and _public(found) != _public(failed) else None
+
+    def retry_after(self) -> int:
+        """Whole seconds (at least 1) until `_may_fetch` allows another fetch."""
+        if self._attempted_at is None:
+            return 1
+        wait = self._config.jwks_refetch_interval - (self._clock() - self._attempted_at)
+        return max(1, math.ceil(wait))
+
+    async def _settle(self, seen: float | None, kid: str | None) -> None:
+        """Under the lock: fetch what a request for `kid` needs, unless another request just did."""
+        if seen != self._attempted_at:
+            pass  # another request fetched while this one waited: use what it found
+        elif not self._fresh():
+            # Keys past `jwks_cache` still serve while the issuer cannot be reached (it says so in the log).
+            if self._may_fetch():
+                try:
+                    await self._fetch()
+                except KeysUnavailable as exc:
+                    if not self._keys:
+                        raise
+                    logger.warning("OAuth: keeping the keys fetched before: %s", exc)
+            elif not self._keys:
+                raise KeysUnavailable("the issuer's keys could not be fetched; not trying again yet")
+        elif self._find(kid) is None and self._may_fetch():
+            logger.info("OAuth: a token names an unknown key id; fetching the issuer's keys again")
+            await self._fetch()
 
     def _fresh(self) -> bool:
         return self._fetched_at is not None and self._clock() - self._fetched_at < self._config.jwks_cache
@@ -135,6 +173,11 @@ class KeySet:
 
     async def _discover(self, http: httpx2.AsyncClient) -> str:
         return await issuer_endpoint(http, self._config.issuer, "jwks_uri")
+
+
+def _public(key: jwt.PyJWK) -> str:
+    """A key's public parameters, to tell a replaced key from the one it replaced under the same `kid`."""
+    return json.dumps(key.Algorithm.to_jwk(key.key, as_dict=True), sort_keys=True)
 
 
 async def issuer_endpoint(http: httpx2.AsyncClient, issuer: str, field: str) -> str:

@@ -20,9 +20,19 @@ from exposers.auth._tokens import TokenRejected
 from gateway.calls import Dispatcher
 from gateway.config import OAuthConfig
 
-__all__ = ["WELL_KNOWN", "challenge", "metadata_routes", "metadata_url", "protected_resource_metadata"]
+__all__ = ["WELL_KNOWN", "challenge", "metadata_routes", "metadata_url", "protected_resource_metadata",
+           "public_document"]
 
 WELL_KNOWN = "/.well-known/oauth-protected-resource"
+AUTHORIZATION_SERVER_PATHS = ("/.well-known/oauth-authorization-server", "/.well-known/openid-configuration")
+CORS = {"Access-Control-Allow-Origin": "*", "Access-Control-Allow-Methods": "GET, OPTIONS",
+        "Access-Control-Allow-Headers": "mcp-protocol-version, content-type", "Access-Control-Max-Age": "86400"}
+"""For the public metadata documents only: any origin may read them, without credentials."""
+
+
+def public_document(path: str) -> bool:
+    """Whether `path` is one of the public metadata documents served with CORS."""
+    return any(path == prefix or path.startswith(prefix + "/") for prefix in (WELL_KNOWN, *AUTHORIZATION_SERVER_PATHS))
 
 
 def metadata_url(oauth: OAuthConfig) -> str:
@@ -68,14 +78,32 @@ def challenge(oauth: OAuthConfig, refused: TokenRejected | None) -> Response:
 def metadata_routes(dispatcher: Dispatcher) -> list[Route]:
     """The root and path-inserted metadata routes; they read the config in force at each request."""
 
-    async def root(_request: Request) -> Response:
-        return _document(dispatcher.config.auth.oauth, "")
+    async def root(request: Request) -> Response:
+        return await document(request, "")
 
     async def suffixed(request: Request) -> Response:
-        return _document(dispatcher.config.auth.oauth, "/" + request.path_params["path"])
+        return await document(request, "/" + request.path_params["path"])
 
-    return [Route(WELL_KNOWN, endpoint=root, methods=["GET"]),
-            Route(WELL_KNOWN + "/{path:path}", endpoint=suffixed, methods=["GET"])]
+    async def not_an_authorization_server(request: Request) -> Response:
+        return _public(request, JSONResponse({"error": "not found"}, status_code=404))
+
+    async def document(request: Request, path: str) -> Response:
+        return _public(request, _document(dispatcher.config.auth.oauth, path))
+
+    return [Route(WELL_KNOWN, endpoint=root, methods=["GET", "OPTIONS"]),
+            Route(WELL_KNOWN + "/{path:path}", endpoint=suffixed, methods=["GET", "OPTIONS"]),
+            *(Route(path, endpoint=not_an_authorization_server, methods=["GET", "OPTIONS"])
+              for path in AUTHORIZATION_SERVER_PATHS),
+            *(Route(path + "/{path:path}", endpoint=not_an_authorization_server, methods=["GET", "OPTIONS"])
+              for path in AUTHORIZATION_SERVER_PATHS)]
+
+
+def _public(request: Request, response: Response) -> Response:
+    """A public document with CORS; a preflight (OPTIONS) gets the CORS headers alone."""
+    if request.method == "OPTIONS":
+        return Response(status_code=204, headers=CORS)
+    response.headers.update(CORS)
+    return response
 
 
 def _document(oauth: OAuthConfig | None, path: str) -> Response:

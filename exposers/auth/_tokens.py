@@ -133,9 +133,13 @@ class TokenValidator:
         except UnknownKey as exc:
             raise TokenRejected(exc.message) from exc
         try:
-            claims: JSONObject = jwt.decode(
-                token, key, algorithms=[algorithm], audience=config.audience, issuer=config.issuer,
-                leeway=config.leeway, options={"require": ["exp", "iss", "aud", "sub"]})
+            try:
+                claims: JSONObject = self._decoded(token, key, algorithm)
+            except jwt.InvalidSignatureError:
+                # Perhaps a key replaced under the same kid: refetch (rate limited) and try the new key once.
+                if (replaced := await self.keys.refetched(kid if isinstance(kid, str) else None, key)) is None:
+                    raise
+                claims = self._decoded(token, replaced, algorithm)
         except jwt.ExpiredSignatureError as exc:
             raise TokenRejected("the access token has expired") from exc
         except jwt.ImmatureSignatureError as exc:
@@ -149,6 +153,13 @@ class TokenValidator:
         except jwt.PyJWTError as exc:
             raise TokenRejected(f"the access token is invalid ({type(exc).__name__})") from exc
         return self._checked(claims)
+
+    def _decoded(self, token: str, key: jwt.PyJWK, algorithm: str) -> JSONObject:
+        config = self.config
+        claims: JSONObject = jwt.decode(token, key, algorithms=[algorithm], audience=config.audience,
+                                        issuer=config.issuer, leeway=config.leeway,
+                                        options={"require": ["exp", "iss", "aud", "sub"]})
+        return claims
 
     async def _introspected(self, token: str) -> JSONObject:
         """An opaque token's claims from the authorization server, held to what a JWT's are (RFC 7662 §4: the

@@ -18,7 +18,7 @@ from gateway.calls._live import Live
 from gateway.calls._own_lists import own_lists
 from gateway.errors import InvalidRequest, UnknownName, UpstreamError
 from gateway.hooks import CallContext, Kind, Session
-from gateway.identity import Identity
+from gateway.identity import Identity, subject_of
 from gateway.registry import ClientView, forwardable_meta, input_round, parse_exposed_uri
 
 MAX_URI_CHARS = 8192
@@ -60,7 +60,8 @@ class Resources:
 
         if not self._live.hooks:
             return await send(None)
-        ctx = CallContext("resource", identity.client_id, session or Session(), uri, owner, raw, {"uri": uri})
+        ctx = CallContext("resource", identity.client_id, session or Session(), uri, owner, raw, {"uri": uri},
+                          subject=subject_of(identity))
         return await self._live.hooks.run(ctx, send)
 
     async def complete(self, identity: Identity, params: Mapping[str, JSON],
@@ -86,7 +87,7 @@ class Resources:
         kind: Kind = "prompt" if ref.get("type") == "ref/prompt" else "resource"
         name = str(ref.get("name") if kind == "prompt" else ref.get("uri"))
         ctx = CallContext(kind, identity.client_id, session or Session(), name, owner,
-                          str(raw_ref.get("name") or raw_ref.get("uri")), {})
+                          str(raw_ref.get("name") or raw_ref.get("uri")), {}, subject=subject_of(identity))
         async with self._errors_hooked(ctx):
             result = await self._forwarder.forward(self._forwarder.upstream(owner), "completion", request,
                                                    retry_safe=True, client=session)
@@ -104,7 +105,7 @@ class Resources:
             raise InvalidRequest(f"resource {uri} cannot be subscribed to: its upstream does not offer "
                                  "resource subscriptions")
         async with self._errors_hooked(CallContext("resource", identity.client_id, session or Session(), uri, owner,
-                                                   raw, {"uri": uri})):
+                                                   raw, {"uri": uri}, subject=subject_of(identity))):
             await upstream.subscriptions.add(raw)
         return owner, raw
 

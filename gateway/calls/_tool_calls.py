@@ -24,7 +24,7 @@ from gateway.calls._live import Live
 from gateway.calls._own_lists import own_lists
 from gateway.errors import TriadError, UnknownName
 from gateway.hooks import CallContext, Session
-from gateway.identity import Identity
+from gateway.identity import Identity, subject_of
 from gateway.observe import Metrics, log_denied
 from gateway.registry import (
     ClientView,
@@ -104,7 +104,7 @@ class ToolCalls:
             return await send(None)
         ctx = CallContext("tool", identity.client_id, session or Session(), entry.descriptor.name, upstream.name,
                           entry.executor.tool, _arguments(params), notes, entry.descriptor.input_schema,
-                          entry.descriptor.current)
+                          entry.descriptor.current, subject=subject_of(identity))
         return await self._live.hooks.run(ctx, send)
 
     async def _run_core(self, view: ClientView, descriptor: ToolDescriptor, params: Mapping[str, JSON],
@@ -120,7 +120,8 @@ class ToolCalls:
         if not self._live.hooks:
             return await run(None)
         ctx = CallContext("tool", view.identity.client_id, session or Session(), descriptor.name, "", descriptor.name,
-                          _arguments(params), descriptor.annotations or {}, descriptor.input_schema)
+                          _arguments(params), descriptor.annotations or {}, descriptor.input_schema,
+                          subject=subject_of(view.identity))
         return await self._live.hooks.run(ctx, run)
 
     async def get_prompt(self, identity: Identity, params: Mapping[str, JSON],
@@ -148,7 +149,7 @@ class ToolCalls:
         if not self._live.hooks:
             return await send(None)
         ctx = CallContext("prompt", identity.client_id, session or Session(), entry.exposed, entry.upstream,
-                          entry.raw, _arguments(params))
+                          entry.raw, _arguments(params), subject=subject_of(identity))
         return await self._live.hooks.run(ctx, send)
 
     async def _refuse_tool(self, view: ClientView, name: JSON, params: Mapping[str, JSON],
@@ -166,7 +167,7 @@ class ToolCalls:
                 if self._live.hooks:
                     ctx = CallContext("tool", view.identity.client_id, session or Session(), name,
                                       executor.id if executor else "", executor.tool if executor else "",
-                                      _arguments(params))
+                                      _arguments(params), subject=subject_of(view.identity))
                     await self._live.hooks.denied(ctx, step.layer, step.pattern, step.detail)
                 break
         else:

@@ -62,6 +62,7 @@ class Audit:
     def _write(self, ctx: CallContext, record: JSONObject) -> bool:
         """Append the record; False (logged) when it could not be written."""
         line = {"time": datetime.now(UTC).isoformat(timespec="milliseconds"), "client": ctx.client_id,
+                **({"subject": ctx.subject} if ctx.subject is not None else {}),
                 "session": ctx.session.id, "kind": ctx.kind, "name": ctx.name, "raw": ctx.raw_name,
                 "upstream": ctx.upstream, **record}
         data = (json.dumps(line, default=str) + "\n").encode()

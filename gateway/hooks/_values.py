@@ -97,6 +97,8 @@ class CallContext:
     timeout: float | None = None
     """A deadline for the upstream call that a hook may set (reset by progress, capped by `max_time`)."""
     max_time: float | None = None
+    subject: str | None = None
+    """The OAuth subject (`sub`) of the caller's access token; None for a caller without one."""
 
 
 

@@ -77,7 +77,7 @@ class Snapshot:
         if view is not None:
             if narrowed:
                 self._run_list_views.move_to_end(identity)
-            return view
+            return _for(view, identity)
         if not narrowed and len(self._views) >= MAX_CACHED_VIEWS:
             self._views = {}
         if narrowed:  # the view without its last list, narrowed by it (`narrow_by_run_list`)
@@ -103,7 +103,7 @@ class Snapshot:
         found = self._session_views.get(key)
         if found is not None:
             self._session_views.move_to_end(key)
-            return found
+            return _for(found, view.identity)
         found = self._session_views[key] = narrow_view(view, self.registry, self._shown(own))
         if len(self._session_views) > MAX_CACHED_SESSION_VIEWS:
             self._session_views.popitem(last=False)
@@ -141,3 +141,10 @@ class Snapshot:
                     logger.warning("upstream %s offers an invalid URI template; it cannot route reads", entry.upstream)
             self._templates = parsed
         return self._templates
+
+
+def _for(view: ClientView, identity: Identity) -> ClientView:
+    """A cached view as `identity`'s own: the caches key on identities, whose equality leaves out the OAuth
+    principal, so a view cached for one subject of a client carries that subject until it is replaced here (the
+    audit log and whatever else reads `view.identity` must see the caller's own)."""
+    return view if view.identity.principal == identity.principal else dataclasses.replace(view, identity=identity)
