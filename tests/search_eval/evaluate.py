@@ -1,6 +1,9 @@
 """The tool-search quality evaluation: rank every task of `tasks.txt` over the tools of `tools.json`.
 
-    python -m tests.search_eval.evaluate [--ranker bm25|module:attr] [--failures]
+    python -m tests.search_eval.evaluate [--ranker bm25|module:attr] [--failures] [--tools FILE --tasks FILE]
+
+`--tools`/`--tasks` read another set, e.g. the blind one (`tests/search_eval_blind/`), whose task lines carry a
+kind first: `kind | task | tools` (see its README).
 
 Prints recall@1, recall@5 and MRR (a task counts as found at rank r when any of its expected tools is at r), and
 with --failures each task whose expected tools are not in the first five, with what came first instead.
@@ -23,6 +26,10 @@ HERE = Path(__file__).resolve().parent
 class Task:
     text: str
     expected: frozenset[str]
+    """Any of these serves the task (for a blind-set task, the union of its groups)."""
+    kind: str = ""
+    groups: tuple[frozenset[str], ...] = ()
+    """Blind-set tasks: a tool from each group is needed (several groups: a multi-tool task; none: no visible tool)."""
 
 
 @dataclass(frozen=True)
@@ -48,10 +55,10 @@ class Report:
         return [o for o in self.outcomes if o.rank is None or o.rank > k]
 
 
-def corpus() -> list[SearchDocument]:
+def corpus(path: Path = HERE / "tools.json") -> list[SearchDocument]:
     """Every collected tool as Triad would expose it behind several upstreams: `<server>__<tool>`."""
     documents = []
-    for server in json.loads((HERE / "tools.json").read_text())["servers"]:
+    for server in json.loads(path.read_text())["servers"]:
         for tool in server["tools"]:
             descriptor = ToolDescriptor(
                 name=f"{server['server']}__{tool['name']}", description=tool.get("description", ""),
@@ -62,21 +69,28 @@ def corpus() -> list[SearchDocument]:
     return documents
 
 
-def tasks() -> list[Task]:
+def tasks(path: Path = HERE / "tasks.txt") -> list[Task]:
     found = []
-    for line in (HERE / "tasks.txt").read_text().splitlines():
+    for line in path.read_text().splitlines():
         if not line.strip() or line.startswith("#"):
+            continue
+        if line.count("|") == 2:  # the blind set's `kind | task | group + group`, a group `a/x, b/y` or `-`
+            kind, text, expected = (field.strip() for field in line.split("|"))
+            groups = tuple(frozenset(e.strip().replace("/", "__") for e in group.split(","))
+                           for group in expected.split("+") if group.strip() != "-")
+            found.append(Task(text, frozenset().union(*groups), kind, groups))
             continue
         text, _, expected = line.rpartition("|")
         found.append(Task(text.strip(), frozenset(e.strip().replace("/", "__") for e in expected.split(","))))
     return found
 
 
-def evaluate(ranker: Ranker, depth: int = 10) -> Report:
-    documents = corpus()
+def evaluate(ranker: Ranker, depth: int = 10, tools_path: Path = HERE / "tools.json",
+             tasks_path: Path = HERE / "tasks.txt") -> Report:
+    documents = corpus(tools_path)
     index = ranker.index(documents)
     outcomes = []
-    for task in tasks():
+    for task in tasks(tasks_path):
         top = tuple(documents[i].name for i, _ in index.rank(task.text, depth))
         rank = next((r for r, name in enumerate(top, 1) if name in task.expected), None)
         outcomes.append(Outcome(task, rank, top))
@@ -87,9 +101,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--ranker", default="bm25")
     parser.add_argument("--failures", action="store_true")
+    parser.add_argument("--tools", type=Path, default=HERE / "tools.json")
+    parser.add_argument("--tasks", type=Path, default=HERE / "tasks.txt")
     args = parser.parse_args()
-    report = evaluate(load_ranker(args.ranker))
-    print(f"{len(corpus())} tools, {len(report.outcomes)} tasks: recall@1 {report.recall_at(1):.3f}, "
+    report = evaluate(load_ranker(args.ranker), tools_path=args.tools, tasks_path=args.tasks)
+    print(f"{len(corpus(args.tools))} tools, {len(report.outcomes)} tasks: recall@1 {report.recall_at(1):.3f}, "
           f"recall@5 {report.recall_at(5):.3f}, MRR {report.mrr:.3f}")
     if args.failures:
         for outcome in report.failures():
