@@ -36,7 +36,7 @@ from tests.raw_clients import (
 )
 
 NESTED = b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "fx__rich", "arguments": {"a": ' \
-    + b"[" * 100_000 + b"]" * 100_000 + b"}}}"
+    + b"[" * 20_000 + b"]" * 20_000 + b"}}}"  # deep, but within MAX_JSON_VALUES (which refuses before parsing)
 NON_FINITE = (b"NaN", b"Infinity", b"-Infinity", b"1e999")
 
 

@@ -131,6 +131,10 @@ class Live:
             await self.record_pins()
             self._settled = True
 
+    @property
+    def pins_busy(self) -> bool:
+        return self._pins.busy
+
     async def record_pins(self) -> None:
         """Record the first definitions the last rebuild withheld for it (`PinGate`), then rebuild to list them."""
         if await self._pins.record_pending():

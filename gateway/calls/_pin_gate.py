@@ -15,6 +15,7 @@ definition never reaches a list (nor causes a `list_changed`). `record=False` (`
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 from collections.abc import Sequence
@@ -45,6 +46,12 @@ class PinGate:
     def __init__(self, *, record: bool) -> None:
         self.record = record
         self._pending: list[_Pending] = []
+        self._recording = asyncio.Lock()
+
+    @property
+    def busy(self) -> bool:
+        """First definitions wait to be recorded, or are being recorded: a tool may be withheld for a moment."""
+        return bool(self._pending) or self._recording.locked()
 
     def apply(self, hooks: HookChain, sources: Sequence[ToolSource]) -> list[ToolSource]:
         """`sources` as `hooks`' pins let clients see them (every source, when no hook pins)."""
@@ -86,7 +93,14 @@ class PinGate:
     async def record_pending(self) -> bool:
         """Pin the first definitions of the tools `apply` withheld for it; True if any was recorded (the registry
         must be rebuilt to list them)."""
+        async with self._recording:  # one at a time: `busy` stays true until what was taken is written
+            return await self._record(self._take())
+
+    def _take(self) -> list[_Pending]:
         pending, self._pending = self._pending, []
+        return pending
+
+    async def _record(self, pending: list[_Pending]) -> bool:
         recorded = False
         for item in pending:
             try:

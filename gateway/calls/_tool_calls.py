@@ -56,7 +56,12 @@ class ToolCalls:
         """`era`: the client's (a 2026-07-28 client's task on a handshake-era upstream is translated)."""
         await self._live.settled()  # right after start, a name is unknown only once its upstream had its chance
         name = params.get("name")
-        view = self._live.request_view(identity, params, only=name if isinstance(name, str) else None)
+        only = name if isinstance(name, str) else None
+        view = self._live.request_view(identity, params, only=only)
+        if only is not None and only not in view.tools and self._live.pins_busy:
+            # a rebuild withheld the tool while its first definition is recorded: wait for that, then look again
+            await self._live.record_pins()
+            view = self._live.request_view(identity, params, only=only)
         return await self.call_visible_tool(view, params, progress, session, era)
 
     async def call_visible_tool(self, view: ClientView, params: Mapping[str, JSON], progress: ProgressFn | None = None,
