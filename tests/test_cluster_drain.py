@@ -56,7 +56,9 @@ def served(cluster: TriadCluster, name: str) -> int:
 async def test_a_draining_replica_keeps_its_sessions_until_it_exits(cluster: TriadCluster) -> None:
     async with handshake_session(cluster.url, "alice") as session:
         assert (await session.call_tool("echo", {"text": "before"})).content[0].text == "before"
-        [victim] = [name for name in cluster.ports if served(cluster, name)]
+        # the replica HAProxy chose for the session (its audit record may be written just after the answer)
+        victim = await anyio.to_thread.run_sync(lambda: wait_until(
+            lambda: next((name for name in cluster.ports if served(cluster, name)), None), "the call's audit record"))
         [other] = [name for name in cluster.ports if name != victim]
         cluster.replicas[victim].popen.send_signal(signal.SIGTERM)
         # out of HAProxy's rotation: the session's requests now land on the other replica
@@ -72,7 +74,8 @@ async def test_a_draining_replica_keeps_its_sessions_until_it_exits(cluster: Tri
                 assert (await session.call_tool("echo", {"text": f"d{i}"})).content[0].text == f"d{i}"
         assert cluster.replicas[victim].popen.poll() is None, "the calls were made while it drained"
         assert cluster.cluster_view(other)["replicas"][victim]["draining"]
-        assert served(cluster, victim) == before + CALLS_WHILE_DRAINING  # each served by the session's own replica
+        await anyio.to_thread.run_sync(lambda: wait_until(  # each served by the session's own replica
+            lambda: served(cluster, victim) == before + CALLS_WHILE_DRAINING, "the calls' audit records"))
         assert "forwarded a request to replica" in cluster.replicas[other].stderr
         code = await anyio.to_thread.run_sync(lambda: cluster.replicas[victim].popen.wait(EVENT_WAIT))
     log = cluster.replicas[victim].stderr

@@ -28,6 +28,8 @@ from gateway.state import Buckets, Pins, PinStore
 logger = logging.getLogger("triad.cluster")
 
 PROBE_KEY = f"{KEY_PREFIX}cluster-key"
+LEAVE_BEATS = 1.5
+"""Heartbeats a leaving replica waits for the others to read that it left (each reads once a beat)."""
 
 
 class ClusterKeyMismatch(Exception):
@@ -114,8 +116,11 @@ class Cluster:
         await anyio.sleep(self.config.drain_delay)
 
     async def leave(self) -> None:
-        """Gone from the cluster's view at once (its socket is about to close), not after three missed beats."""
+        """Gone from the cluster's view at once, not after three missed beats; returns once the others have read
+        that (they read every beat), so that nothing is forwarded here once the calls stop being served: a request
+        forwarded meanwhile is still served, one after it gets 404 on the replica it landed on."""
         await self.replicas.leave(stop_beating=True)
+        await anyio.sleep(LEAVE_BEATS * self.config.heartbeat)
 
     async def check_key(self) -> None:
         """Join only a cluster whose key is ours: the first replica leaves a sealed probe record; one started
