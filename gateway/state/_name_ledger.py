@@ -31,6 +31,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from gateway.config import TriadConfig
+from gateway.state._files import write_atomically
 
 logger = logging.getLogger("triad.names")
 
@@ -131,7 +132,7 @@ class NameLedger:
             aside = path.with_name(f"{path.name}{CORRUPT_SUFFIX}{int(time.time())}")
             try:
                 os.replace(path, aside)
-                _write_atomically(path, content)
+                write_atomically(path, content)
             except OSError as exc:
                 raise NameLedgerUnreadable(f"the name ledger {path} cannot be read ({bad}), and it cannot be "
                                            f"replaced by its last good copy {backup} ({exc.strerror}); fix the "
@@ -168,8 +169,8 @@ class NameLedger:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             if previous is not None:
-                _write_atomically(_backup_of(self.path), previous)
-            _write_atomically(self.path, content)
+                write_atomically(_backup_of(self.path), previous)
+            write_atomically(self.path, content)
         except OSError as exc:
             self._warn("cannot write %s (%s); exposed names are kept in memory only", self.path, exc.strerror)
 
@@ -203,19 +204,6 @@ def _parse(path: Path) -> tuple[Names, bytes]:
                            for raw, name in tools.items()} for kind in KINDS}
     return names, content
 
-
-def _write_atomically(path: Path, content: bytes) -> None:
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with temporary.open("wb") as stream:
-            stream.write(content)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(temporary, path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            temporary.unlink(missing_ok=True)
-        raise
 
 
 def _backup_of(path: Path) -> Path:

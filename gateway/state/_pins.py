@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Literal
 
 from consumers import JSON, JSONObject
+from gateway.state._files import write_atomically
 
 logger = logging.getLogger("triad.pins")
 
@@ -131,7 +132,7 @@ class PinStore:
         aside = self.path.with_name(f"{self.path.name}{CORRUPT_SUFFIX}{int(time.time())}")
         try:
             os.replace(self.path, aside)
-            _write_atomically(self.path, content)
+            write_atomically(self.path, content)
         except OSError as exc:
             message = (f"the pin_definitions state file {self.path} cannot be read ({bad}), and it cannot be "
                        f"replaced by its last good copy {backup} ({exc.strerror}); every pinned tool is blocked "
@@ -146,8 +147,8 @@ class PinStore:
         with contextlib.suppress(FileNotFoundError, _Unreadable):
             previous = _parse(self.path)[1]  # the version replaced, whole and valid: the last good copy
         if previous is not None:
-            _write_atomically(self.path.with_name(self.path.name + BACKUP_SUFFIX), previous)
-        _write_atomically(self.path, json.dumps({"pins": self._pins, "definitions": self._definitions}, indent=2,
+            write_atomically(self.path.with_name(self.path.name + BACKUP_SUFFIX), previous)
+        write_atomically(self.path, json.dumps({"pins": self._pins, "definitions": self._definitions}, indent=2,
                                                 sort_keys=True, default=str).encode())
         self._mtime = self.path.stat().st_mtime
 
@@ -246,17 +247,3 @@ def _parse(path: Path) -> tuple[tuple[dict[str, str], dict[str, JSONObject]], by
         raise _Unreadable("not a pin state: `definitions` is not an object of definitions")
     return (pins, definitions), content
 
-
-def _write_atomically(path: Path, content: bytes) -> None:
-    # one temporary name per process: replicas sharing a state directory never write each other's
-    temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    try:
-        with temporary.open("wb") as stream:
-            stream.write(content)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(temporary, path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            temporary.unlink(missing_ok=True)
-        raise
