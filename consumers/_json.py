@@ -42,14 +42,19 @@ _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def loads(data: bytes | str) -> JSON:
-    """The JSON value of an upstream's text (`ValueError` if it is not JSON), lone surrogates kept, numbers out of
-    range as `None`."""
+    """The JSON value of text Triad did not write itself (an upstream's, a file's, Redis's): `json.JSONDecodeError`
+    if it is not JSON or is nested deeper than the interpreter's recursion allows (`json.loads` would raise a
+    `RecursionError`, which no caller expects: one line nested 100,000 deep ended `triad stdio`), lone surrogates
+    kept, numbers out of range as `None`."""
     try:
-        value = json.loads(data, parse_constant=_no_constant)
-    except ValueError as exc:
-        if "integer string conversion" not in str(exc):
-            raise
-        value = json.loads(data, parse_constant=_no_constant, parse_int=_bounded_int)
+        try:
+            value = json.loads(data, parse_constant=_no_constant)
+        except ValueError as exc:
+            if "integer string conversion" not in str(exc):
+                raise
+            value = json.loads(data, parse_constant=_no_constant, parse_int=_bounded_int)
+    except RecursionError:
+        raise json.JSONDecodeError("nested too deeply", data if isinstance(data, str) else "", 0) from None
     pattern = _HUGE_NUMBER_BYTES if isinstance(data, bytes) else HUGE_NUMBER
     if pattern.search(data) is not None:  # type: ignore[arg-type]
         value = finite(value)

@@ -16,7 +16,7 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable
 
-from consumers._json import JSONObject
+from consumers._json import JSONObject, loads
 from consumers.errors import QuotaExceeded
 from consumers.relay import ClientOrigin, Downstream, Share
 
@@ -44,7 +44,7 @@ class StandIn:
         self.user: str | None = key[0]
         self.share = share
         """Its caller's: its upstream session counts among that identity's slots."""
-        self.declared: JSONObject | None = json.loads(key[1])
+        self.declared: JSONObject | None = loads(key[1])
         self.id = "c-" + secrets.token_hex(6)
         """Its label in log lines (`consumers.log_fields`): random, since a hash of who it is could be guessed."""
 

@@ -28,6 +28,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from consumers._json import loads
+
 logger = logging.getLogger("triad.upstream")
 
 PR_SET_CHILD_SUBREAPER = 36
@@ -194,7 +196,7 @@ def _read_record(path: Path) -> tuple[tuple[int, int], dict[int, tuple[int, list
     try:
         if path.stat().st_size > MAX_RECORD_BYTES or path.stat().st_uid != os.getuid():
             return None
-        body = json.loads(path.read_text())
+        body = loads(path.read_text())
         run, groups = body["run"], body["groups"]
         if not (isinstance(run, list) and len(run) == 2 and all(type(v) is int for v in run)
                 and isinstance(groups, dict)):

@@ -9,7 +9,6 @@ into the upstream's `ChildOutput`.
 
 from __future__ import annotations
 
-import json
 import logging
 import ssl
 from collections.abc import AsyncIterator, Callable
@@ -25,6 +24,7 @@ from mcp.shared._httpx_utils import McpHttpClientFactory
 
 from consumers._errors import UNAVAILABLE_DATA_KEY, UNAVAILABLE_STATUSES
 from consumers._http_rules import HTTP_RULES
+from consumers._json import loads
 from consumers._sdk import ReadEnd, WriteEnd
 from consumers.child_process import ChildOutput, open_child
 from consumers.config import UpstreamConfig, UpstreamTlsConfig
@@ -191,7 +191,7 @@ async def _unavailable(request: httpx2.Request, response: httpx2.Response) -> ht
     (a proxy, a captive portal) may send an endless body: at most `MAX_UNAVAILABLE_BODY` bytes are read."""
     body = await _body_start(response)
     try:
-        if body is not None and isinstance(json.loads(body).get("error"), dict):
+        if body is not None and isinstance(loads(body).get("error"), dict):
             return httpx2.Response(response.status_code, headers=response.headers, content=body,
                                    request=request)
     except (ValueError, AttributeError):

@@ -211,8 +211,8 @@ def screen_line(line: str) -> str:
     if _ODD_ID.search(line) is None:
         return line
     try:
-        value = json.loads(line)
-    except ValueError:
+        value = parse_json(line)
+    except ParseError:  # answered as a parse error by `StrictMessages`, which parses the line again
         return line
     return json.dumps(_INVALID_ID_MARK) + "\n" if invalid_id(value) else line
 

@@ -337,8 +337,13 @@ def test_fuzz_stdio(config: Path) -> None:
 
     def send(data: bytes) -> None:
         assert process.stdin is not None
-        process.stdin.write(data + b"\n")
-        process.stdin.flush()
+        try:
+            process.stdin.write(data + b"\n")
+            process.stdin.flush()
+        except BrokenPipeError:  # the daemon exited: say how, and on what, not only that the pipe broke
+            code = process.wait(15)
+            raise AssertionError(f"triad stdio exited ({code}) on {data[:300]!r}; its log: "
+                                 f"{b''.join(errors)[-3000:].decode(errors='replace')}") from None
 
     def answer(ident: Any) -> dict[str, Any]:
         while True:

@@ -11,6 +11,7 @@ import httpx2
 import mcp_types as types
 import pytest
 from anyio.abc import SocketStream
+from mcp.shared.exceptions import MCPError
 
 from consumers._http_rules import HTTP_RULES
 from consumers.transports import ssl_context
@@ -54,7 +55,7 @@ async def test_neither_hop_follows_a_redirect() -> None:
             async def no_progress(_params: dict[str, Any]) -> None:
                 return None
 
-            with pytest.raises(ValueError):  # a 307 is no JSON-RPC answer: an error, never a second request
+            with pytest.raises(MCPError, match="follows no redirects"):  # an error, never a second request
                 await direct.request(call, no_progress, None)
         async with httpx2.AsyncClient(follow_redirects=HTTP_RULES.follow_redirects,
                                       trust_env=HTTP_RULES.trust_env) as http:  # the SDK session's client

@@ -44,6 +44,7 @@ BAD: dict[str, Callable[[Path], None]] = {
     "another version": _write(b'{"version": 2, "tools": {}}'),
     "an unknown section": _write(b'{"version": 1, "tool": {}}'),
     "too large": _write(b'{"version": 1, "tools": {}}' + b" " * 2048),
+    "nested past the recursion limit": _write(b"[" * 1020),
     "unreadable (a directory)": _directory,
 }
 

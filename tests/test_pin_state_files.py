@@ -45,6 +45,7 @@ BAD: dict[str, Callable[[Path], None]] = {
     "a digest that is not text": _write(b'{"pins": {"fs:read": 7}}'),
     "definitions as a list": _write(b'{"pins": {}, "definitions": [1]}'),
     "too large": _write(b'{"pins": {}}' + b" " * 2048),
+    "nested past the recursion limit": _write(b"[" * 1020),
     "unreadable (a directory)": _directory,
 }
 

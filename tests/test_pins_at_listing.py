@@ -146,21 +146,28 @@ async def test_a_rewritten_pinned_tool_reaches_no_list_and_no_call(pinned: Pinne
         assert POISON not in json.dumps(found)
 
 
-def test_plan_withholds_a_changed_tool_whose_approved_definition_was_not_kept(pinned: Pinned) -> None:
-    """A state file that kept only a hash (written before definitions were kept): no approved text to list."""
+async def test_plan_withholds_a_changed_tool_whose_approved_definition_was_not_kept(pinned: Pinned) -> None:
+    """A state file that kept only a hash (written before definitions were kept): no approved text to list, and a
+    call of the withheld tool is told why (not `Unknown tool`, which a name nobody configured gets)."""
     state = json.loads(pinned.state.read_text())
     state["pins"]["mut:description_listed"] = "0" * 64
     state["definitions"].pop("mut:description_listed")
     pinned.state.write_text(json.dumps(state))
-    done = subprocess.run([*TRIAD, "plan", "-c", str(pinned.config), "--json"], capture_output=True, text=True,
-                          timeout=90, check=False)
-    assert done.returncode == 0, done.stderr
+    done = await anyio.run_process([*TRIAD, "plan", "-c", str(pinned.config), "--json"], check=False)
+    assert done.returncode == 0, done.stderr.decode()
     report = json.loads(done.stdout)
     assert "description_listed" not in {t["name"] for t in report["visible"]}
     hidden = {t["name"]: t["diagnostics"] for t in report["hidden"]}
     assert hidden["description_listed"][0]["reason"] == "pin-changed"
     assert "triad approve" in hidden["description_listed"][0]["message"]
     assert {tool_name("title", "listed"), "late"} <= {t["name"] for t in report["visible"]}
+    async with http_session(pinned.url) as via:
+        with anyio.fail_after(60):
+            while "is withheld" not in (text := (await call(via, "description_listed"))["content"][0]["text"]):  # noqa: ASYNC110 (the daemon reads the rewritten file at its next look)
+                await anyio.sleep(0.2)
+        assert "changed since it was approved" in text and "triad approve" in text
+        with pytest.raises(Exception, match="Unknown tool: nobody_configured_this"):
+            await call(via, "nobody_configured_this")
 
 
 def approve(pinned: Pinned, *args: str) -> subprocess.CompletedProcess[str]:

@@ -21,7 +21,7 @@ from mcp.client.auth import TokenStorage
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 from pydantic import AnyUrl
 
-from consumers._json import JSONObject
+from consumers._json import JSONObject, loads
 from consumers.config import UpstreamAuthConfig
 
 __all__ = ["CredentialStore", "ForRedirect", "MemoryTokens", "Preregistered", "TokenFile", "TokenStorage",
@@ -119,7 +119,7 @@ class TokenFile:
 
     def _read(self) -> JSONObject:
         try:
-            document = json.loads(self.path.read_text(encoding="utf-8"))
+            document = loads(self.path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return {}
         except (OSError, ValueError) as exc:  # the message names the file, never its content

@@ -33,6 +33,7 @@ from gateway.registry import (
     expose_links,
     forwardable_meta,
     input_round,
+    pin_withheld,
 )
 from gateway.tasks import Era, TaskRelay
 
@@ -71,6 +72,8 @@ class ToolCalls:
         identity, name = view.identity, params.get("name")
         entry = view.tools.get(name) if isinstance(name, str) else None
         if entry is None or (inner and entry.executor.kind == "core"):  # `call_tool` calls no core tool
+            if isinstance(name, str) and (why := pin_withheld(view, name, self._live.pipeline)) is not None:
+                return tool_error(f"{name} is withheld: {why}")  # an operator's step, not an unknown name
             raise await self._refuse_tool(view, name, params, session)
         if entry.executor.kind == "core":
             # a core tool finds and calls only what this session may call (its own upstream sessions' lists)

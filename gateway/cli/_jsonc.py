@@ -1,19 +1,19 @@
 """JSON with comments and trailing commas (JSONC), as VS Code, Cursor and Gemini CLI write their settings files.
 
 `loads_jsonc` blanks out `//` and `/* */` comments and drops a comma before `}` or `]`, outside strings, then
-hands the text to `json.loads`. Newlines are kept, so a parse error still names the right line.
+hands the text to `consumers.loads` (bounded nesting). Newlines are kept, so a parse error still names the right line.
 """
 
 from __future__ import annotations
 
 import json
 
-from consumers import JSON
+from consumers import JSON, loads
 
 
 def loads_jsonc(text: str) -> JSON:
-    """Parse JSONC; raises `json.JSONDecodeError` as `json.loads` does (an unclosed comment included)."""
-    return json.loads(_strip(text.removeprefix("\ufeff")))
+    """Parse JSONC; raises `json.JSONDecodeError` as `consumers.loads` does (an unclosed comment included)."""
+    return loads(_strip(text.removeprefix("\ufeff")))
 
 
 def _strip(text: str) -> str:

@@ -17,7 +17,7 @@ from typing import TypeVar
 
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 
-from consumers import JSONObject
+from consumers import JSONObject, loads
 from gateway.cluster._link import RedisDown
 from gateway.cluster._secret_box import SecretUnreadable
 from gateway.cluster._vault import SecretTooLarge, Vault
@@ -75,7 +75,10 @@ class VaultTokens:
             raw = await self._run(self._vault.get(self._user, self._name + part))
         except SecretUnreadable:  # written under another cluster key: as if never stored (the user authorizes anew)
             return {}
-        found = json.loads(raw) if raw is not None else {}
+        try:
+            found = loads(raw) if raw is not None else {}
+        except ValueError:  # sealed by this cluster's key yet no JSON: as if never stored, like an unreadable one
+            return {}
         return found if isinstance(found, dict) else {}
 
     async def _put(self, part: str, document: JSONObject) -> None:

@@ -27,6 +27,7 @@ from gateway.registry._catalog import SERVING, TAKES_TASKS_KEY, upstream_context
 from gateway.registry._core_tools import TOOLS_MODE_KEY
 from gateway.registry._descriptors import PromptEntry, Registry, ToolDescriptor
 from gateway.registry._naming import expose_uri
+from gateway.registry._pinning import pin_diagnostic
 from gateway.registry._planner import HiddenEntry, PlanEntry, ToolPlan, build_plan
 from gateway.registry._schemas import PROFILES, normalize
 from policy import Decision, Identity, Pipeline, ToolFacts, ToolIndex, compile_patterns
@@ -163,6 +164,19 @@ def down_upstream(view: ClientView, name: str, pipeline: Pipeline) -> str | None
     if any(d.signal is None or d.signal.get("key") != key for d in entry.diagnostics):
         return None
     return executor.id if pipeline.decide(view.identity, tool_facts(entry.descriptor)).allowed else None
+
+
+def pin_withheld(view: ClientView, name: str, pipeline: Pipeline) -> str | None:
+    """Why a `pin_definitions` hook alone hides tool `name` from `view`'s caller (a new definition not approved
+    yet, or one being recorded), if the policy lets that caller see the tool: its call is told so, as a call of a
+    changed pinned tool is. None otherwise (those look unknown, as in `down_upstream`)."""
+    entry = view.hidden.get(name)
+    if entry is None or not entry.diagnostics:
+        return None
+    found = [pin_diagnostic(d.signal) if d.signal is not None else None for d in entry.diagnostics]
+    if any(f is None for f in found) or not pipeline.decide(view.identity, tool_facts(entry.descriptor)).allowed:
+        return None
+    return "; ".join(str(f["message"]) for f in found if f is not None)
 
 
 _DESCRIPTOR = operator.attrgetter("descriptor")

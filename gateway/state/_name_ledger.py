@@ -30,6 +30,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from consumers import loads
 from gateway.config import TriadConfig
 from gateway.state._files import write_atomically
 
@@ -192,7 +193,7 @@ def _parse(path: Path) -> tuple[Names, bytes]:
     if len(content) > MAX_FILE_BYTES:
         raise _Unreadable(f"larger than {MAX_FILE_BYTES} bytes")
     try:
-        document = _LedgerFile.model_validate(json.loads(content.decode("utf-8")))
+        document = _LedgerFile.model_validate(loads(content.decode("utf-8")))
     except UnicodeDecodeError:
         raise _Unreadable("not UTF-8") from None
     except json.JSONDecodeError as exc:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from consumers import JSON, JSONObject
+from consumers import JSON, JSONObject, loads
 from gateway.state._files import write_atomically
 
 logger = logging.getLogger("triad.pins")
@@ -234,7 +234,7 @@ def _parse(path: Path) -> tuple[tuple[dict[str, str], dict[str, JSONObject]], by
     if not content.strip():  # a state file is never written empty: this one was cut short, or emptied
         raise _Unreadable("empty")
     try:
-        state = json.loads(content.decode("utf-8"))
+        state = loads(content.decode("utf-8"))
     except UnicodeDecodeError:
         raise _Unreadable("not UTF-8") from None
     except json.JSONDecodeError as exc:
