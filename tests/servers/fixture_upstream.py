@@ -387,7 +387,7 @@ async def serve_http(server: Server[Any], transport: str, port: int, unavailable
     if auth_log:
         app = log_auth(app)
     # h11 strips whitespace around header values (RFC 9110) as the conformance suite expects; httptools keeps it
-    userver = uvicorn.Server(uvicorn.Config(app, log_level="warning", http="h11",
+    userver = uvicorn.Server(uvicorn.Config(app, log_level="warning", http="h11", timeout_graceful_shutdown=2,
                                             ssl_certfile=tls[0] if tls else None, ssl_keyfile=tls[1] if tls else None))
     sock.listen(128)  # listening before READY is said: a client that connects at once waits, never refused
     print(f"READY {port}", file=sys.stderr, flush=True)

@@ -67,7 +67,7 @@ def main() -> None:
     sock.bind(("127.0.0.1", args.port))
     sock.listen(128)  # listening before READY is said
     print(f"READY {args.port}", file=sys.stderr, flush=True)
-    anyio.run(uvicorn.Server(uvicorn.Config(app, log_level="warning")).serve, [sock])
+    anyio.run(uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2)).serve, [sock])
 
 
 if __name__ == "__main__":

@@ -268,7 +268,8 @@ async def serve_http(upstream: Upstream) -> None:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.listen(128)  # listening before READY is said
-    server = uvicorn.Server(uvicorn.Config(http_app(upstream), log_level="warning", http="h11"))
+    server = uvicorn.Server(uvicorn.Config(http_app(upstream), log_level="warning", http="h11",
+                                            timeout_graceful_shutdown=2))
     print(f"READY {sock.getsockname()[1]}", file=sys.stderr, flush=True)
     await server.serve(sockets=[sock])
 
