@@ -26,6 +26,7 @@ from consumers._errors import UNAVAILABLE_DATA_KEY, UNAVAILABLE_STATUSES
 from consumers._http_rules import HTTP_RULES
 from consumers._json import loads
 from consumers._sdk import ReadEnd, WriteEnd
+from consumers._spans import sdk_trace_headers
 from consumers.child_process import ChildOutput, open_child
 from consumers.config import UpstreamConfig, UpstreamTlsConfig
 from consumers.errors import UpstreamUnavailable
@@ -142,10 +143,20 @@ def _verifying_client(context: ssl.SSLContext) -> McpHttpClientFactory:
 
     def create(headers: dict[str, str] | None = None, timeout: httpx2.Timeout | None = None,
                auth: httpx2.Auth | None = None) -> httpx2.AsyncClient:
-        return httpx2.AsyncClient(headers=headers, auth=auth, verify=context,
+        return httpx2.AsyncClient(headers=headers, auth=auth, verify=context, event_hooks={"request": [_trace_headers]},
                                   timeout=timeout or httpx2.Timeout(HTTP_CONNECT_TIMEOUT, read=SSE_READ_TIMEOUT))
 
     return create
+
+
+async def _trace_headers(request: httpx2.Request) -> None:
+    """The W3C trace headers of a message the SDK posts (`consumers._spans.sdk_trace_headers`)."""
+    if request.method == "POST":
+        try:
+            body = request.content
+        except httpx2.RequestNotRead:  # a streamed body: never one of the SDK's messages
+            return
+        sdk_trace_headers(body, request.headers)
 
 
 DRAIN_LIMIT = 0.05
@@ -164,6 +175,7 @@ class _DrainingTransport(httpx2.AsyncBaseTransport):
         """Told the session id the upstream assigns (the SDK keeps it to itself)."""
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        await _trace_headers(request)
         response = await self._inner.handle_async_request(request)
         if request.method == "POST" and response.status_code in UNAVAILABLE_STATUSES:
             return await _unavailable(request, response)
