@@ -57,3 +57,48 @@ async def test_approvals_survive_a_redis_restart_without_persistence(procs: list
                 assert verdict is not None and "changed since it was approved" in verdict, (name, verdict)
         # a tool nobody approved is still new: pinned on first use only with trust_new
         assert (await pins["r2"].check("fx", "other", APPROVED, trust_new) is None) is trust_new
+
+
+@pytest.mark.parametrize("first", ["r1", "r2"])
+@pytest.mark.parametrize("approved_by", ["first use", "triad approve"])
+async def test_a_first_use_after_redis_lost_its_data_never_overrides_a_state_file(
+        procs: list[Proc], tmp_path: Path, approved_by: str, first: str) -> None:
+    """Found by an outside attack: Redis flushed, a fresh replica (no state of its own) starts while the upstream
+    serves a changed definition, and pins it on first use. That first use stays its own: the next replica whose
+    file holds the approval puts that back in Redis, and from then on every replica, the fresh one included, blocks
+    the changed definition; no state file takes the first use (`first` is the replica with a file that looks
+    first, r1 approved, r2 saw it through Redis)."""
+    from gateway.cluster import Cluster
+    from gateway.config._models import ClusterConfig
+
+    env = TriadCluster(procs, tmp_path)
+    env.start_redis()
+    settings = ClusterConfig(redis=f"redis://127.0.0.1:{env.redis_port}/0", replica_id="r1",
+                             secret_key=CLUSTER_KEY)  # type: ignore[arg-type]
+    names = ("r1", "r2", "fresh")
+    replicas = {name: Cluster(settings.model_copy(update={"replica_id": name})) for name in names}
+    stores = {name: PinStore(tmp_path / f"{name}-pins.json") for name in names}
+    pins = {name: cluster.pins("pins", stores[name]) for name, cluster in replicas.items()}
+    async with replicas["r1"].running(heartbeat=False), replicas["r2"].running(heartbeat=False), \
+            replicas["fresh"].running(heartbeat=False):
+        if approved_by == "first use":
+            assert await pins["r1"].check("fx", "read", APPROVED, True) is None
+        else:
+            assert await pins["r1"].approve("fx", "read", APPROVED)
+        assert await pins["r2"].check("fx", "read", APPROVED, True) is None
+        assert env.redis is not None
+        await anyio.to_thread.run_sync(env.redis.terminate)
+        await anyio.to_thread.run_sync(env.start_redis)  # empty: nothing was persisted
+        with anyio.fail_after(30):
+            while not all(replica.link.up for replica in replicas.values()):
+                for name in names:  # a request notices the outage is over (the link counts 1 s after it)
+                    await pins[name].check("fx", "warm-up", APPROVED, False)
+                await anyio.sleep(0.1)
+        assert await pins["fresh"].check("fx", "read", CHANGED, True) is None  # nothing tells it otherwise
+        order = [first, "r2" if first == "r1" else "r1", "fresh"]
+        for name in order:
+            verdict = await pins[name].check("fx", "read", CHANGED, True)
+            assert verdict is not None and "changed since it was approved" in verdict, (name, verdict)
+        for name in names:
+            assert stores[name].status("fx", "read", APPROVED).state == "approved", name
+            assert await pins[name].check("fx", "read", APPROVED, True) is None, name

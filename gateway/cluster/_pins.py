@@ -8,6 +8,12 @@ file too; one that finds none in Redis (Redis restarted without persistence, or 
 verify) takes its state file's, and puts it back in Redis. So lost Redis state never fails open (a changed
 definition stays blocked, even with `trust_new: true`) and never blocks what was approved (`trust_new: false`).
 
+A record a replica made on first use (`first_use`) is weaker than a state file: after Redis lost its data, a
+replica with no state of its own may pin whatever its upstream serves now. A replica whose file holds another
+approval of that tool puts its own back in Redis, over the first use, as a restored approval that every replica
+then takes (the first use never reaches another replica's file). An operator's approval (`triad approve`, the
+console) and a restored one are taken over any file.
+
 While Redis is unreachable, the state file decides; a definition it does not hold is blocked (fail closed), with
 a reason that says so. `approve` needs Redis (every replica must see it), and writes the file after Redis.
 """
@@ -36,6 +42,8 @@ return redis.call('HGET', KEYS[1], ARGV[1])
 class PinRecord(RecordModel):
     digest: str = Field(pattern=r"^[0-9a-f]{64}$")
     definition: dict[str, Any] | None = None
+    first_use: bool = False
+    """Pinned by a replica on first use (`trust_new`), not approved by an operator nor restored from a file."""
 
 
 class RedisPins:
@@ -59,8 +67,8 @@ class RedisPins:
             self._rejections.note("pin", rejected)
             return None
 
-    def _seal(self, key: str, digest: str, fields: JSONObject | None) -> bytes:
-        return self._records.seal(self._where(key), PinRecord(digest=digest, definition=fields))
+    def _seal(self, key: str, digest: str, fields: JSONObject | None, first_use: bool = False) -> bytes:
+        return self._records.seal(self._where(key), PinRecord(digest=digest, definition=fields, first_use=first_use))
 
     async def _pinned(self, upstream: str, raw: str) -> PinRecord | None:
         """The approval of `upstream:raw`: Redis's (then kept in the file too), else the file's (then put back in
@@ -73,13 +81,14 @@ class RedisPins:
             if durable is None:
                 raise
             return PinRecord(digest=durable[0], definition=durable[1])
-        if cached is not None:
+        if cached is not None and not (cached.first_use and durable is not None and durable[0] != cached.digest):
             if durable is None or durable[0] != cached.digest:
                 await anyio.to_thread.run_sync(self._store.remember, upstream, raw, cached.digest, cached.definition)
             return cached
         if durable is None:
             return None
-        with contextlib.suppress(RedisDown):  # Redis lost it: the cluster's cache gets the durable approval back
+        # Redis lost it, or holds a first use this file's approval outranks: the durable approval goes back
+        with contextlib.suppress(RedisDown):
             await self._link.run(self._link.client.hset(self._hash, key, self._seal(key, *durable)))
         return PinRecord(digest=durable[0], definition=durable[1])
 
@@ -89,7 +98,7 @@ class RedisPins:
             pinned = await self._pinned(upstream, raw)
             if pinned is None and trust_new:
                 # first use on any replica pins it; atomic: two replicas pinning at once agree on one definition
-                sealed = self._seal(key, digest, pinned_fields(definition))
+                sealed = self._seal(key, digest, pinned_fields(definition), first_use=True)
                 pinned = self._open(key, await self._link.run(self._pin_first(keys=[self._hash],
                                                                                 args=[key, sealed])))
                 if pinned is None:
