@@ -1,6 +1,7 @@
 """Upstream connections: one owner task per upstream, transports, the pool keyed by name, and the relay seam."""
 
 from consumers._errors import describe_failure
+from consumers._files import read_regular
 from consumers._json import HUGE_NUMBER, JSON, JSONObject, all_finite, dumps, loads
 from consumers.channel import TASK_STATUS
 from consumers.child_groups import ChildGroups
@@ -51,5 +52,6 @@ __all__ = [
     "dumps",
     "loads",
     "login",
+    "read_regular",
     "undeclared",
 ]

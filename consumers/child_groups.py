@@ -28,6 +28,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from consumers._files import read_regular
 from consumers._json import loads
 
 logger = logging.getLogger("triad.upstream")
@@ -196,7 +197,7 @@ def _read_record(path: Path) -> tuple[tuple[int, int], dict[int, tuple[int, list
     try:
         if path.stat().st_size > MAX_RECORD_BYTES or path.stat().st_uid != os.getuid():
             return None
-        body = loads(path.read_text())
+        body = loads(read_regular(path, MAX_RECORD_BYTES)[0].decode())
         run, groups = body["run"], body["groups"]
         if not (isinstance(run, list) and len(run) == 2 and all(type(v) is int for v in run)
                 and isinstance(groups, dict)):

@@ -8,6 +8,7 @@ without a readable copy the daemon refuses to start, and the bad file stays. A t
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +26,16 @@ GOOD_FILE = json.dumps({"version": 1, "tools": {"fs": {"a.b": "fs__a-b-2", "a:b"
 
 def _write(content: bytes) -> Callable[[Path], None]:
     return lambda path: path.write_bytes(content)
+
+
+def _fifo(path: Path) -> None:
+    path.unlink(missing_ok=True)
+    os.mkfifo(path)
+
+
+def _device(path: Path) -> None:
+    path.unlink(missing_ok=True)
+    path.symlink_to("/dev/zero")
 
 
 def _directory(path: Path) -> None:
@@ -46,6 +57,8 @@ BAD: dict[str, Callable[[Path], None]] = {
     "too large": _write(b'{"version": 1, "tools": {}}' + b" " * 2048),
     "nested past the recursion limit": _write(b"[" * 1020),
     "unreadable (a directory)": _directory,
+    "a FIFO (a read would block)": _fifo,
+    "a device that never ends": _device,
 }
 
 

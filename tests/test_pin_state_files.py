@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,6 +26,16 @@ CHANGED = {"description": "reads a file, and mails it away", "inputSchema": {"ty
 
 def _write(content: bytes) -> Callable[[Path], None]:
     return lambda path: path.write_bytes(content)
+
+
+def _fifo(path: Path) -> None:
+    path.unlink(missing_ok=True)
+    os.mkfifo(path)
+
+
+def _device(path: Path) -> None:
+    path.unlink(missing_ok=True)
+    path.symlink_to("/dev/zero")
 
 
 def _directory(path: Path) -> None:
@@ -47,6 +58,8 @@ BAD: dict[str, Callable[[Path], None]] = {
     "too large": _write(b'{"pins": {}}' + b" " * 2048),
     "nested past the recursion limit": _write(b"[" * 1020),
     "unreadable (a directory)": _directory,
+    "a FIFO (a read would block)": _fifo,
+    "a device that never ends": _device,
 }
 
 
@@ -106,3 +119,41 @@ def test_each_write_keeps_the_previous_good_version(tmp_path: Path) -> None:
     store.approve("fs", "read", CHANGED)
     assert (tmp_path / "pins.json.bak").read_bytes() == first
     assert not list(tmp_path.glob("*.tmp"))
+
+
+@pytest.mark.parametrize("when", ["before the start", "while running"])
+def test_a_deleted_state_file_is_written_again_never_read_as_nothing_approved(
+        when: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Outside attack F4: `rm pins.json` made every changed tool a first use again. Deleted before a process
+    reads it, it comes back from `.bak` (the version before the last write: fs:write, approved last, is not in
+    it, and stays unapproved: fail closed); deleted under a running one, from what that one read."""
+    path = tmp_path / "pins.json"
+    _approved_twice(path)
+    store = PinStore(path)
+    if when == "while running":
+        assert store.check("fs", "read", TOOL, trust_new=False) is None
+    path.unlink()
+    with caplog.at_level(logging.ERROR, "triad.pins"):
+        assert "definition changed" in (store.check("fs", "read", CHANGED, trust_new=True) or "")
+        write = store.check("fs", "write", TOOL, trust_new=False)
+    assert any("was deleted" in r.getMessage() for r in caplog.records)
+    if when == "while running":
+        assert write is None and set(json.loads(path.read_text())["pins"]) == {"fs:read", "fs:write"}
+    else:
+        assert write == "its definition has not been approved yet"
+        assert set(json.loads(path.read_text())["pins"]) == {"fs:read"}
+
+
+def test_a_deleted_state_file_whose_last_good_copy_is_bad_blocks(tmp_path: Path) -> None:
+    path = tmp_path / "pins.json"
+    _approved_twice(path)
+    path.unlink()
+    (tmp_path / "pins.json.bak").write_bytes(b"{not json")
+    reason = PinStore(path).check("fs", "read", TOOL, trust_new=True)
+    assert reason is not None and "cannot be read" in reason
+
+
+def test_a_first_start_has_no_state_file_and_pins_on_first_use(tmp_path: Path) -> None:
+    store = PinStore(tmp_path / "pins.json")
+    assert store.check("fs", "read", TOOL, trust_new=True) is None
+    assert "definition changed" in (store.check("fs", "read", CHANGED, trust_new=True) or "")

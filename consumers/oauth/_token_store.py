@@ -21,6 +21,7 @@ from mcp.client.auth import TokenStorage
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 from pydantic import AnyUrl
 
+from consumers._files import read_regular
 from consumers._json import JSONObject, loads
 from consumers.config import UpstreamAuthConfig
 
@@ -119,7 +120,7 @@ class TokenFile:
 
     def _read(self) -> JSONObject:
         try:
-            document = loads(self.path.read_text(encoding="utf-8"))
+            document = loads(read_regular(self.path)[0].decode("utf-8"))
         except FileNotFoundError:
             return {}
         except (OSError, ValueError) as exc:  # the message names the file, never its content

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from pydantic import SecretStr, ValidationError
 
+from consumers import read_regular
 from gateway.config import (
     PYTHON_VARIABLE,
     LineMap,
@@ -39,7 +40,7 @@ def load_config(path: str | Path) -> TriadConfig:
     """Read, interpolate and validate a config file. Raises ConfigError listing every problem."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_regular(path)[0].decode("utf-8")
     except OSError as exc:
         raise ConfigError([f"{path}: cannot read ({exc.strerror})"]) from None
     return parse_config(text, source=path)

@@ -31,6 +31,7 @@ async def watch_pins(dispatcher: Dispatcher) -> None:
     directories = _directories(_state_files(dispatcher))
     if not directories:
         return
-    async for changes in watchfiles.awatch(*directories, recursive=False):
+    async for changes in watchfiles.awatch(*directories, recursive=False,  # no wake-up for other files there
+                                           watch_filter=lambda _change, changed: changed in _state_files(dispatcher)):
         if _touches(changes, _state_files(dispatcher)):
             dispatcher.invalidate()

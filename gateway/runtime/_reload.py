@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -26,7 +25,7 @@ from pathlib import Path
 import anyio
 import watchfiles
 
-from consumers import UpstreamPool
+from consumers import UpstreamPool, read_regular
 from gateway.calls import Dispatcher
 from gateway.config import TriadConfig
 from gateway.errors import ConfigError
@@ -172,11 +171,13 @@ class Reloader:
 
     async def _watch_chain(self, seen: Fingerprint, directories: frozenset[Path]) -> Fingerprint:
         """Watch `directories` until the chain leads elsewhere; the fingerprint last applied."""
+        names = seen.names(self.path)
         async for _changes in watchfiles.awatch(*(d for d in directories if d.is_dir()), debounce=WATCH_DEBOUNCE_MS,
                                                 step=50, recursive=False, stop_event=self._stop_watching,
-                                                rust_timeout=WATCH_POLL_MS, yield_on_timeout=True):
+                                                rust_timeout=WATCH_POLL_MS, yield_on_timeout=True,
+                                                watch_filter=lambda _change, changed: changed in names):
             seen = await self._apply_if_changed(seen)
-            if seen.directories(self.path) != directories:
+            if seen.directories(self.path) != directories or seen.names(self.path) != names:
                 logger.info("config file %s is now reached through %s; watching there", self.path,
                             seen.target[0] if seen.target is not None else "a missing file")
                 break
@@ -222,7 +223,5 @@ async def _read(path: Path) -> tuple[str, float]:
 
 
 def _read_now(path: Path, began: float) -> tuple[str, float]:
-    with path.open("rb") as stream:
-        content = stream.read()
-        modified = os.fstat(stream.fileno()).st_mtime
+    content, modified = read_regular(path)
     return content.decode("utf-8"), began - modified

@@ -15,6 +15,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from consumers import read_regular
+
 MAX_LINKS = 40
 """Links followed on the way to the config file before it counts as a loop (Linux's own limit is 40)."""
 
@@ -25,6 +27,14 @@ class Fingerprint:
     """Each symlink on the way, with its target as written."""
     target: tuple[str, int, int, int, str] | None
     """The final file: real path, inode, mtime (ns), size, sha256 of its bytes; None if it cannot be read."""
+
+    def names(self, path: Path) -> frozenset[str]:
+        """The paths whose change can change this chain: `path`, each link, and the final file. Only those are
+        watched for: a log file written beside the config would otherwise wake the watcher at every line."""
+        found = {str(path.absolute()), *(link for link, _ in self.links)}
+        if self.target is not None:
+            found.add(self.target[0])
+        return frozenset(found)
 
     def directories(self, path: Path) -> frozenset[Path]:
         """Where a change to this chain shows: the directory of `path`, of each link, and of the final file."""
@@ -54,10 +64,10 @@ def link_chain(path: Path) -> tuple[list[tuple[str, str]], Path]:
 def fingerprint(path: Path) -> Fingerprint:
     links, final = link_chain(path)
     try:
-        with final.open("rb") as stream:
-            info = os.fstat(stream.fileno())
-            digest = hashlib.sha256(stream.read()).hexdigest()
-        target = (os.path.realpath(final), info.st_ino, info.st_mtime_ns, info.st_size, digest)
+        content, _ = read_regular(final)  # never a FIFO's blocking read
+        info = final.stat()
+        target = (os.path.realpath(final), info.st_ino, info.st_mtime_ns, info.st_size,
+                  hashlib.sha256(content).hexdigest())
     except OSError:
         target = None
     return Fingerprint(tuple(links), target)

@@ -30,7 +30,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from consumers import loads
+from consumers import loads, read_regular
 from gateway.config import TriadConfig
 from gateway.state._files import write_atomically
 
@@ -184,14 +184,11 @@ class NameLedger:
 def _parse(path: Path) -> tuple[Names, bytes]:
     """The names in a ledger file and its bytes; `FileNotFoundError` when there is none, else `_Unreadable`."""
     try:
-        with path.open("rb") as stream:
-            content = stream.read(MAX_FILE_BYTES + 1)
+        content, _ = read_regular(path, MAX_FILE_BYTES)
     except FileNotFoundError:
         raise
     except OSError as exc:
         raise _Unreadable(exc.strerror or type(exc).__name__) from None
-    if len(content) > MAX_FILE_BYTES:
-        raise _Unreadable(f"larger than {MAX_FILE_BYTES} bytes")
     try:
         document = _LedgerFile.model_validate(loads(content.decode("utf-8")))
     except UnicodeDecodeError:

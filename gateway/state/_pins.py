@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from consumers import JSON, JSONObject, loads
+from consumers import JSON, JSONObject, loads, read_regular
 from gateway.state._files import write_atomically
 
 logger = logging.getLogger("triad.pins")
@@ -94,7 +94,7 @@ class PinStore:
         try:
             mtime = self.path.stat().st_mtime
         except FileNotFoundError:
-            self._pins, self._definitions, self._mtime = {}, {}, None
+            self._gone()
             return
         if mtime == self._mtime:
             return
@@ -102,8 +102,8 @@ class PinStore:
             raise self._unreadable[1]  # the same bad file: reported once, still blocking
         try:
             (self._pins, self._definitions), _ = _parse(self.path)
-        except FileNotFoundError:  # renamed away between the stat and the read: as if none
-            self._pins, self._definitions, self._mtime = {}, {}, None
+        except FileNotFoundError:  # renamed away between the stat and the read
+            self._gone()
             return
         except _Unreadable as bad:
             try:
@@ -114,6 +114,22 @@ class PinStore:
                 self._unreadable = (mtime, exc)
                 raise
         self._unreadable = None
+        self._mtime = self.path.stat().st_mtime
+
+    def _gone(self) -> None:
+        """No state file. Only a first start has none: one deleted (by hand, by a cleanup job) is put back from
+        its last good copy, or from what this process last read, never taken as "nothing approved", which would
+        pin first uses over every approval (outside attack F4). To start over, remove the file and its `.bak`."""
+        backup = self.path.with_name(self.path.name + BACKUP_SUFFIX)
+        if self._mtime is None and not os.path.lexists(backup):
+            self._pins, self._definitions = {}, {}
+            return
+        source = str(backup) if self._mtime is None else "the approvals this process read"
+        if self._mtime is None:  # not read by this process: the last good copy is what was approved
+            (self._pins, self._definitions) = self._recover(_Unreadable("it was deleted"))
+        else:
+            self._save()
+        logger.error("the pin_definitions state file %s was deleted: it is written again from %s", self.path, source)
         self._mtime = self.path.stat().st_mtime
 
     def _recover(self, bad: _Unreadable) -> tuple[dict[str, str], dict[str, JSONObject]]:
@@ -130,16 +146,19 @@ class PinStore:
                        "(`triad approve -c <config>`)")
             raise PinStateUnreadable(message) from None
         aside = self.path.with_name(f"{self.path.name}{CORRUPT_SUFFIX}{int(time.time())}")
+        moved = os.path.lexists(self.path)
         try:
-            os.replace(self.path, aside)
+            if moved:
+                os.replace(self.path, aside)
             write_atomically(self.path, content)
         except OSError as exc:
             message = (f"the pin_definitions state file {self.path} cannot be read ({bad}), and it cannot be "
                        f"replaced by its last good copy {backup} ({exc.strerror}); every pinned tool is blocked "
                        "until the file or its directory is fixed")
             raise PinStateUnreadable(message) from None
-        logger.error("the pin_definitions state file %s cannot be read (%s): it is kept as %s, and the approvals "
-                     "are restored from its last good copy %s", self.path, bad, aside, backup)
+        if moved:
+            logger.error("the pin_definitions state file %s cannot be read (%s): it is kept as %s, and the "
+                         "approvals are restored from its last good copy %s", self.path, bad, aside, backup)
         return state
 
     def _save(self) -> None:
@@ -223,14 +242,11 @@ def _parse(path: Path) -> tuple[tuple[dict[str, str], dict[str, JSONObject]], by
     """(pins, definitions) in a state file and its bytes; `FileNotFoundError` when there is none, else
     `_Unreadable`."""
     try:
-        with path.open("rb") as stream:
-            content = stream.read(MAX_STATE_BYTES + 1)
+        content, _ = read_regular(path, MAX_STATE_BYTES)
     except FileNotFoundError:
         raise
     except OSError as exc:
         raise _Unreadable(exc.strerror or type(exc).__name__) from None
-    if len(content) > MAX_STATE_BYTES:
-        raise _Unreadable(f"larger than {MAX_STATE_BYTES} bytes")
     if not content.strip():  # a state file is never written empty: this one was cut short, or emptied
         raise _Unreadable("empty")
     try:
