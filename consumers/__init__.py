@@ -20,6 +20,7 @@ from consumers.relay import (
     RequestOptions,
     Share,
     UpstreamRequest,
+    cancellation_of,
     undeclared,
 )
 from consumers.upstream import Upstream
@@ -47,6 +48,7 @@ __all__ = [
     "UpstreamState",
     "UserAuthorization",
     "all_finite",
+    "cancellation_of",
     "describe_failure",
     "dumps",
     "loads",

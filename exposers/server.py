@@ -258,7 +258,7 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
     async def track_and_render(ctx: ServerRequestContext, call_next: CallNext) -> HandlerResult:
         found = downstream(ctx)
         if ctx.method == "notifications/cancelled" and found is not None:
-            found.keep_cancel_reason(ctx.params)
+            found.keep_cancellation(ctx.params)
         if found is not None and found.told is None:
             notifier.track(found, identity_of(ctx))
         try:

@@ -110,7 +110,7 @@ class BridgeDownstream:
 
     modern = False
     log_level = None
-    cancel_reason = None
+    cancellation = None
 
     def __init__(self, bridge: InputBridge) -> None:
         self._bridge = bridge
@@ -169,8 +169,8 @@ class TaskNamingDownstream:
         return self._inner.capabilities
 
     @property
-    def cancel_reason(self) -> str | None:
-        return self._inner.cancel_reason
+    def cancellation(self) -> JSONObject | None:
+        return self._inner.cancellation
 
     async def log(self, params: types.LoggingMessageNotificationParams) -> None:
         dumped = params.model_dump(by_alias=True, mode="json", exclude_none=True)
