@@ -56,6 +56,7 @@ from exposers.relay import envelope_capabilities
 from exposers.sessions import MAX_SUBSCRIPTIONS, DownstreamSession, SessionRelay, Sessions
 from gateway.calls import Dispatcher
 from gateway.errors import InvalidRequest
+from gateway.hooks import Session
 from gateway.identity import LOCAL, Identity
 from gateway.tasks import (
     EXTENSION,
@@ -209,13 +210,14 @@ class Notifier:
 
     async def _release(self, session: DownstreamSession) -> None:
         self._subscribed.discard(session)
-        await self._unsubscribe_all(session.take_subscriptions())
+        await self._unsubscribe_all(session.take_subscriptions(), session.hook)
 
-    async def _unsubscribe_all(self, subscriptions: Iterable[tuple[str, str]]) -> None:
-        """Release (upstream, raw URI) subscriptions of a client that is gone."""
+    async def _unsubscribe_all(self, subscriptions: Iterable[tuple[str, str]], session: Session | None = None) -> None:
+        """Release (upstream, raw URI) subscriptions of a client that is gone (`session`'s: those made on its own
+        upstream sessions end with them)."""
         for upstream, raw in subscriptions:
             try:
-                await self._dispatcher.unsubscribe(upstream, raw)
+                await self._dispatcher.unsubscribe(upstream, raw, session, leaving=True)
             except Exception as exc:  # the client is gone either way; the upstream may be too
                 logger.debug("could not unsubscribe upstream %s: %s", upstream, exc)
 
@@ -223,6 +225,17 @@ class Notifier:
         """An upstream said a resource changed (called in its owner task); `run()` tells the subscribers."""
         self._updated.add((upstream, raw))
         self._dirty.set()
+
+    def own_resource_updated(self, upstream: str, raw: str, origin: ClientOrigin) -> None:
+        """A client's own upstream session (`sessions: per_client`) said a resource changed: that client is told,
+        if it subscribed to it (its subscription was made on that session), and nobody else."""
+        back = origin.back
+        if not isinstance(back, SessionRelay) or self._tg is None or back.session not in self.sessions:
+            return
+        session = back.session
+        for uri, held in list(session.subscriptions.items()):
+            if held == (upstream, raw):
+                self._send(session, ("updated", uri), functools.partial(session.connection.send_resource_updated, uri))
 
     def task_status(self, upstream: str, params: JSONObject, origin: ClientOrigin | None) -> None:
         """An upstream pushed a task's status (2025-11-25, called in the task of its read stream; `origin`: the
