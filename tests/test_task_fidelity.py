@@ -154,25 +154,26 @@ async def research(send: Send, seen: Seen) -> Run:
                len(asks))
 
 
-def config(tmp_path: Path) -> Path:
+def config(tmp_path: Path, sessions: str) -> Path:
     if not EVERYTHING.exists():
         pytest.fail("server-everything is not installed: run `npm install` in tests/node (make test does it)")
     return write_config(tmp_path, {"upstreams": {"everything": {"command": str(EVERYTHING), "args": ["stdio"],
-                                                                "timeout": "60s"}},
+                                                                "timeout": "60s", "sessions": sessions}},
                                    "naming": {"prefix": "never"}})
 
 
-@pytest.mark.parametrize("face", ["stdio", "http"])
+@pytest.mark.parametrize(("face", "sessions"), [("stdio", "shared"), ("http", "shared"), ("http", "per_client")])
 async def test_a_task_through_triad_is_seen_as_directly_and_named_by_triads_id(
-        procs: list[Proc], tmp_path: Path, face: str) -> None:
+        procs: list[Proc], tmp_path: Path, face: str, sessions: str) -> None:
+    """`per_client`: the task lives on the client's own upstream session, whose pushes are routed by it."""
     async with over_stdio([str(EVERYTHING), "stdio"]) as direct:
         want = await research(*direct)
     assert want.questions == 1 and set(want.named) == {want.task_id}
 
     if face == "stdio":
-        through = over_stdio([*TRIAD, "stdio", "-c", str(config(tmp_path))])
+        through = over_stdio([*TRIAD, "stdio", "-c", str(config(tmp_path, sessions))])
     else:
-        through = over_http(start_triad(procs, config(tmp_path), wait_ready=1))
+        through = over_http(start_triad(procs, config(tmp_path, sessions), wait_ready=1))
     async with through as client:
         got = await research(*client)
     assert got.questions == 1
