@@ -21,6 +21,7 @@ from consumers.relay import (
     RequestOptions,
     Share,
     UpstreamRequest,
+    cancellation_of,
     undeclared,
 )
 from consumers.upstream import Upstream
@@ -48,6 +49,7 @@ __all__ = [
     "UpstreamState",
     "UserAuthorization",
     "all_finite",
+    "cancellation_of",
     "describe_failure",
     "dumps",
     "loads",

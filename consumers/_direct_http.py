@@ -157,14 +157,13 @@ class DirectHttp:
                     reply = loads(await _read_whole(response))
         except anyio.get_cancelled_exc_class():
             with anyio.move_on_after(CANCEL_TIMEOUT, shield=True):
-                # The SDK's server cancels a call before it hands on the client's notification, whose reason
-                # Triad keeps (`exposers.sessions.DownstreamSession.keep_cancel_reason`): that runs first, then
-                # the reason is read.
+                # The SDK's server cancels a call before it hands on the client's notification, which Triad
+                # keeps (`exposers.sessions.DownstreamSession.keep_cancellation`): that runs first, then what
+                # the client said is read.
                 await anyio.lowlevel.checkpoint()
-                reason = (downstream.cancel_reason if downstream is not None else None) \
-                    or "cancelled by Triad's caller"
-                await self._send({"jsonrpc": "2.0", "method": "notifications/cancelled",
-                                  "params": {"requestId": request_id, "reason": reason}})
+                said = (downstream.cancellation if downstream is not None else None) or {}
+                await self._send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {
+                    "reason": "cancelled by Triad's caller", **said, "requestId": request_id}})
             raise
         return _result_of(reply)
 

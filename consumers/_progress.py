@@ -9,8 +9,9 @@ and a task of the call relays its params in order (`routed`). A notification nam
 the SDK, which drops it.
 
 The token also names the call's request on the way out (`CallWrites`, the session's write stream): when the SDK
-cancels a request upstream ("caller cancelled", once the call's task is cancelled), the reason is replaced by the
-one the client gave in its own `notifications/cancelled`, when it gave one.
+cancels a request upstream ("caller cancelled", once the call's task is cancelled), the notification carries
+what the client said in its own `notifications/cancelled` (its reason, `_meta`, any other field), when it said
+something.
 
 Ownership: each `InFlight` (one per upstream session) holds one `ProgressRoutes`; a route lives exactly as long as
 the `routed` call that opened it, whose task group runs its relay task.
@@ -47,7 +48,7 @@ advisory, and a client that does not read must not grow Triad's memory)."""
 class ProgressRoutes:
     def __init__(self) -> None:
         self._routes: dict[str, MemoryObjectSendStream[JSONObject]] = {}
-        self._reasons: dict[str, Callable[[], str | None]] = {}
+        self._cancellations: dict[str, Callable[[], JSONObject | None]] = {}
         """Each call's way to the reason its client gave for cancelling it."""
         self._requests: dict[Any, str] = {}
         """Upstream request id -> the token of the call that sent it."""
@@ -83,21 +84,22 @@ class ProgressRoutes:
         elif isinstance(message, types.JSONRPCNotification) and message.method == "notifications/cancelled":
             params = message.params or {}
             token = self._requests.get(params.get("requestId"))
-            reason = self._reasons[token]() if token in self._reasons else None
-            if reason is not None:
-                message = message.model_copy(update={"params": {**params, "reason": reason}})
+            said = self._cancellations[token]() if token in self._cancellations else None
+            if said is not None:  # what the client said (reason, `_meta`...), for the upstream's own request id
+                message = message.model_copy(update={"params": {**params, **said,
+                                                                "requestId": params.get("requestId")}})
                 item = dataclasses.replace(item, message=message)
         return item
 
     async def routed(self, on_progress: ProgressFn, send: Callable[[str], Awaitable[T]],
-                     reason: Callable[[], str | None] = lambda: None) -> T:
+                     cancellation: Callable[[], JSONObject | None] = lambda: None) -> T:
         """`send(token)` with a progress token of its own, whose notifications go to `on_progress` in order; the
         answer is returned once every notification that came before it has been passed on. `reason()` is why the
         client cancelled the call, if it did and said why."""
         token = f"{self._prefix}{next(self._count)}"
         sender, receiver = anyio.create_memory_object_stream[dict[str, Any]](MAX_QUEUED)
         self._routes[token] = sender
-        self._reasons[token] = reason
+        self._cancellations[token] = cancellation
 
         async def relay() -> None:
             async with receiver:
@@ -120,7 +122,7 @@ class ProgressRoutes:
                     sender.close()  # the relay ends once it has passed on what came before the answer
         finally:
             self._routes.pop(token, None)
-            self._reasons.pop(token, None)
+            self._cancellations.pop(token, None)
             for request_id in [key for key, value in self._requests.items() if value == token]:
                 del self._requests[request_id]
         if failure is not None:
@@ -139,7 +141,7 @@ class CallWrites:
         message = getattr(item, "message", None)
         if isinstance(message, types.JSONRPCNotification) and message.method == "notifications/cancelled":
             # The SDK cancels a call upstream as soon as the call is cancelled, before Triad's exposer has seen the
-            # client's notification and kept its reason (`exposers.sessions.DownstreamSession.keep_cancel_reason`):
+            # client's notification and kept its reason (`exposers.sessions.DownstreamSession.keep_cancellation`):
             # that runs first.
             await anyio.lowlevel.cancel_shielded_checkpoint()
         await self._inner.send(self._routes.outgoing(item))

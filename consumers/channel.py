@@ -119,7 +119,7 @@ class SessionChannel:
             return await self._direct.request(request, on_progress, downstream)
         return await self.relays.progress.routed(
             on_progress, lambda token: self._rounds(request, token, downstream),
-            lambda: downstream.cancel_reason if downstream is not None else None)
+            lambda: downstream.cancellation if downstream is not None else None)
 
     async def _rounds(self, request: UpstreamRequest, token: str, downstream: Downstream | None) -> JSONObject:
         request = with_progress_token(request, token)

@@ -72,6 +72,8 @@ class UpstreamPool:
         self.on_task_status: Callable[[str, JSONObject, ClientOrigin | None], None] = \
             lambda _upstream, _params, _origin: None
         """Told (upstream, params) of each task status an upstream pushes (the exposer sets it)."""
+        self.on_own_updated: Callable[[str, str, ClientOrigin], None] = lambda _upstream, _uri, _origin: None
+        """Told (upstream, raw URI, client) when a client's own upstream session says a resource changed."""
         self.for_users = UserAuthorization()
         """Where per-user authorizations come back and their tokens are kept (the daemon fills it in)."""
         for name, up in config.enabled_upstreams().items():
@@ -145,6 +147,7 @@ class UpstreamPool:
 
     def _wired(self, upstream: Upstream) -> Upstream:
         upstream.on_task_status = lambda name, params, origin: self.on_task_status(name, params, origin)
+        upstream.on_own_updated = lambda name, uri, origin: self.on_own_updated(name, uri, origin)
         upstream.credentials.for_users = self.for_users
         return upstream
 

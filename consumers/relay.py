@@ -100,9 +100,10 @@ class Downstream(Protocol):
         ...
 
     @property
-    def cancel_reason(self) -> str | None:
-        """The reason the client gave when it cancelled the request (`notifications/cancelled`), known before the
-        cancellation takes effect, so the upstream is told the same; None while it has not, or gave none."""
+    def cancellation(self) -> JSONObject | None:
+        """What the client said when it cancelled the request (its `notifications/cancelled` params but the request
+        id: `reason`, `_meta`, any other field; `cancellation_of`), known before the cancellation takes effect, so
+        the upstream is told the same; None while it has not, or said nothing."""
         ...
 
     async def log(self, params: types.LoggingMessageNotificationParams) -> None: ...
@@ -110,6 +111,16 @@ class Downstream(Protocol):
     async def ask(self, request: types.ServerRequest, result_type: type[Answer]) -> Answer | types.ErrorData:
         """Send a server->client request to the downstream client; its result, or an `ErrorData`."""
         ...
+
+
+def cancellation_of(params: JSON) -> JSONObject | None:
+    """A client's `notifications/cancelled` params as the upstream's cancellation carries them on (`Downstream.
+    cancellation`): all but the request id (the upstream's is another), a `reason` only when it is a string."""
+    if not isinstance(params, dict):
+        return None
+    kept = {key: value for key, value in params.items() if key != "requestId"
+            and (key != "reason" or isinstance(value, str))}
+    return kept or None
 
 
 @dataclass(frozen=True, slots=True)

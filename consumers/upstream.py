@@ -90,6 +90,9 @@ class Upstream:
             lambda _upstream, _params, _origin: None
         """Told (upstream, params) of each `notifications/tasks/status` the upstream pushes on any of its sessions
         (2025-11-25 tasks; the pool sets it)."""
+        self.on_own_updated: Callable[[str, str, ClientOrigin], None] = lambda _upstream, _uri, _origin: None
+        """Told (upstream, raw URI, the client) when a client's own upstream session (`sessions: per_client`) says
+        a resource changed: that client's subscription, nobody else's (the pool sets it)."""
         self._clients = ClientSessions(name, lambda: self.config, cwd, self._on_message,
                                        self._on_notification, self.tls, self.credentials, lambda: self.child)
         """With `sessions: per_client`: each downstream session's own upstream session."""
@@ -238,7 +241,10 @@ class Upstream:
                       "notifications/prompts/list_changed"):
             self.request_relist()
         elif method == "notifications/resources/updated" and isinstance(params.get("uri"), str):
-            self._on_updated(self.name, params["uri"])
+            if origin is not None:
+                self.on_own_updated(self.name, params["uri"], origin)
+            else:
+                self._on_updated(self.name, params["uri"])
 
     async def _on_message(self, message: object, origin: ClientOrigin | None = None) -> None:
         message = getattr(message, "root", message)

@@ -73,8 +73,8 @@ class _RoundRelay:
         return self.current.log_level
 
     @property
-    def cancel_reason(self) -> str | None:
-        return self.current.cancel_reason
+    def cancellation(self) -> JSONObject | None:
+        return self.current.cancellation
 
     async def log(self, params: types.LoggingMessageNotificationParams) -> None:
         await self.current.log(params)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import itertools
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Hashable, Iterable
@@ -55,6 +56,7 @@ from exposers.relay import envelope_capabilities
 from exposers.sessions import MAX_SUBSCRIPTIONS, DownstreamSession, SessionRelay, Sessions
 from gateway.calls import Dispatcher
 from gateway.errors import InvalidRequest
+from gateway.hooks import Session
 from gateway.identity import LOCAL, Identity
 from gateway.tasks import (
     EXTENSION,
@@ -76,6 +78,12 @@ microseconds; one that takes this long has stopped reading, and gets no more not
 OUTBOX_SIZE = 1024
 """Distinct notifications waiting for one connection (list changes, and one per subscribed resource that
 changed); more, and the connection is stuck."""
+
+EARLY_TASKS = 256
+"""Tasks Triad does not know yet whose status pushes it keeps (an upstream may push a task's first status before
+the result that creates it); past this, the oldest task's are dropped."""
+EARLY_PUSHES = 16
+"""Status pushes kept for one task not known yet; later ones replace none (the task's first statuses matter)."""
 
 Send = Callable[[], Awaitable[None]]
 ListenFn = Callable[[ServerRequestContext, SubscriptionsListenRequestParams], Awaitable[SubscriptionsListenResult]]
@@ -166,7 +174,13 @@ class Notifier:
         """Closes a session that stopped reading (the HTTP app sets it: the client then gets 404 and opens anew)."""
         self.sessions_seen = sessions_seen
         """With `cluster:`, told of each handshake-era HTTP session opened and closed here (its owner record)."""
+        self._early: dict[tuple[str, str | None, str], list[tuple[JSONObject, ClientOrigin | None]]] = {}
+        """(upstream, holder, upstream task id) -> status pushes of a task not adopted yet (`EARLY_TASKS`), relayed
+        once its result names it (`TaskRelay.adopted`)."""
         dispatcher.add_listener(self._on_registry)
+        dispatcher.tasks.adopted = self._task_adopted
+        self._pushes = itertools.count()
+        """Numbers each task status push (its outbox key: `_send` coalesces equal keys)."""
 
     @property
     def open_sessions(self) -> int:
@@ -196,13 +210,14 @@ class Notifier:
 
     async def _release(self, session: DownstreamSession) -> None:
         self._subscribed.discard(session)
-        await self._unsubscribe_all(session.take_subscriptions())
+        await self._unsubscribe_all(session.take_subscriptions(), session.hook)
 
-    async def _unsubscribe_all(self, subscriptions: Iterable[tuple[str, str]]) -> None:
-        """Release (upstream, raw URI) subscriptions of a client that is gone."""
+    async def _unsubscribe_all(self, subscriptions: Iterable[tuple[str, str]], session: Session | None = None) -> None:
+        """Release (upstream, raw URI) subscriptions of a client that is gone (`session`'s: those made on its own
+        upstream sessions end with them)."""
         for upstream, raw in subscriptions:
             try:
-                await self._dispatcher.unsubscribe(upstream, raw)
+                await self._dispatcher.unsubscribe(upstream, raw, session, leaving=True)
             except Exception as exc:  # the client is gone either way; the upstream may be too
                 logger.debug("could not unsubscribe upstream %s: %s", upstream, exc)
 
@@ -211,13 +226,27 @@ class Notifier:
         self._updated.add((upstream, raw))
         self._dirty.set()
 
+    def own_resource_updated(self, upstream: str, raw: str, origin: ClientOrigin) -> None:
+        """A client's own upstream session (`sessions: per_client`) said a resource changed: that client is told,
+        if it subscribed to it (its subscription was made on that session), and nobody else."""
+        back = origin.back
+        if not isinstance(back, SessionRelay) or self._tg is None or back.session not in self.sessions:
+            return
+        session = back.session
+        for uri, held in list(session.subscriptions.items()):
+            if held == (upstream, raw):
+                self._send(session, ("updated", uri), functools.partial(session.connection.send_resource_updated, uri))
+
     def task_status(self, upstream: str, params: JSONObject, origin: ClientOrigin | None) -> None:
         """An upstream pushed a task's status (2025-11-25, called in the task of its read stream; `origin`: the
         downstream session whose own upstream session it came on, None for the shared one): the session that
         created the task is told, under Triad's id for it, and nobody else. A status of a task Triad does not know
-        yet (the first one may come before the result that creates it) is dropped: status pushes are optional,
-        and clients poll."""
+        yet (the first one comes before the result that creates it, as the server's own work starts) is kept until
+        the result names the task (bounded: `EARLY_TASKS`), then relayed as a direct client would have had it."""
         found = self._dispatcher.tasks.book.gateway_id(upstream, params.get("taskId"), key_of(origin))
+        if found is None and isinstance(params.get("taskId"), str):
+            self._keep_early((upstream, key_of(origin), params["taskId"]), params, origin)
+            return
         session = self._dispatcher.tasks.session_of(found[1]) if found is not None else None
         back = session.back if session is not None else None
         # a task outlives its session: once the session ended there is nobody to tell (and an outbox made for its
@@ -229,8 +258,21 @@ class Notifier:
                 or back.session not in self.sessions or back.session.told is None:
             return
         status = with_task_id(params, found[0])
-        self._send(back.session, ("task", found[0], status.get("status")),
+        # never coalesced: each push is an event a direct client gets (two alike ones too), not a "changed" signal
+        self._send(back.session, ("task", found[0], next(self._pushes)),
                    functools.partial(back.connection.notify, TASK_STATUS, status))
+
+    def _keep_early(self, key: tuple[str, str | None, str], params: JSONObject, origin: ClientOrigin | None) -> None:
+        kept = self._early.setdefault(key, [])
+        if len(kept) < EARLY_PUSHES:
+            kept.append((params, origin))
+        while len(self._early) > EARLY_TASKS:
+            del self._early[next(iter(self._early))]
+
+    def _task_adopted(self, upstream: str, holder: str | None, upstream_id: str) -> None:
+        """A task was adopted: the pushes of its that came before its result now reach its client."""
+        for params, origin in self._early.pop((upstream, holder, upstream_id), ()):
+            self.task_status(upstream, params, origin)
 
     def listen_handler(self, identity_of: Callable[[ServerRequestContext], Identity]) -> ListenFn:
         """`subscriptions/listen` for 2026-07-28 clients: the SDK's handler on this notifier's bus, with the

@@ -43,9 +43,9 @@ class RequestRelay:
         """Takes `input_required` results (a 2026-07-28 client), not server->client requests."""
 
     @property
-    def cancel_reason(self) -> str | None:
-        """The reason the client gave when it cancelled this request (`DownstreamSession.keep_cancel_reason`)."""
-        return self.session.cancel_reason(self.ctx.request_id) if self.session is not None else None
+    def cancellation(self) -> JSONObject | None:
+        """What the client said when it cancelled this request (`DownstreamSession.keep_cancellation`)."""
+        return self.session.cancellation(self.ctx.request_id) if self.session is not None else None
 
     @property
     def era_2026(self) -> bool:
@@ -69,8 +69,9 @@ class RequestRelay:
             return
         with warnings.catch_warnings():  # logging is deprecated in 2026-07-28, still relayed for older clients
             warnings.simplefilter("ignore", MCPDeprecationWarning)
-            await self.ctx.session.send_log_message(params.level, params.data, logger=params.logger,
-                                                    related_request_id=self.ctx.request_id)
+            dumped = params.model_dump(by_alias=True, mode="json", exclude_none=True)
+        # as the upstream sent it: the SDK's `send_log_message` knows no `_meta`
+        await request_channel(self.ctx).notify("notifications/message", dumped)
 
     async def progress(self, params: JSONObject) -> None:
         token = progress_token(self.ctx.params)

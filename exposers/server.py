@@ -210,14 +210,14 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
                 reserved.unreserve(uri)
             raise
         if reserved is None or not reserved.subscribe(uri, owner, raw_uri):
-            await dispatcher.unsubscribe(owner, raw_uri)  # already subscribed: one upstream count per connection
+            await dispatcher.unsubscribe(owner, raw_uri, session_of(ctx))  # already subscribed: one per connection
         return {}
 
     async def unsubscribe(ctx: ServerRequestContext, _params: object) -> JSONObject:
         session = downstream(ctx)
         found = session.unsubscribe(str((ctx.params or {}).get("uri"))) if session is not None else None
         if found is not None:
-            await dispatcher.unsubscribe(*found)
+            await dispatcher.unsubscribe(*found, session_of(ctx))
         return {}
 
     async def completion(ctx: ServerRequestContext, _params: object) -> JSONObject:
@@ -258,7 +258,7 @@ def build_server(dispatcher: Dispatcher, notifier: Notifier, default_identity: I
     async def track_and_render(ctx: ServerRequestContext, call_next: CallNext) -> HandlerResult:
         found = downstream(ctx)
         if ctx.method == "notifications/cancelled" and found is not None:
-            found.keep_cancel_reason(ctx.params)
+            found.keep_cancellation(ctx.params)
         if found is not None and found.told is None:
             notifier.track(found, identity_of(ctx))
         try:

@@ -22,7 +22,7 @@ subscriptions and its outbox through the same exit stack.
 A session answers only the identity that opened it (DESIGN "Sessions belong to identities"): its first request
 binds it (`bind`, once); every later request acts as that identity, narrowed and never widened
 (`exposers.request.acting_identity`), and a caller that finds a session by its id (`Sessions.get`) must check the
-principal before using it. Bounded (STYLE 19): `MAX_CANCEL_REASONS` reasons, `MAX_SUBSCRIPTIONS` subscriptions;
+principal before using it. Bounded (STYLE 19): `MAX_CANCELLATIONS` cancellations, `MAX_SUBSCRIPTIONS` subscriptions;
 calls in flight are one per HTTP request the client holds open.
 """
 
@@ -38,7 +38,7 @@ from mcp.server.connection import Connection
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from consumers import JSON, Answer, JSONObject, Share
+from consumers import JSON, Answer, JSONObject, Share, cancellation_of
 from gateway.config import TriadConfig
 from gateway.errors import InvalidRequest
 from gateway.hooks import Session
@@ -46,7 +46,7 @@ from gateway.identity import Identity, credential_owner
 from gateway.quotas import Ticket, share_of
 
 LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
-MAX_CANCEL_REASONS = 64
+MAX_CANCELLATIONS = 64
 """Reasons of a session's cancellations kept for its requests' upstream cancellations (the latest ones: a reason
 is read within moments of its notification, or never)."""
 MAX_SUBSCRIPTIONS = 256
@@ -82,7 +82,7 @@ class DownstreamSession:
         self.tickets: list[Ticket] = []
         """Places of its identity's quotas the session holds (`gateway.quotas`), given back when it ends."""
         self._log_level: str | None = None
-        self._cancel_reasons: dict[str | int, str] = {}
+        self._cancellations: dict[str | int, JSONObject] = {}
         self._hook: Session | None = None
 
     @property
@@ -144,22 +144,23 @@ class DownstreamSession:
 
     # -- cancellations ---------------------------------------------------------------------------------------------
 
-    def keep_cancel_reason(self, params: JSON) -> None:
-        """A client's `notifications/cancelled`: the SDK's server cancels the request itself and keeps no reason, so
-        the reason is kept here (bounded) for the upstream's cancellation, which the SDK's client sends after this
-        runs (the SDK hands the notification on before the cancelled call unwinds)."""
+    def keep_cancellation(self, params: JSON) -> None:
+        """A client's `notifications/cancelled`: the SDK's server cancels the request itself and keeps nothing of
+        what the client said, so it is kept here (bounded; `consumers.cancellation_of`: reason, `_meta`...) for the
+        upstream's cancellation, which the SDK's client sends after this runs (the SDK hands the notification on
+        before the cancelled call unwinds)."""
         found = params if isinstance(params, dict) else {}
-        reason, request_id = found.get("reason"), found.get("requestId")
+        request_id, said = found.get("requestId"), cancellation_of(found)
         # unvalidated here: anything but a JSON-RPC id (a string or an integer) names no request
-        if not isinstance(reason, str) or not isinstance(request_id, str | int) or isinstance(request_id, bool):
+        if said is None or not isinstance(request_id, str | int) or isinstance(request_id, bool):
             return
-        self._cancel_reasons[request_id] = reason
-        while len(self._cancel_reasons) > MAX_CANCEL_REASONS:
-            del self._cancel_reasons[next(iter(self._cancel_reasons))]
+        self._cancellations[request_id] = said
+        while len(self._cancellations) > MAX_CANCELLATIONS:
+            del self._cancellations[next(iter(self._cancellations))]
 
-    def cancel_reason(self, request_id: JSON) -> str | None:
-        """The reason the client gave when it cancelled request `request_id`."""
-        return self._cancel_reasons.get(request_id) if isinstance(request_id, str | int) else None
+    def cancellation(self, request_id: JSON) -> JSONObject | None:
+        """What the client said when it cancelled request `request_id`."""
+        return self._cancellations.get(request_id) if isinstance(request_id, str | int) else None
 
     # -- resource subscriptions ------------------------------------------------------------------------------------
 
@@ -262,7 +263,7 @@ class SessionRelay:
     `ASK_TIMEOUT` (an HTTP client without a GET stream never sees it) gets an error, never a hang."""
 
     modern = False
-    cancel_reason = None  # a session is never cancelled; its requests are
+    cancellation = None  # a session is never cancelled; its requests are
 
     def __init__(self, session: DownstreamSession) -> None:
         self.session = session
@@ -285,7 +286,7 @@ class SessionRelay:
             return
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", MCPDeprecationWarning)
-            await self.connection.log(params.level, params.data, params.logger)
+            await self.connection.log(params.level, params.data, params.logger, meta=params.meta)
 
     async def progress(self, params: JSONObject) -> None:
         """Progress belongs to a request; a session has none of its own."""

@@ -32,7 +32,7 @@ class Back:
     modern = False
     log_level = None
     capabilities: dict[str, Any] | None = None
-    cancel_reason = None
+    cancellation = None
 
     async def log(self, params: types.LoggingMessageNotificationParams) -> None:
         pass

@@ -127,7 +127,7 @@ class _CallRelay:
     def __init__(self, reply: Reply, params: Mapping[str, JSON]) -> None:
         self.reply = reply
         self.params = params
-        self.cancel_reason: str | None = None
+        self.cancellation: JSONObject | None = None
         """Set by the direct path from the client's `notifications/cancelled`, before it cancels the call."""
         meta = params.get("_meta")
         self.progress_token = meta.get("progressToken") if isinstance(meta, dict) else None

@@ -42,7 +42,7 @@ from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from consumers import JSON, JSONObject
+from consumers import JSON, JSONObject, cancellation_of
 from exposers._sdk import held, session_transport
 from exposers._wire import ParseError, parse_scoped, read_body, replay
 from exposers.direct._calls import (
@@ -201,8 +201,7 @@ class DirectPath:
             if found is None:
                 return False
             cancel, relay = found
-            reason = params.get("reason")
-            relay.cancel_reason = reason if isinstance(reason, str) else None  # for the upstream's cancellation
+            relay.cancellation = cancellation_of(params)  # for the upstream's cancellation
             cancel.cancel()
             await _accepted(send, response_headers)
             return True

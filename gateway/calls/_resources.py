@@ -95,7 +95,10 @@ class Resources:
 
     async def subscribe(self, identity: Identity, params: Mapping[str, JSON], session: Session | None = None
                         ) -> tuple[str, str]:
-        """Subscribe to a resource at its owner; (upstream, raw URI), for `unsubscribe` and for routing updates."""
+        """Subscribe to a resource at its owner; (upstream, raw URI), for `unsubscribe` and for routing updates.
+        With `sessions: per_client`, on the caller's own upstream session, as a direct connection's would be: the
+        updates that session pushes are the caller's (an upstream that pushes per session pushes nothing on the
+        shared one for it); otherwise on the shared session, once per URI however many subscribe."""
         uri = params.get("uri")
         if not isinstance(uri, str):
             raise UnknownName(f"Unknown resource: {uri}")
@@ -106,7 +109,11 @@ class Resources:
                                  "resource subscriptions")
         async with self._errors_hooked(CallContext("resource", identity.client_id, session or Session(), uri, owner,
                                                    raw, {"uri": uri}, subject=subject_of(identity))):
-            await upstream.subscriptions.add(raw)
+            if upstream.own_session(session) is not None:
+                await self._forwarder.forward(upstream, "resource", types.SubscribeRequest(
+                    params=types.SubscribeRequestParams(uri=raw)), client=session)
+            else:
+                await upstream.subscriptions.add(raw)
         return owner, raw
 
     @contextlib.asynccontextmanager
@@ -119,10 +126,18 @@ class Resources:
             await self._live.hooks.rewrite_error(ctx, exc)
             raise
 
-    async def unsubscribe(self, owner: str, raw: str) -> None:
+    async def unsubscribe(self, owner: str, raw: str, session: Session | None = None, *, leaving: bool = False
+                          ) -> None:
+        """Release a subscription `subscribe` made for `session` (`leaving`: the session is ending, and its own
+        upstream session with it: nothing to ask there)."""
         upstream = self._pool.get(owner)
-        if upstream is not None:
+        if upstream is None:
+            return
+        if upstream.own_session(session) is None:
             await upstream.subscriptions.remove(raw)
+        elif not leaving:
+            await self._forwarder.forward(upstream, "resource", types.UnsubscribeRequest(
+                params=types.UnsubscribeRequestParams(uri=raw)), client=session)
 
     def _route_uri(self, view: ClientView, uri: str) -> tuple[str, str]:
         """(upstream, raw URI) for an exposed URI or URI template expansion; unknown looks like hidden."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import mcp_types as types
+from pydantic import ConfigDict
 
 from consumers import JSON, JSONObject, ProgressFn, UpstreamPool
 from gateway.calls._core_tools import CALL_THROUGH, inner_call, run_core, tool_error
@@ -42,6 +43,26 @@ def _arguments(params: Mapping[str, JSON]) -> JSONObject:
     arguments = params.get("arguments")
     return dict(arguments) if isinstance(arguments, Mapping) else {}
 
+
+
+KNOWN_CALL_PARAMS = frozenset({"name", "arguments", "_meta", "task", "inputResponses", "requestState"})
+"""The `tools/call` params Triad reads and sets itself; any other is the client's, passed on as it came."""
+
+
+def unknown_params(params: Mapping[str, JSON]) -> JSONObject:
+    """A call's params that Triad does not know (a later revision's, an extension's): the upstream gets them as a
+    direct connection would."""
+    return {key: value for key, value in params.items() if key not in KNOWN_CALL_PARAMS}
+
+
+class ForwardedCallParams(types.CallToolRequestParams):
+    model_config = ConfigDict(extra="allow")
+
+
+class ForwardedCall(types.CallToolRequest):
+    """A `tools/call` to an upstream, with the client's unknown params kept (`unknown_params`)."""
+
+    params: ForwardedCallParams
 
 class ToolCalls:
     def __init__(self, live: Live, pool: UpstreamPool, forwarder: Forwarder, tasks: TaskRelay,
@@ -97,9 +118,9 @@ class ToolCalls:
             if shape := entry.descriptor.arguments:  # hidden and fixed by a tool override, whatever was sent
                 arguments = shape.apply(arguments)
             task = self._tasks.task_param(upstream, entry.descriptor.wire, params, entry.descriptor.name, era)
-            request = types.CallToolRequest(params=types.CallToolRequestParams.model_validate(
-                {"name": entry.executor.tool, "arguments": arguments, "_meta": meta, **input_round(params),
-                 **({"task": task} if task is not None else {})}, by_name=False))
+            request = ForwardedCall(params=ForwardedCallParams.model_validate(
+                {**unknown_params(params), "name": entry.executor.tool, "arguments": arguments, "_meta": meta,
+                 **input_round(params), **({"task": task} if task is not None else {})}, by_name=False))
             limits = (ctx.timeout, ctx.max_time) if ctx is not None else (None, None)
             relayed = self._live.hooks.progress(ctx, progress) if ctx is not None else progress
             result = await self._forwarder.forward(upstream, "tool", request, progress=relayed, retry_safe=safe,

@@ -354,8 +354,8 @@ class _HookedDownstream:
         return self._inner.capabilities
 
     @property
-    def cancel_reason(self) -> str | None:
-        return self._inner.cancel_reason
+    def cancellation(self) -> JSONObject | None:
+        return self._inner.cancellation
 
     async def log(self, params: types.LoggingMessageNotificationParams) -> None:
         with warnings.catch_warnings():  # the model is deprecated in 2026-07-28, still relayed where asked for

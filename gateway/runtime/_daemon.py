@@ -124,6 +124,7 @@ async def running_gateway(config: TriadConfig, host: str | None = None, *, watch
     # each callback is set once, here (`consumers` and `exposers` objects still take them by assignment)
     pool.on_updated = joined.resource_updated if cluster is not None else notifier.resource_updated
     pool.on_task_status = notifier.task_status
+    pool.on_own_updated = notifier.own_resource_updated
     dispatcher.metrics.watch(lambda: {
         "upstreams": {name: up.state.value for name, up in pool.upstreams.items()},
         "states": [state.value for state in UpstreamState],

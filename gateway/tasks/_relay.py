@@ -47,6 +47,7 @@ from gateway.tasks._records import (
 from gateway.tasks._relayed import (
     BridgeDownstream,
     KeptCall,
+    TaskNamingDownstream,
     cursor_at,
     cursor_position,
     era_of,
@@ -84,6 +85,9 @@ class TaskRelay:
         self._telling: dict[str, bool] = {}
         """Translated tasks whose watchers are being told (one at a time, in order) -> it changed again since."""
         self._tg: TaskGroup | None = None
+        self.adopted: Callable[[str, str | None, str], None] = lambda _upstream, _holder, _upstream_id: None
+        """Told (upstream, holder, upstream id) of each task adopted (the notifier then relays the status pushes
+        that came before the result naming it: set once, by the daemon)."""
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Own the `tasks/result` streams held open for translated tasks' questions (for the daemon's life)."""
@@ -121,8 +125,10 @@ class TaskRelay:
             result = modern_created(result)
         if isinstance(session, Session) and era == "2025-11-25":
             self._sessions[session.key] = session
+        holder = holder_of(upstream, session)
         task_id = self.book.adopt(upstream.name, created[0], identity, key_of(session), era, created[1],
-                                  kept_call(call), holder_of(upstream, session))
+                                  kept_call(call), holder)
+        self.adopted(upstream.name, holder, created[0])
         return with_task_id(result, task_id)
 
     # -- status pushes of translated tasks (2026-07-28 `notifications/tasks`, on `subscriptions/listen`) --------
@@ -203,6 +209,9 @@ class TaskRelay:
         forwarded = {**params, "taskId": entry.upstream_id, "_meta": forwardable_meta(params.get("_meta"))}
         # `tasks/result` waits for the task to end: the upstream's longest call, not its usual timeout
         limits = (upstream.config.max_call_time,) * 2 if method == "tasks/result" else (None, None)
+        downstream = CURRENT_DOWNSTREAM.get()
+        token = CURRENT_DOWNSTREAM.set(TaskNamingDownstream(downstream, self._renamer(entry), lambda value: (
+            entry.upstream_id if value == task_id else None))) if downstream is not None else None
         try:
             result = await self._forward(upstream, "task", task_request(method, forwarded), client=session,
                                          call_limits=limits, caller=(identity.client_id, method))
@@ -210,6 +219,9 @@ class TaskRelay:
             if exc.code == INVALID_PARAMS and method == "tasks/get":
                 self.book.forget(task_id)  # expired or deleted upstream: unknown from now on
             raise refused_as_triads(exc, entry, task_id) from exc
+        finally:
+            if token is not None:
+                CURRENT_DOWNSTREAM.reset(token)
         part = self._uri_part(upstream.name)
         if method == "tasks/result":  # the call's own result, marked as the task's (the spec requires it)
             final = await self._after_hooks(entry, expose_links(dict(result), part))
@@ -219,6 +231,16 @@ class TaskRelay:
         if isinstance(result.get("result"), dict):  # 2026-07-28: a terminal task's result, inlined
             result = {**result, "result": await self._after_hooks(entry, expose_links(dict(result["result"]), part))}
         return with_task_id(result, task_id) if "taskId" in result else result
+
+    def _renamer(self, entry: TaskEntry) -> Callable[[JSON], str | None]:
+        """Triad's id for a task id of the upstream session holding `entry`'s task, when the task is the same
+        owner's (a question about another's task on a shared session names none)."""
+
+        def rename(upstream_id: JSON) -> str | None:
+            found = self.book.gateway_id(entry.upstream, upstream_id, entry.holder)
+            return found[0] if found is not None and found[1].owner == entry.owner else None
+
+        return rename
 
     # -- a 2026-07-28 client's task on a handshake-era upstream (`gateway.tasks`) ----------------------------
 

@@ -10,18 +10,18 @@ import base64
 import dataclasses
 import re
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import mcp_types as types
 from pydantic import ValidationError
 
-from consumers import JSON, Answer, JSONObject, Upstream
+from consumers import JSON, Answer, Downstream, JSONObject, Upstream
 from consumers.errors import UpstreamRefused
 from gateway.errors import INVALID_PARAMS, InvalidRequest
 from gateway.hooks import CallContext, Session, json_size
 from gateway.tasks._eras import InputBridge
-from gateway.tasks._records import Era, TaskEntry
+from gateway.tasks._records import RELATED_TASK, Era, TaskEntry
 
 MAX_KEPT_ARGUMENTS = 64 * 1024
 """Bytes (JSON) of a task's call arguments Triad keeps for its after-hooks for as long as the task lasts (up to
@@ -110,7 +110,7 @@ class BridgeDownstream:
 
     modern = False
     log_level = None
-    cancel_reason = None
+    cancellation = None
 
     def __init__(self, bridge: InputBridge) -> None:
         self._bridge = bridge
@@ -128,3 +128,62 @@ class BridgeDownstream:
             return result_type.model_validate(answer, by_name=False)
         except ValidationError:
             return types.ErrorData(code=INVALID_PARAMS, message=f"the client's answer to {request.method} is malformed")
+
+
+Rename = Callable[[JSON], str | None]
+"""The id a client knows for an upstream's task id (Triad's, of the caller's own task), or None: none it may see."""
+
+
+def renamed_meta(params: JSONObject, rename: Rename) -> JSONObject:
+    """`params` whose `_meta.related-task` names the task by `rename` (without it when the client may know no such
+    task: the upstream's id never reaches a client)."""
+    meta = params.get("_meta")
+    related = meta.get(RELATED_TASK) if isinstance(meta, Mapping) else None
+    if not isinstance(meta, Mapping) or not isinstance(related, Mapping):
+        return params
+    task_id = rename(related.get("taskId"))
+    rest = {key: value for key, value in meta.items() if key != RELATED_TASK}
+    if task_id is not None:
+        rest[RELATED_TASK] = {**related, "taskId": task_id}
+    return {**params, "_meta": rest}
+
+
+class TaskNamingDownstream:
+    """The downstream of a request about a task (`tasks/result`, `tasks/get`...) while the upstream works on it: the
+    upstream's questions and logs naming a task (`_meta.related-task`) reach the client under the id it was given,
+    and its answers reach the upstream under the upstream's (`rename`, `unname`); the rest is the inner one's."""
+
+    def __init__(self, inner: Downstream, rename: Rename, unname: Rename) -> None:
+        self._inner, self._rename, self._unname = inner, rename, unname
+
+    @property
+    def modern(self) -> bool:
+        return self._inner.modern
+
+    @property
+    def log_level(self) -> str | None:
+        return self._inner.log_level
+
+    @property
+    def capabilities(self) -> JSONObject | None:
+        return self._inner.capabilities
+
+    @property
+    def cancellation(self) -> JSONObject | None:
+        return self._inner.cancellation
+
+    async def log(self, params: types.LoggingMessageNotificationParams) -> None:
+        dumped = params.model_dump(by_alias=True, mode="json", exclude_none=True)
+        await self._inner.log(types.LoggingMessageNotificationParams.model_validate(
+            renamed_meta(dumped, self._rename), by_name=False))
+
+    async def ask(self, request: types.ServerRequest, result_type: type[Answer]) -> Answer | types.ErrorData:
+        if request.params is not None:
+            params = renamed_meta(request.params.model_dump(by_alias=True, mode="json", exclude_none=True),
+                                  self._rename)
+            request = type(request).model_validate({"method": request.method, "params": params}, by_name=False)
+        answer = await self._inner.ask(request, result_type)
+        if isinstance(answer, types.ErrorData):
+            return answer
+        dumped = answer.model_dump(by_alias=True, mode="json", exclude_none=True)
+        return result_type.model_validate(renamed_meta(dumped, self._unname), by_name=False)

@@ -15,8 +15,10 @@ JSON list in F as its tools, exactly as written (odd or invalid definitions: `te
 in its result's structured content, `_meta`, a content item and an unknown field.
 On `/mcp?redirect=<status>&on=<method>,...`, each POST of those methods (of every one, without `on`) is answered
 with that status and `Location: <MOVED>`.
-`wait_<tag>` is a call that is never answered (`WAITING` on stderr when it comes); each `notifications/cancelled`
-it receives is printed on stderr as `CANCELLED <reason>`.
+`wait_<tag>` is a call that is never answered (`WAITING` on stderr when it comes, then `WAIT_PARAMS <its params but
+_meta, JSON>`); each `notifications/cancelled` it receives is printed on stderr as `CANCELLED <reason>` and
+`CANCEL_META <its _meta, JSON>`. A `numbers_<tag>` call with `{"log": true}` sends `LOG` (a log notification with
+`_meta`) before its result.
 Over HTTP and SSE it binds 127.0.0.1 on a free port and prints `READY <port>` on stderr.
 """
 
@@ -112,6 +114,11 @@ PROGRESS = ({"progress": 1, "total": 3, "message": "one", "_meta": META},
 """What a call that asks for progress is told, in order, before its result (`progressToken` added)."""
 
 
+LOG = {"level": "warning", "logger": "raw", "data": {"n": 1, "x": [0.5, None]},
+       "_meta": {"example.com/log": {"n": 2}, "io.modelcontextprotocol/future": True}}
+"""The log notification a `numbers_<tag>` call with `{"log": true}` sends before its result."""
+
+
 class Upstream:
     def __init__(self, name: str, tag: str, no_templates: bool, breaking: bool = False,
                  listed: list[Any] | None = None) -> None:
@@ -122,11 +129,15 @@ class Upstream:
         """The messages one incoming message is answered with: notifications first, then the response (none for
         a call of `wait_<tag>`)."""
         if isinstance(message, dict) and message.get("method") == "notifications/cancelled":
-            print(f"CANCELLED {(message.get('params') or {}).get('reason')}", file=sys.stderr, flush=True)
+            params = message.get("params") or {}
+            print(f"CANCELLED {params.get('reason')}", file=sys.stderr, flush=True)
+            print(f"CANCEL_META {json.dumps(params.get('_meta'), sort_keys=True)}", file=sys.stderr, flush=True)
         if not isinstance(message, dict) or "method" not in message or "id" not in message:
             return []  # notifications and responses need no answer
         if message["method"] == "tools/call" and (message.get("params") or {}).get("name") == f"wait_{self.tag}":
             print("WAITING", file=sys.stderr, flush=True)
+            called = {k: v for k, v in message["params"].items() if k != "_meta"}
+            print(f"WAIT_PARAMS {json.dumps(called, sort_keys=True)}", file=sys.stderr, flush=True)
             return []
         ident, method, params = message["id"], message["method"], message.get("params") or {}
         if method == "tools/call" and params.get("name") == f"echo_{self.tag}":
@@ -137,6 +148,8 @@ class Upstream:
         except LookupError as exc:
             return [{"jsonrpc": "2.0", "id": ident, "error": {"code": -32601, "message": str(exc)}}]
         token = (params.get("_meta") or {}).get("progressToken")
+        if method == "tools/call" and (params.get("arguments") or {}).get("log"):
+            out.append({"jsonrpc": "2.0", "method": "notifications/message", "params": LOG})
         if method == "tools/call" and token is not None:
             out += [{"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": token, **p}}
                     for p in PROGRESS]
