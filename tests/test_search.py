@@ -11,7 +11,8 @@ import anyio
 import pytest
 
 from gateway.registry._descriptors import ExecutorRef, OwnerRef, ToolDescriptor
-from gateway.search._ranker import Bm25Ranker, RankedIndex, SearchDocument, SearchIndexes, load_ranker, words
+from gateway.search._ranker import Bm25Ranker, RankedIndex, SearchDocument, SearchIndexes, load_ranker
+from gateway.search._tokens import words
 from tests.conftest import TRIAD, write_config
 from tests.search_eval.evaluate import corpus, evaluate, tasks
 
