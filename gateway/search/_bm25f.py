@@ -104,13 +104,15 @@ class Bm25fIndex:
 
 
 def best(scores: np.ndarray, limit: int) -> list[tuple[int, float]]:
-    """The `limit` best (position, score) with a positive score, best first; ties by position."""
-    count = min(limit, len(scores))
-    if count <= 0:
+    """The `limit` best (position, score) with a positive score, best first; ties by position. In numpy: a caller
+    narrowed by a run-level list ranks every visible tool (`find`), thousands."""
+    found = np.flatnonzero(scores > 0)
+    if limit <= 0 or not len(found):
         return []
-    top = np.argpartition(-scores, count - 1)[:count]
-    ordered = sorted(top.tolist(), key=lambda i: (-float(scores[i]), i))
-    return [(i, float(scores[i])) for i in ordered if scores[i] > 0]
+    if len(found) > limit:
+        found = found[np.argpartition(-scores[found], limit - 1)[:limit]]
+    chosen = found[np.lexsort((found, -scores[found]))]
+    return list(zip(chosen.tolist(), scores[chosen].astype(float).tolist(), strict=True))
 
 
 def document_tokens(texts: Sequence[tuple[str, ...]], stemmer: Stemmer.Stemmer) -> list[FieldTokens]:

@@ -13,7 +13,7 @@ STOP_WORDS = frozenset(re.findall(r"\w+", """
 a about after again all also am an and any are as at be been before being both but by can could did do does
 doing done for from had has have having he her here hers him his how i if in into is it its itself just let
 lets me might mine more most much must my myself need needs no nor not now of off on once only or other our
-ours out over own please same she should so some such than that the their theirs them then there these they
+ours out over own please s same she should so some such than that the their theirs them then there these they
 this those though through to too under until up us very via want wants was we were what whats when where which
 while who whom whose why will with would you your yours yourself
 """))
@@ -24,7 +24,8 @@ _PLURAL_ACRONYM = re.compile(r"\b([A-Z]{2,})s\b")
 _LOWER_UPPER = re.compile(r"([a-z0-9])([A-Z])")
 _UPPER_WORD = re.compile(r"([A-Z])([A-Z][a-z])")
 _SEPARATORS = re.compile(r"[_\-./:]+")
-_WORD = re.compile(r"[a-z0-9]+")
+_TOKEN = re.compile(r"[A-Z]{2,}(?=s\b)|[A-Z]+[0-9]*(?![a-z])|[A-Z]?[a-z]+[0-9]*|[0-9]+[a-z]*")
+"""A word as `words` splits them (camel case, separators, a plural acronym's `s` left alone), found directly."""
 _CHUNK = re.compile(r"\S+")
 _IDENTIFIER = re.compile(r"\b[A-Za-z][A-Za-z0-9]*(?:[_\-][A-Za-z0-9]+)+\b|\b[a-z]+(?:[A-Z][a-z0-9]+)+\b")
 """`get_file_info`, `git-status`, `listAllowedDirectories`: one token whole, besides its words."""
@@ -42,7 +43,8 @@ def words(text: str) -> str:
 
 
 def _plain(text: str, stem: Callable[[list[str]], list[str]]) -> list[str]:
-    return stem([w for w in _WORD.findall(words(text).lower()) if w not in STOP_WORDS])
+    """The words of `words(text)`, lowercased, less function words, stemmed; in one pass of one pattern."""
+    return stem([w for w in (m.lower() for m in _TOKEN.findall(text)) if w not in STOP_WORDS])
 
 
 def tokens(text: str, stem: Callable[[list[str]], list[str]], whole: bool = False) -> list[str]:
