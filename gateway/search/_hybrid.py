@@ -98,7 +98,8 @@ class HybridIndex:
         if lexical is None:  # no word of the query is any tool's: nothing matches (a vector alone is noise)
             return None
         peak = float(lexical.max())
-        dense = self._vectors @ self._embedder.embed([query])[0]
+        # einsum, not `@`: BLAS threads spin against the tokenizer's on a busy machine (12 ms against 0.15 ms)
+        dense = np.einsum("ij,j->i", self._vectors, self._embedder.embed([query])[0])
         fused: np.ndarray = (lexical / peak if peak > 0 else lexical) + DENSE_WEIGHT * dense
         # only tools that share a word with the query are found (the cosine reorders them; alone it is noise: on
         # the dev half, letting it find tools without a shared word changed no result)
