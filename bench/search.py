@@ -2,10 +2,10 @@
 
     python bench/search.py [--queries N] [--out bench/results]
 
-In process: the time to build the BM25 index over the fleet's 5,000 tools (tokenizing, then again with the
-tokens cached, as for a second visible set of one registry version), the memory the index keeps, and search
-latency inside the index; beside them, the same for `rank_bm25` and `tantivy` when they are installed (the
-measurement behind choosing bm25s), and the quality figures of `tests/search_eval`.
+In process: the time to build the default (hybrid: BM25F and embeddings) and the BM25F index over the fleet's
+5,000 tools (tokenizing and embedding, then again with both cached, as for a second visible set of one registry
+version), the model's load time, the memory the index keeps, and search latency inside the index; beside them,
+the same for `rank_bm25` and `tantivy` when they are installed, and the quality figures of `tests/search_eval`.
 Through a real Triad (HTTP, loopback): `search_tools` latency p50/p99 for a search-mode client against one
 `tools/list` page for a client in `all` mode, the first search of a registry version (the index build on a worker
 thread), Triad's RSS before and after it, and the `tools/list` bytes a search-mode client receives against `all`.
@@ -32,7 +32,9 @@ sys.path[:0] = [str(HERE.parent), str(HERE)]
 from run import PY, RawSession, percentile, processes, start_triad, triad_config  # noqa: E402
 
 from gateway.registry._descriptors import ExecutorRef, OwnerRef, ToolDescriptor  # noqa: E402
-from gateway.search._ranker import Bm25Ranker, SearchDocument, document_for, words  # noqa: E402
+from gateway.search._bm25f import field_texts  # noqa: E402
+from gateway.search._ranker import Bm25Ranker, SearchDocument, document_for, load_ranker  # noqa: E402
+from gateway.search._tokens import words  # noqa: E402
 from tests.search_eval.evaluate import evaluate, tasks  # noqa: E402
 
 TOKEN = "bench-lister-token-0123456789"
@@ -56,24 +58,34 @@ def fleet_documents() -> list[SearchDocument]:
 def in_process(queries: list[str]) -> dict[str, Any]:
     documents = fleet_documents()
     out: dict[str, Any] = {"tools": len(documents)}
+    start = time.perf_counter()
+    hybrid = load_ranker("hybrid")
+    out["hybrid_model_load_ms"] = (time.perf_counter() - start) * 1000
+    start = time.perf_counter()
+    index = hybrid.index(documents)
+    out["hybrid_build_ms"] = (time.perf_counter() - start) * 1000
+    start = time.perf_counter()
+    hybrid.index(documents[:4900])
+    out["hybrid_build_cached_ms"] = (time.perf_counter() - start) * 1000
+    out["hybrid_rank_p50_ms"], out["hybrid_rank_p99_ms"] = latency(lambda q: index.rank(q, 5), queries)
     ranker = Bm25Ranker()
     start = time.perf_counter()
-    index = ranker.index(documents)
-    out["bm25s_build_ms"] = (time.perf_counter() - start) * 1000
+    lexical = ranker.index(documents)
+    out["bm25f_build_ms"] = (time.perf_counter() - start) * 1000
     start = time.perf_counter()
     ranker.index(documents[:4900])
-    out["bm25s_build_cached_tokens_ms"] = (time.perf_counter() - start) * 1000
+    out["bm25f_build_cached_tokens_ms"] = (time.perf_counter() - start) * 1000
     tracemalloc.start()  # after the timings: it slows Python down several times
     fresh = Bm25Ranker()
     fresh.index(documents)
-    out["bm25s_token_cache_mb"] = tracemalloc.get_traced_memory()[0] / 1e6
+    out["bm25f_token_cache_mb"] = tracemalloc.get_traced_memory()[0] / 1e6
     before = tracemalloc.get_traced_memory()[0]
     kept = fresh.index(documents)  # noqa: F841 (alive while measured)
-    out["bm25s_index_mb"] = (tracemalloc.get_traced_memory()[0] - before) / 1e6
+    out["bm25f_index_mb"] = (tracemalloc.get_traced_memory()[0] - before) / 1e6
     tracemalloc.stop()
-    out["bm25s_rank_p50_ms"], out["bm25s_rank_p99_ms"] = latency(lambda q: index.rank(q, 5), queries)
+    out["bm25f_rank_p50_ms"], out["bm25f_rank_p99_ms"] = latency(lambda q: lexical.rank(q, 5), queries)
     out.update(peers(documents, queries))
-    report = evaluate(Bm25Ranker())
+    report = evaluate(hybrid)
     out.update(quality_recall_at_1=report.recall_at(1), quality_recall_at_5=report.recall_at(5),
                quality_mrr=report.mrr)
     return out
@@ -89,12 +101,11 @@ def latency(run: Any, queries: list[str]) -> tuple[float, float]:
 
 
 def peers(documents: list[SearchDocument], queries: list[str]) -> dict[str, Any]:
-    """The libraries bm25s was chosen over, on the same text (`pip install '.[bench]'`)."""
-    from gateway.search._ranker import _weighted
-
+    """Other BM25 libraries on the same text, one field (`pip install '.[bench]'`)."""
     out: dict[str, Any] = {}
     ranker = Bm25Ranker()
-    texts = [_weighted(d) for d in documents]
+    texts = [" ".join(field_texts(d.name, d.raw_name, d.upstream, d.title, d.description, d.parameters))
+             for d in documents]
     try:
         import numpy as np
         from rank_bm25 import BM25Okapi

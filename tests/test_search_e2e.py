@@ -88,6 +88,19 @@ async def test_search_finds_a_visible_tool_with_its_schema(triad: Any) -> None:
         assert json.loads(result["content"][0]["text"]) == result["structuredContent"]
 
 
+async def test_every_hit_carries_its_title_from_either_place(triad: Any) -> None:
+    url, _, _ = triad
+    async with http_session(url) as finder, session_as(url, LISTER_TOKEN) as lister:
+        listed = {t["name"]: t for t in await all_tools(lister)}
+        hits = (await search(finder, "echo the text or ask the user a question", limit=10))["structuredContent"]
+        titled = {"fx__echo": "Echo", "gx__echo": "Echo", "fx__ask": "Ask the user", "gx__ask": "Ask the user"}
+        assert set(titled) <= {hit["name"] for hit in hits["tools"]}
+        for hit in hits["tools"]:
+            wire = listed[hit["name"]]
+            assert hit.get("title") == wire.get("title", (wire.get("annotations") or {}).get("title")), hit
+            assert hit.get("title") == titled.get(hit["name"]), hit
+
+
 async def test_a_found_tool_is_callable_directly_and_through_call_tool(triad: Any) -> None:
     url, _, _ = triad
     async with http_session(url) as finder:

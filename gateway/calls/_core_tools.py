@@ -62,10 +62,19 @@ async def search_tools(indexes: SearchIndexes, view: ClientView, arguments: Mapp
         return tool_error(f"`limit` must be an integer from 1 to {MAX_LIMIT}")
     found = await find(indexes, view, query, limit)
     tools = [tool_wire(view.tools[name].descriptor, view.profile, schemas) for name, _ in found]
-    structured = {"tools": [{key: wire[key] for key in ("name", "title", "description", "inputSchema")
-                             if key in wire} for wire in tools]}
+    structured = {"tools": [_hit(wire) for wire in tools]}
     return {"content": [{"type": "text", "text": json.dumps(structured, ensure_ascii=False)}],
             "structuredContent": structured}
+
+
+def _hit(wire: JSONObject) -> JSONObject:
+    """A found tool as `search_tools` returns it: name, title (the top-level one, else `annotations.title`, where
+    many servers put it), description and input schema."""
+    hit = {key: wire[key] for key in ("name", "title", "description", "inputSchema") if key in wire}
+    annotations = wire.get("annotations")
+    if "title" not in hit and isinstance(annotations, Mapping) and isinstance(annotations.get("title"), str):
+        hit["title"] = annotations["title"]
+    return {key: hit[key] for key in ("name", "title", "description", "inputSchema") if key in hit}
 
 
 def tool_error(message: str) -> JSONObject:

@@ -169,8 +169,9 @@ class SearchConfig(_Model):
     always-listed tools plus `search_tools` and `call_tool`; every other visible tool is found by search."""
     always_list: tuple[str, ...] = ()
     """Tools a search-mode client still lists (globs and groups, as in policy); policy still decides."""
-    ranker: str = Field(default="bm25", pattern=r"^(bm25|[A-Za-z_][\w.]*:[A-Za-z_]\w*)$")
-    """`bm25` (Triad's) or a plugin `module:attr`: a class or factory of a `gateway.search.Ranker`."""
+    ranker: str = Field(default="hybrid", pattern=r"^(hybrid|bm25|[A-Za-z_][\w.]*:[A-Za-z_]\w*)$")
+    """`hybrid` (Triad's default: BM25F and embeddings), `bm25` (BM25F alone) or a plugin `module:attr`: a class or
+    factory of a `gateway.search.Ranker`."""
 
 
 class ClientConfig(_Model):

@@ -23,9 +23,11 @@ SEARCH_WIRE: JSONObject = {
     "title": "Search tools",
     "description": "Find tools for a task among the many this gateway offers (only a few are listed). Describe "
                    "what you want to do in plain words; returns the best matching tools with their descriptions and "
-                   "input schemas. Call a found tool directly by its name, or through call_tool.",
+                   "input schemas (a query of several steps gets tools for each). Call a found tool directly by its "
+                   "name, or through call_tool.",
     "inputSchema": {"type": "object", "properties": {
-        "query": {"type": "string", "description": "What you want to do, in natural language"},
+        "query": {"type": "string", "description": "What you want to do, in natural language; for a task of several "
+                                                   "steps, name each, separated by ';' or 'then'"},
         "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT,
                   "description": "How many tools to return"}}, "required": ["query"]},
     "annotations": {"readOnlyHint": True, "openWorldHint": False},

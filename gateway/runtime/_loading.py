@@ -109,7 +109,7 @@ def _semantic_problems(config: TriadConfig, lines: LineMap) -> list[str]:
         raw_seen.setdefault(key, name)
     problems += _prefix_problems(config, lines)
     if config.search.ranker != "bm25":
-        from gateway.search import load_ranker  # bm25s and numpy: loaded by `check` only when a plugin is named
+        from gateway.search import load_ranker  # numpy and a model: loaded by `check` unless the ranker is `bm25`
 
         try:
             load_ranker(config.search.ranker)

@@ -7,9 +7,9 @@ applies before ranking: an index is built over one caller's visible tools only, 
 found, named or counted, nor move the scores of the tools that are found (term statistics come from the visible
 documents alone: a caller's scores are the ones it would get from a registry without the hidden tools).
 
-Triad's ranker is BM25 (`bm25s`, numpy sparse matrices) over identifier-aware tokens: `get_file_info`,
-`listAllowedDirectories` and `API-post-search` are split into words, stemmed (Snowball) and stripped of English
-stop words; the name and title count more than the description. A deployment plugs in its own ranker
+Triad's ranker is BM25F over a tool's fields with pseudo-relevance feedback (`_bm25f`), on identifier-aware
+tokens (`_tokens`): `get_file_info`, `listAllowedDirectories` and `API-post-search` are split into words and kept
+whole, stemmed (Snowball) and stripped of function words. A deployment plugs in its own ranker
 (embeddings, say) with `search.ranker: module:attr`, which names a class or factory taking no arguments.
 
 Ownership: the `Dispatcher` owns one `SearchIndexes`; indexes are built on a worker thread, once per
@@ -20,22 +20,18 @@ the call path of an upstream tool touches it.
 from __future__ import annotations
 
 import importlib
-import logging
-import re
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import anyio
-import bm25s
-import numpy as np
 import Stemmer
 
 from consumers import JSON
 from gateway.registry import ToolDescriptor
-
-logging.getLogger("bm25s").setLevel(logging.WARNING)  # bm25s 0.3 sets DEBUG on import: a line per index built
+from gateway.search._bm25f import MAX_CACHED_TOKENS, Bm25fIndex, FieldTokens, document_tokens, field_texts
+from gateway.search._tokens import tokens
 
 MAX_CACHED_INDEXES = 16
 """Indexes kept at once, each for one (registry version, visible set): callers with the same policy share one.
@@ -44,14 +40,7 @@ MAX_DOCUMENT_CHARS = 4096
 """Text of one tool that is indexed; past this, an upstream's very long descriptions only add noise (and memory)."""
 MAX_PARAMETERS = 64
 """Parameters of one tool whose names and descriptions are indexed (nested objects count too)."""
-MAX_CACHED_TOKENS = 50_000
-"""Documents whose tokens the BM25 ranker keeps (ten fleets of 5,000 tools); past this it starts over."""
-NAME_WEIGHT = 3
-TITLE_WEIGHT = 2
-"""How many times the name words and the title count against the description's words once (a simple BM25F)."""
 
-_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
-_SEPARATORS = re.compile(r"[_\-./:]+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,9 +67,17 @@ def document_for(descriptor: ToolDescriptor) -> SearchDocument:
     executor = descriptor.executor
     upstream = executor.id if executor is not None and executor.kind == "mcp" else ""
     raw = executor.tool if executor is not None and executor.kind == "mcp" else descriptor.name
-    return SearchDocument(descriptor.name, raw, upstream, descriptor.title or "",
+    return SearchDocument(descriptor.name, raw, upstream, title_of(descriptor),
                           descriptor.description[:MAX_DOCUMENT_CHARS],
                           tuple(_parameters(descriptor.input_schema, [])))
+
+
+def title_of(descriptor: ToolDescriptor) -> str:
+    """A tool's title from either place the spec allows: the top-level `title`, else `annotations.title`."""
+    if descriptor.title:
+        return descriptor.title
+    title = (descriptor.annotations or {}).get("title")
+    return title if isinstance(title, str) else ""
 
 
 def _parameters(schema: JSON, found: list[tuple[str, str]], depth: int = 0) -> list[tuple[str, str]]:
@@ -100,12 +97,6 @@ def _parameters(schema: JSON, found: list[tuple[str, str]], depth: int = 0) -> l
     return found
 
 
-def words(text: str) -> str:
-    """Identifiers split into words: `get_file_info` -> `get file info`, `listAllowedDirectories` -> `list Allowed
-    Directories`, `API-post-search` -> `API post search`."""
-    return _CAMEL.sub(" ", _SEPARATORS.sub(" ", text))
-
-
 class RankedIndex(Protocol):
     def rank(self, query: str, limit: int) -> Sequence[tuple[int, float]]:
         """Up to `limit` (position in the indexed documents, score), best first; nothing for no match."""
@@ -120,58 +111,41 @@ class Ranker(Protocol):
 
 
 class Bm25Ranker:
-    """Triad's default ranker: BM25 (Lucene's variant, k1=1.2, b=0.75) over stemmed, identifier-split words."""
+    """Triad's default ranker: BM25F over a tool's fields with feedback from the best tools (`_bm25f`)."""
 
     def __init__(self) -> None:
         self._stemmer = Stemmer.Stemmer("english")
-        self._tokens: dict[SearchDocument, list[str]] = {}
+        self._tokens: dict[SearchDocument, FieldTokens] = {}
         """Each document's tokens, so that the indexes of several visible sets of one registry version tokenize
         each tool once (the most of an index's build time)."""
 
     def tokens(self, texts: Sequence[str]) -> list[list[str]]:
-        found = bm25s.tokenize([words(text) for text in texts], stopwords="en", stemmer=self._stemmer.stemWords,
-                               return_ids=False, show_progress=False)
-        return [list(tokens) for tokens in found]
+        """Plain text's tokens, as a tool field's (for comparisons with other BM25 libraries: `bench/search.py`)."""
+        return [tokens(text, self._stemmer.stemWords) for text in texts]
 
     def index(self, documents: Sequence[SearchDocument]) -> RankedIndex:
+        return self.lexical_index(documents)
+
+    def lexical_index(self, documents: Sequence[SearchDocument]) -> Bm25fIndex:
         missing = [d for d in dict.fromkeys(documents) if d not in self._tokens]
         if len(self._tokens) + len(missing) > MAX_CACHED_TOKENS:
             self._tokens = {}
             missing = list(dict.fromkeys(documents))
-        for document, tokens in zip(missing, self.tokens([_weighted(d) for d in missing]), strict=True):
-            self._tokens[document] = tokens
-        return _Bm25Index(self, [self._tokens[d] for d in documents], len(documents))
-
-
-def _weighted(d: SearchDocument) -> str:
-    return " ".join([words(d.name), words(d.raw_name)] * NAME_WEIGHT + [d.title] * TITLE_WEIGHT
-                    + [d.description, " ".join(f"{n} {t}" for n, t in d.parameters), d.upstream])
-
-
-class _Bm25Index:
-    def __init__(self, ranker: Bm25Ranker, corpus: list[list[str]], size: int) -> None:
-        self._ranker, self._size = ranker, size
-        self._bm25 = bm25s.BM25(k1=1.2, b=0.75, method="lucene")
-        if size:
-            self._bm25.index(corpus, show_progress=False)
-
-    def rank(self, query: str, limit: int) -> Sequence[tuple[int, float]]:
-        if not self._size:
-            return []
-        tokens = [t for t in self._ranker.tokens([query])[0] if t in self._bm25.vocab_dict]
-        if not tokens:
-            return []
-        scores = self._bm25.get_scores(tokens)
-        count = min(limit, self._size)
-        best = np.argpartition(-scores, count - 1)[:count]
-        ordered = sorted(best.tolist(), key=lambda i: (-float(scores[i]), i))
-        return [(i, float(scores[i])) for i in ordered if scores[i] > 0]
+        texts = [field_texts(d.name, d.raw_name, d.upstream, d.title, d.description, d.parameters) for d in missing]
+        for document, found in zip(missing, document_tokens(texts, self._stemmer), strict=True):
+            self._tokens[document] = found
+        return Bm25fIndex([self._tokens[d] for d in documents], self._stemmer)
 
 
 def load_ranker(spec: str) -> Ranker:
-    """`bm25` (Triad's) or `module:attr`, a class or factory that takes no arguments and returns a `Ranker`."""
+    """`hybrid` (Triad's default: BM25F and embeddings), `bm25` (BM25F alone) or `module:attr`, a class or factory
+    that takes no arguments and returns a `Ranker`."""
     if spec == "bm25":
         return Bm25Ranker()
+    if spec == "hybrid":
+        from gateway.search._hybrid import Embedder, HybridRanker
+
+        return HybridRanker(Bm25Ranker(), Embedder())
     module_name, _, attr = spec.partition(":")
     factory: Callable[[], Any] = getattr(importlib.import_module(module_name), attr)
     ranker = factory()
