@@ -12,16 +12,17 @@ tools that share a word with the query (the others are not found, as with BM25 a
 several clauses ("find X, then do Y") is also ranked per clause, and the results take the whole query's best and
 each clause's best in turn, so a multi-tool task finds a tool for each step.
 
-Ownership: the `Dispatcher` builds one ranker per config (`load_ranker`); the model is read once, then, and is
-immutable; vectors are cached per document like tokens, and both caches are bounded.
+Ownership: the `Dispatcher` builds one ranker per config (`load_ranker`); the model is read once, at the first
+search, and is immutable; vectors are cached per document like tokens, and both caches are bounded.
 """
 
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -46,19 +47,27 @@ lost the "Argo" of "list the Argo apps and ..."."""
 
 
 class Embedder:
-    """WordLlama's static embeddings, read from the installed wheel (no download)."""
+    """WordLlama's static embeddings, read from the installed wheel (no download) at the first search: a daemon
+    whose clients never search (or `triad check`) does not hold the model and its libraries (about 200 MB)."""
 
     def __init__(self) -> None:
-        import wordllama
+        self._model: Any = None
+        self._loading = threading.Lock()
 
-        self._model = wordllama.WordLlama.load(WORDLLAMA_CONFIG, cache_dir=Path(wordllama.__file__).parent,
-                                               disable_download=True)
+    def _loaded(self) -> Any:
+        with self._loading:  # indexes are built on worker threads: one load
+            if self._model is None:
+                import wordllama
+
+                self._model = wordllama.WordLlama.load(WORDLLAMA_CONFIG, cache_dir=Path(wordllama.__file__).parent,
+                                                       disable_download=True)
+            return self._model
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Unit vectors, one row per text."""
         if not texts:
             return np.zeros((0, 256), dtype=np.float32)
-        return np.asarray(self._model.embed(list(texts), norm=True), dtype=np.float32)
+        return np.asarray(self._loaded().embed(list(texts), norm=True), dtype=np.float32)
 
 
 def embedded_text(document: SearchDocument) -> str:
