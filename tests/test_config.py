@@ -82,8 +82,8 @@ BROKEN = [
      "listen.prot: unknown key 'prot' (did you mean 'port'?) (line 3)"),
     ("unknown top-level key", "upstreams: {}\nupstrams: {}\n",
      "upstrams: unknown key 'upstrams' (did you mean 'upstreams'?) (line 2)"),
-    ("wrong type", "listen: {port: eighty}\n", "listen.port: Input should be a valid integer"),
-    ("port out of range", "listen: {port: 70000}\n", "listen.port: Input should be less than or equal to 65535"),
+    ("wrong type", "listen: {port: eighty}\n", "listen.port: must be a whole number"),
+    ("port out of range", "listen: {port: 70000}\n", "listen.port: must be less than or equal to 65535"),
     ("unset variable", "upstreams:\n  s:\n    url: http://h/mcp\n    headers: {A: \"${TRIAD_TEST_UNSET_VAR}\"}\n",
      "upstreams.s.headers.A: environment variable TRIAD_TEST_UNSET_VAR is not set (and has no default) (line 4)"),
     ("bad URL", "upstreams:\n  search:\n    url: ftp://search.example/mcp\n",
@@ -98,11 +98,11 @@ BROKEN = [
      "upstreams.a-b: same name as upstream 'a.b' once sanitised for tool names ('a-b') (line 3)"),
     ("duplicate key", "upstreams:\n  a: {command: x}\n  a: {command: y}\n", "upstreams.a: duplicate key (line 3)"),
     ("bad transport", "upstreams:\n  s: {url: 'http://h/mcp', transport: pigeon}\n",
-     "upstreams.s.transport: Input should be 'stdio', 'streamable-http' or 'sse' (line 2)"),
+     "upstreams.s.transport: must be 'stdio', 'streamable-http' or 'sse' (line 2)"),
     ("bad prefix mode", "naming: {prefix: sometimes}\n",
-     "naming.prefix: Input should be 'always', 'conditional' or 'never' (line 1)"),
+     "naming.prefix: must be 'always', 'conditional' or 'never' (line 1)"),
     ("name limit above the spec", "naming: {max_length: 500}\n",
-     "naming.max_length: Input should be less than or equal to 128 (line 1)"),
+     "naming.max_length: must be less than or equal to 128 (line 1)"),
     ("both upstreams and mcpServers", "upstreams: {}\nmcpServers: {}\n", "use either upstreams or mcpServers"),
     ("empty token", "clients:\n  c: {token: ''}\n", "clients.c.token: token is empty (line 2)"),
     ("empty file", "", "(top level): the file is empty"),
@@ -149,7 +149,7 @@ def test_check_command_exit_codes(tmp_path: Path) -> None:
     bad_path.write_text("listen: {port: -1}\n")
     bad = subprocess.run([*TRIAD, "check", "-c", str(bad_path)], capture_output=True, text=True)
     assert bad.returncode == 1
-    assert "listen.port: Input should be greater than or equal to 0 (line 1)" in bad.stderr
+    assert "listen.port: must be greater than or equal to 0 (line 1)" in bad.stderr
 
 
 def test_the_example_config_serves_the_demo_upstream_whatever_npx_does(tmp_path: Path) -> None:

@@ -154,7 +154,14 @@ class HookSpec(_Model):
             return {"name": data}
         if isinstance(data, dict) and len(data) == 1 and "name" not in data:
             [(name, options)] = data.items()
+            if options is not None and not isinstance(options, dict):
+                raise ValueError(f"the options of hook {name!r} must be a mapping (`- {name}: {{key: value}}`), "
+                                 f"or nothing (`- {name}`)")
             return {"name": name, "options": options if options is not None else {}}
+        if isinstance(data, dict) and "name" not in data and all(isinstance(k, str) for k in data):
+            raise ValueError(f"one hook per list entry: start each of {', '.join(map(repr, data))} with its own `- `")
+        if not isinstance(data, dict):
+            raise ValueError("a hook is a name (`- audit`) or a name with options (`- audit: {path: audit.jsonl}`)")
         return data
 
 

@@ -4,6 +4,10 @@
 1-based line of that node. Interpolation of `${VAR}` / `${VAR:-default}` happens here too, on string scalars only,
 so that an unset variable is reported with the key path and line where it was used; the values taken from the
 environment are returned by variable name, so that error messages can show the name instead of the value.
+
+`$$` is a literal `$`. Any other `$` that starts something shaped like a reference (`$VAR`, `${VAR:default}`,
+`${VAR`, `$(VAR)`, `${env:VAR}`...) is a problem, with the spelling Triad expands: left alone it would be sent
+upstream literally, as the token or password the user meant to read from the environment.
 """
 
 from __future__ import annotations
@@ -31,7 +35,11 @@ MAX_VALUES = 200_000
 of twenty settings are 20,000; an alias bomb (`a1: [*a0, *a0, ...]`, nine times nine...) is refused in linear time
 instead of expanding to billions."""
 
-_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
+_DOLLAR = re.compile(r"\$\$|\$\{(?P<name>" + _NAME + r")(?::-(?P<default>[^}]*))?\}|\$\{(?P<body>[^}]*)(?P<end>\}?)"
+                     r"|\$(?P<bare>" + _NAME + r")|\$\((?P<paren>" + _NAME + r")\)")
+"""What a `$` may start: the escape `$$`, a reference Triad expands, or a near miss of one (`${...}` that is not
+a reference, `$VAR`, `$(VAR)`). A `$` before anything else (`^a$`, `US$ 5`) is a literal."""
 
 
 class YamlProblem(Exception):
@@ -124,7 +132,12 @@ class _Converter:
 def _interpolate(value: str, path: Path, line: int, problems: list[YamlProblem], env: Mapping[str, str],
                  variables: dict[str, str]) -> str:
     def substitute(match: re.Match[str]) -> str:
-        name, default = match.group(1), match.group(2)
+        if match.group() == "$$":
+            return "$"
+        name, default = match.group("name"), match.group("default")
+        if name is None:
+            problems.append(YamlProblem(path, _near_miss(match), line))
+            return match.group()
         found = env.get(name)
         if found is not None and (found != "" or default is None):
             variables[name] = found
@@ -134,4 +147,34 @@ def _interpolate(value: str, path: Path, line: int, problems: list[YamlProblem],
         problems.append(YamlProblem(path, f"environment variable {name} is not set (and has no default)", line))
         return ""
 
-    return _VAR.sub(substitute, value)
+    return _DOLLAR.sub(substitute, value)
+
+
+_KEEP = "; for a literal $, write $$"
+
+
+def _near_miss(match: re.Match[str]) -> str:
+    """Why a `$...` is not a reference, and the spelling that is. A default is never quoted (it may be a secret)."""
+    if (bare := match.group("bare") or match.group("paren")) is not None:
+        written = f"${bare}" if match.group("bare") else f"$({bare})"
+        return f"{written} is not expanded (Triad reads only ${{{bare}}}): write ${{{bare}}}{_KEEP}"
+    body, closed = match.group("body"), bool(match.group("end"))
+    head = re.match(r"\s*(" + _NAME + r")?\s*(.?)", body)
+    assert head is not None
+    name, after = head.group(1), head.group(2)
+    if name is not None and not closed:
+        return f"${{{name}... is never closed: write ${{{name}}} (or ${{{name}:-default}}){_KEEP}"
+    if name is not None and name.lower() == "env" and after == ":":
+        inner = re.match(r"\s*env:\s*(" + _NAME + ")", body)
+        meant = inner.group(1) if inner is not None else "NAME"
+        return f"${{env:{meant}}} is an editor's spelling: write ${{{meant}}} (Triad reads the environment){_KEEP}"
+    if name is not None and body.strip() == name:
+        return f"${{{name}}} has spaces inside the braces: write ${{{name}}}"
+    if name is not None and after == ":":
+        return f"${{{name}:...}} is not expanded (a default is written with :-): write ${{{name}:-default}}{_KEEP}"
+    if name is not None and after == "-":
+        return f"${{{name}-...}} is not expanded (a default is written with :-): write ${{{name}:-default}}{_KEEP}"
+    if name is not None:
+        return (f"${{{name}{after}...}} is not expanded: Triad reads only ${{{name}}} and ${{{name}:-default}}"
+                f"{_KEEP}")
+    return f"${{...}} does not hold a variable name (letters, digits and _, not starting with a digit){_KEEP}"

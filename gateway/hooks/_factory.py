@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Mapping, Sequence
 
+from pydantic import ValidationError
+
 from consumers import JSON
 from gateway.config import HookSpec
 from gateway.hooks._builtin import BUILTIN_HOOKS
@@ -55,6 +57,10 @@ def check_hook(name: str, options: Mapping[str, JSON]) -> None:
     if options_model is not None:
         try:
             options_model(**options)
+        except ValidationError as exc:
+            errors = exc.errors(include_input=False, include_url=False)
+            raise HookConfigError(f"invalid options for hook {name!r}: {_first_line(exc)}", errors,
+                                  options_model) from None
         except Exception as exc:
             raise HookConfigError(f"invalid options for hook {name!r}: {_first_line(exc)}") from None
     if isinstance(factory, type):

@@ -1,0 +1,173 @@
+"""Configs that explain themselves (issue 31, points 7-9): near-miss `${VAR}` spellings, files that are not UTF-8,
+`hooks:` errors, `min_ready`, regex-looking policy patterns, and reloads that say what they changed. Each problem
+names the key path and line and says what to write instead."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway.cli import main
+from gateway.errors import ConfigError
+from gateway.runtime._loading import parse_config
+from gateway.runtime._reload import _read
+from tests.conftest import Proc, start_triad, stdio_upstream, write_config
+
+NAMES = st.from_regex(r"[A-Z_][A-Z0-9_]{0,12}", fullmatch=True)
+DEFAULTS = st.from_regex(r"[a-z0-9]{4,16}", fullmatch=True)
+
+WHERE: list[tuple[str, tuple[str, ...]]] = [
+    ("upstreams:\n  s:\n    command: srv\n    env: {TOKEN: \"@V@\"}\n", ("upstreams", "s", "env", "TOKEN")),
+    ("upstreams:\n  s:\n    url: https://example.com/mcp\n    headers: {Authorization: \"Bearer @V@\"}\n",
+     ("upstreams", "s", "headers", "Authorization")),
+    ("upstreams:\n  s:\n    command: srv\n    args: [--key, \"@V@\"]\n", ("upstreams", "s", "args", "1")),
+    ("clients:\n  ide:\n    token: \"@V@\"\n", ("clients", "ide", "token")),
+]
+"""Config strings a credential is read into: an env value, a header, an argument, a client token."""
+
+NEAR_MISSES: list[tuple[str, str]] = [
+    ("${%n:%d}", "write ${%n:-default}"),
+    ("${%n-%d}", "write ${%n:-default}"),
+    ("${%n:=%d}", "write ${%n:-default}"),
+    ("${%n:?%d}", "${%n:-default}"),
+    ("${%n", "write ${%n}"),
+    ("${ %n }", "write ${%n}"),
+    ("${env:%n}", "write ${%n}"),
+    ("%d$%n", "write ${%n}"),
+    ("$(%n)", "write ${%n}"),
+]
+"""Each near miss of a reference (`%n` the variable, `%d` text around or in it) and the fix its problem must give."""
+
+
+@settings(max_examples=80, deadline=None)
+@given(name=NAMES, default=DEFAULTS, shape=st.sampled_from(NEAR_MISSES), where=st.sampled_from(WHERE))
+def test_a_near_miss_reference_is_a_problem_naming_the_spelling_meant(name: str, default: str,
+                                                                      shape: tuple[str, str],
+                                                                      where: tuple[str, tuple[str, ...]]) -> None:
+    written, fix = shape[0].replace("%n", name).replace("%d", default), shape[1].replace("%n", name)
+    template, path = where
+    text = template.replace("@V@", written)
+    with pytest.raises(ConfigError) as raised:
+        parse_config(text, environ={name: "the-real-secret"})
+    [problem] = [p for p in raised.value.problems if p.startswith(".".join(path) + ":")]
+    line = next(i for i, x in enumerate(text.splitlines(), 1) if written in x)
+    assert problem.endswith(f"(line {line})") and fix in problem, problem
+    assert "the-real-secret" not in problem and (default not in problem or default in name), problem
+
+
+@settings(max_examples=60, deadline=None)
+@given(name=NAMES, default=DEFAULTS, literal=st.from_regex(r"[a-z0-9 /:.@%^-]{0,12}", fullmatch=True))
+def test_real_references_and_the_dollar_escape_still_expand(name: str, default: str, literal: str) -> None:
+    value = f"{literal}$${{{name}}}${{{name}}}${{NOT_SET_{name}:-{default}}}^a$"
+    config = parse_config(f"upstreams:\n  s:\n    command: srv\n    env: {{V: \"{value}\"}}\n",
+                          environ={name: "x"})
+    assert config.upstreams["s"].env["V"].get_secret_value() == f"{literal}${{{name}}}x{default}^a$"
+
+
+ENCODINGS: list[tuple[str, bytes, str]] = [
+    ("latin-1", "upstreams: {s: {command: café}}\n".encode("latin-1"), "not UTF-8 text (byte 0xe9 on line 1"),
+    ("windows-1252", "# \u201cquoted\u201d\nupstreams: {}\n".encode("cp1252"), "not UTF-8 text (byte 0x93 on line 1"),
+    ("utf-16 with BOM", "upstreams: {}\n".encode("utf-16"), "the file is UTF-16 text; save it as UTF-8"),
+    ("utf-16-be with BOM", b"\xfe\xff" + "upstreams: {}\n".encode("utf-16-be"), "the file is UTF-16 text"),
+    ("utf-16 without BOM", "upstreams: {}\n".encode("utf-16-le"), "the file is UTF-16 text; save it as UTF-8"),
+    ("utf-32", "upstreams: {}\n".encode("utf-32"), "the file is UTF-32 text; save it as UTF-8"),
+    ("binary", b"\x7fELF\x02\x01\x01\x00\x00\x00\x00", "not a text file (control byte 0x02 on line 1)"),
+    ("gzip", b"\x1f\x8b\x08\x00\xd2\x8f", "not a text file (control byte 0x1f on line 1)"),
+]
+
+
+@pytest.mark.parametrize(("content", "expected"), [(c, e) for _, c, e in ENCODINGS], ids=[i for i, _, _ in ENCODINGS])
+def test_a_file_that_is_not_utf8_is_one_clear_problem(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                      content: bytes, expected: str) -> None:
+    path = tmp_path / "triad.yaml"
+    path.write_bytes(content)
+    assert main(["check", "-c", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert f"  {path}: {expected}" in err and "Traceback" not in err and len(err.splitlines()) == 2, err
+    with pytest.raises(ConfigError) as raised:  # the reloader reads the file the same way
+        anyio.run(_read, path)
+    assert [expected in p for p in raised.value.problems] == [True], raised.value.problems
+
+
+def test_a_utf8_file_with_a_byte_order_mark_is_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "triad.yaml"
+    path.write_bytes("\ufeffupstreams: {s: {command: café}}\n".encode())
+    assert main(["check", "-c", str(path)]) == 0, capsys.readouterr().err
+
+
+HOOK_SHAPES: list[tuple[str, str]] = [
+    ("hooks: {audit: {path: a.jsonl}}", "hooks: must be a list (`- item` lines"),
+    ("hooks:\n  - audit: {path: a.jsonl}\n    redact: {}", "hooks.0: one hook per list entry: start each of 'audit', "
+                                                         "'redact' with its own `- ` (line 2)"),
+    ("hooks:\n  - 42", "hooks.0: a hook is a name (`- audit`) or a name with options"),
+    ("hooks:\n  - audit: 5", "hooks.0: the options of hook 'audit' must be a mapping"),
+    ("hooks:\n  - timeout: {defualt: 30s}", "hooks.0.timeout.defualt: unknown option 'defualt' (did you mean "
+                                            "'default'?) (line 2)"),
+    ("hooks:\n  - timeout:\n      max: soon", "hooks.0.timeout.max: not a duration (use e.g. 30s, 500ms, 2m) (line 3)"),
+    ("hooks:\n  - max_result_size: {bytes: lots}", "hooks.0.max_result_size.bytes: must be a whole number (line 2)"),
+    ("hooks:\n  - redact: {patterns: x}", "hooks.0.redact.patterns: must be a list"),
+    ("hooks:\n  - rate_limit: {per_client: fast}", "hooks.0.rate_limit.per_client: not a rate: 'fast' (use e.g. 20/s"),
+    ("hooks:\n  - name: timeout\n    options: {max: soon}", "hooks.0.options.max: not a duration"),
+    ("hooks:\n  - max_result_size: {truncate: sometimes}", "hooks.0.max_result_size.truncate: must be true or false"),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), HOOK_SHAPES)
+def test_hook_problems_are_worded_like_other_config_problems(text: str, expected: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        parse_config(text + "\n")
+    [problem] = raised.value.problems
+    assert problem.startswith(expected), problem
+    assert not re.search(r"validation error|Input should|\[type=|Options\b", problem), problem
+
+
+@pytest.mark.parametrize(("upstreams", "min_ready", "ok"), [(0, None, True), (0, 0, True), (2, 2, True),
+                                                            (2, 3, False), (0, 1, False), (3, None, True)])
+def test_min_ready_above_the_upstreams_is_a_problem(upstreams: int, min_ready: int | None, ok: bool) -> None:
+    data: dict[str, Any] = {"upstreams": {f"u{i}": {"command": "srv"} for i in range(upstreams)}}
+    if min_ready is not None:
+        data["min_ready"] = min_ready
+    if ok:
+        parse_config(yaml.safe_dump(data, sort_keys=False))
+        return
+    with pytest.raises(ConfigError) as raised:
+        parse_config(yaml.safe_dump(data, sort_keys=False))
+    assert raised.value.problems == [
+        f"min_ready: is {min_ready}, but the config has {upstreams} enabled upstream(s), so it could never be met (it "
+        f"is not lowered for you): set min_ready: {upstreams} or lower, or add upstreams (line {2 * upstreams + 2})"]
+
+
+SETTINGS_CHANGES: list[tuple[str, dict[str, Any]]] = [
+    ("hooks", {"hooks": [{"timeout": {"default": "30s"}}]}),
+    ("policy", {"policy": {"gateway_deny": ["*exec*"]}}),
+    ("clients", {"clients": {"ide": {"token": "ide-token-1234567"}}, "anonymous": "ide"}),
+    ("naming", {"naming": {"separator": "--"}}),
+    ("page_size", {"page_size": 7}),
+    ("limits", {"limits": {"calls_in_flight": 50}}),
+]
+
+
+@pytest.mark.anyio
+async def test_a_reload_that_changed_only_settings_says_which(procs: list[Proc], tmp_path: Path) -> None:
+    base: dict[str, Any] = {"upstreams": {"a": stdio_upstream("ce-a")}}
+    path = write_config(tmp_path, base)
+    start_triad(procs, path, wait_ready=1)
+    current = base
+    for count, (key, change) in enumerate(SETTINGS_CHANGES, 1):
+        current = {**current, **change}
+        changed = sorted(k for k in change if k != "anonymous") + (["anonymous"] if "anonymous" in change else [])
+        temporary = path.with_name("next.yaml")
+        temporary.write_text(yaml.safe_dump(current, sort_keys=False))
+        temporary.replace(path)
+        line = await procs[-1].until(r"reloaded config \(file changed\): (.*); registry version", count)
+        assert line.group(1) == "settings " + ", ".join(changed), (key, line.group(0))
+    path.write_bytes("upstreams: {}\n".encode("utf-16"))
+    await procs[-1].until(r"reload \(file changed\) refused, the running config stays in force:\\n  \S+triad\.yaml: "
+                          r"the file is UTF-16 text; save it as UTF-8")
