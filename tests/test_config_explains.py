@@ -18,7 +18,7 @@ from gateway.cli import main
 from gateway.errors import ConfigError
 from gateway.runtime._loading import parse_config
 from gateway.runtime._reload import _read
-from tests.conftest import Proc, start_triad, stdio_upstream, write_config
+from tests.conftest import TRIAD, Proc, start_triad, stdio_upstream, write_config
 
 NAMES = st.from_regex(r"[A-Z_][A-Z0-9_]{0,12}", fullmatch=True)
 DEFAULTS = st.from_regex(r"[a-z0-9]{4,16}", fullmatch=True)
@@ -171,3 +171,116 @@ async def test_a_reload_that_changed_only_settings_says_which(procs: list[Proc],
     path.write_bytes("upstreams: {}\n".encode("utf-16"))
     await procs[-1].until(r"reload \(file changed\) refused, the running config stays in force:\\n  \S+triad\.yaml: "
                           r"the file is UTF-16 text; save it as UTF-8")
+
+
+RULE_PLACES: list[tuple[str, str]] = [
+    ("policy:\n  profile:\n    deny:\n      - '@P@'\n", "policy.profile.deny"),
+    ("policy:\n  profiles:\n    ro:\n      allow:\n        - '@P@'\n", "policy.profiles.ro.allow"),
+    ("policy:\n  agents:\n    coder:\n      also_allow:\n        - '@P@'\n", "policy.agents.coder.also_allow"),
+    ("policy:\n  providers:\n    openai:\n      deny:\n        - '@P@'\n", "policy.providers.openai.deny"),
+    ("policy:\n  groups:\n    eng:\n      deny:\n        - '@P@'\n", "policy.groups.eng.deny"),
+    ("policy:\n  gateway_deny:\n    - '@P@'\n", "policy.gateway_deny"),
+    ("policy:\n  owner_only:\n    - '@P@'\n", "policy.owner_only"),
+    ("policy:\n  tool_groups:\n    risky:\n      - '@P@'\n", "policy.tool_groups.risky"),
+    ("clients:\n  ide:\n    token: ide-token-12345678\n    tools:\n      deny:\n        - '@P@'\n",
+     "clients.ide.tools.deny"),
+]
+"""Every place a pattern is written; `@P@` is the pattern, on the last line."""
+
+REGEXES: list[tuple[str, str]] = [
+    ("^.*exec.*$", "did you mean '*exec*'?"),
+    ("demo__ech?", "did you mean 'demo__ec*'?"),
+    ("[a-z]+", "did you mean '*'?"),
+    ("foo|bar", "did you mean the patterns 'foo', 'bar'?"),
+    ("demo__(read|write)_file", "did you mean the patterns 'demo__read_file', 'demo__write_file'?"),
+    ("^demo__echo$", "did you mean 'demo__echo'?"),
+    ("\\w+_file", "did you mean '*_file'?"),
+    ("exec.+", "did you mean 'exec*'?"),
+    (".*delete", "did you mean '*delete'?"),
+]
+GLOBS = ["demo__*", "*exec*", "fs.*", "group:demo", "demo:*", "read_file", "*", "a.b.c"]
+"""Patterns that are globs (a dot is in tool names; `fs.*` is a prefix): never taken for regular expressions."""
+
+
+@pytest.mark.parametrize(("place", "path"), RULE_PLACES, ids=[p for _, p in RULE_PLACES])
+def test_check_warns_where_a_pattern_is_a_regular_expression(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                             place: str, path: str) -> None:
+    head = "upstreams:\n  demo: {command: srv}\n"
+    for pattern, fix in REGEXES + [(g, "") for g in GLOBS]:
+        text = head + place.replace("@P@", pattern.replace("'", "''"))
+        file = tmp_path / "triad.yaml"
+        file.write_text(text)
+        assert main(["check", "-c", str(file)]) == 0
+        warnings = [w for w in capsys.readouterr().err.splitlines() if "regular expression" in w]
+        if not fix:
+            assert warnings == [], (pattern, warnings)
+            continue
+        assert warnings == [f"warning: {file}: {path}: pattern {pattern!r} looks like a regular expression, but a "
+                            "pattern is a glob: * is its only wildcard and ^ $ ? + | ( ) [ ] are plain characters, so "
+                            f"it matches no tool name; {fix} (line {len(text.splitlines())})"], warnings
+
+
+TOOL_NAMES = st.from_regex(r"[a-z]{2,6}(_[a-z]{2,6}){0,2}", fullmatch=True)
+
+
+@st.composite
+def regex_for(draw: st.DrawFn) -> tuple[str, str]:
+    """A tool name and a regular expression someone wrote for it (that fully matches it)."""
+    name = draw(TOOL_NAMES)
+    cut = draw(st.integers(1, len(name) - 1))
+    shapes = [f"^{name}$", f".*{name[cut:]}", f"{name[:cut]}.+", f"{name[:cut]}?{name[cut:]}",
+              f"{name[:cut]}[a-z_]+", f"({name}|{draw(TOOL_NAMES)})", f"^.*{name[cut:]}.*$",
+              f"{name[:cut]}\\w*", f"{re.escape(name[:cut])}(x|{name[cut:]})"]
+    return name, draw(st.sampled_from(shapes))
+
+
+@settings(max_examples=200, deadline=None)
+@given(case=regex_for())
+def test_the_glob_suggested_for_a_regular_expression_matches_what_it_matched(case: tuple[str, str]) -> None:
+    from policy import compile_glob
+    from policy.lint import looks_like_regex, regex_hint
+
+    name, regex = case
+    assert re.fullmatch(regex, name)
+    assert looks_like_regex(regex)
+    suggested = re.findall(r"'([^']*)'", regex_hint(regex).split("did you mean", 1)[1])
+    assert any(glob is not None and glob.matches_text(name) for glob in map(compile_glob, suggested)), (regex,
+                                                                                                      suggested)
+
+
+@pytest.mark.anyio
+async def test_plan_and_the_daemon_name_patterns_that_match_no_tool(procs: list[Proc], tmp_path: Path) -> None:
+    config: dict[str, Any] = {"upstreams": {"a": stdio_upstream("ce-pa"), "b": stdio_upstream("ce-pb")},
+                              "policy": {"profile": {"deny": ["a__echo", "a__ecoh", "^.*image.*$", "b__*"]},
+                                         "tool_groups": {"gone": ["c__*"]}}}
+    path = write_config(tmp_path, config)
+    text = path.read_text().splitlines()
+
+    def line(pattern: str) -> int:
+        return next(i for i, x in enumerate(text, 1) if x.strip() in (f"- {pattern}", f"- '{pattern}'"))
+
+    expected = [
+        f"policy.profile.deny: pattern 'a__ecoh' matches none of the 40 tools the upstreams list (did you mean "
+        f"'a__echo' or 'b__echo'?) (line {line('a__ecoh')})",
+        "policy.profile.deny: pattern '^.*image.*$' matches none of the 40 tools the upstreams list (a pattern is a "
+        "glob: * is its only wildcard and ^ $ ? + | ( ) [ ] are plain characters, so it matches no tool name; did "
+        f"you mean '*image*'?) (line {line('^.*image.*$')})",
+        "policy.tool_groups.gone: pattern 'c__*' matches none of the 40 tools the upstreams list (`triad plan` lists "
+        f"their names) (line {line('c__*')})",
+    ]
+    plan = await anyio.run_process([*TRIAD, "plan", "-c", str(path)], check=False)
+    out = plan.stdout.decode()
+    assert plan.returncode == 0, plan.stderr.decode()
+    registry = out.split("\nregistry:\n", 1)[1].splitlines()
+    assert [x.strip() for x in registry if "matches none" in x] == expected, out
+    start_triad(procs, path, wait_ready=2)
+    for warning in expected:
+        await procs[-1].until(re.escape(warning))
+    # a reload that brings a new such pattern says so too; the ones already said are not repeated
+    config["policy"]["gateway_deny"] = ["b__nothing"]
+    temporary = path.with_name("next.yaml")
+    temporary.write_text(yaml.safe_dump(config, sort_keys=False))
+    temporary.replace(path)
+    await procs[-1].until(r"policy.gateway_deny: pattern 'b__nothing' matches none of the 40 tools the upstreams "
+                          r"list \(did you mean '\w+' or '\w+'\?\) \(line \d+\)")
+    assert all(procs[-1].stderr.count(w) == 1 for w in expected), procs[-1].stderr

@@ -25,7 +25,7 @@ from gateway.observe import configure_tracing
 from gateway.registry import prefix_active, sanitize_server_names
 from gateway.runtime import configure_logging, load_config, run_http, serve_stdio_client
 from gateway.starter import DEFAULT_PATH, write_starter
-from policy.lint import spanning_patterns, unknown_patterns
+from policy.lint import regex_patterns, spanning_patterns, unknown_patterns
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
@@ -119,7 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return 1
             print(f"warning: listen.host: {open_listener}", file=sys.stderr)
         for warning in policy_warnings(config):
-            print(f"warning: {warning}", file=sys.stderr)
+            print(f"warning: {args.config}: {warning}", file=sys.stderr)
         print(f"{args.config}: valid ({len(config.upstreams)} upstream(s), {len(config.clients)} client(s))")
         return 0
     if args.verb == "login":
@@ -184,8 +184,10 @@ def policy_warnings(config: TriadConfig) -> list[str]:
     separator = config.naming.separator if prefixed else None
     renamed = ["listen.lean_path is deprecated: it is now listen.direct_path"] if config.listen.lean_path is not None \
         else []
-    return [*renamed, *_missing_tls_files(config), *unknown_patterns(config.policy, client_rules, parts, separator),
-            *spanning_patterns(config.policy, client_rules, parts, separator)]
+    where = config.line_of
+    return [*renamed, *_missing_tls_files(config), *regex_patterns(config.policy, client_rules, where),
+            *unknown_patterns(config.policy, client_rules, parts, separator, where),
+            *spanning_patterns(config.policy, client_rules, parts, separator, where)]
 
 
 def _missing_tls_files(config: TriadConfig) -> list[str]:

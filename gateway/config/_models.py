@@ -248,6 +248,8 @@ class TriadConfig(_Model):
     _variables: dict[str, SecretStr] = PrivateAttr(default_factory=dict)
     """The environment values interpolated into this config, by variable name (see `hide_values`)."""
     _mask: SecretMask | None = PrivateAttr(default=None)
+    _lines: dict[tuple[str | int, ...], int] = PrivateAttr(default_factory=dict)
+    """The line of every key path in the file it was read from (`line_of`), for warnings found after loading."""
 
     @model_validator(mode="before")
     @classmethod
@@ -321,6 +323,13 @@ class TriadConfig(_Model):
             return None
         return (f"cluster.address is required when listening on {host} (every interface): the other replicas "
                 f"reach this one there, e.g. cluster.address: http://10.0.0.5:8765")
+
+    def line_of(self, path: tuple[str | int, ...]) -> int | None:
+        """The line of `path` (or of its nearest enclosing key) in the file this config was read from."""
+        for end in range(len(path), 0, -1):
+            if (line := self._lines.get(path[:end])) is not None:
+                return line
+        return None
 
     def hide_values(self, message: str) -> str:
         """`message` with every secret of this config hidden (`secret_mask`)."""

@@ -92,6 +92,7 @@ def parse_config(text: str, *, source: Path | None = None, environ: dict[str, st
         mask = variables_mask(loaded.variables)
         raise ConfigError([hide_values(problem, mask) for problem in exc.problems]) from None
     config._variables = {name: SecretStr(value) for name, value in loaded.variables.items()}
+    config._lines = loaded.lines
     return config
 
 
