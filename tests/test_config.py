@@ -77,7 +77,9 @@ def test_interpolation_with_defaults_and_environment() -> None:
 
 BROKEN = [
     ("bad YAML", "upstreams: [1\n", "(top level): not valid YAML"),
-    ("top level not a mapping", "- a\n- b\n", "(top level): the top level must be a mapping of keys (line 1)"),
+    ("top level not a mapping", "- a\n- b\n",
+     "(top level): the top level must be a mapping of keys (`upstreams:`, `clients:`...), not a list or a value "
+     "(line 1)"),
     ("unknown key with suggestion", "listen:\n  host: 127.0.0.1\n  prot: 9\n",
      "listen.prot: unknown key 'prot' (did you mean 'port'?) (line 3)"),
     ("unknown top-level key", "upstreams: {}\nupstrams: {}\n",
@@ -85,7 +87,8 @@ BROKEN = [
     ("wrong type", "listen: {port: eighty}\n", "listen.port: must be a whole number"),
     ("port out of range", "listen: {port: 70000}\n", "listen.port: must be less than or equal to 65535"),
     ("unset variable", "upstreams:\n  s:\n    url: http://h/mcp\n    headers: {A: \"${TRIAD_TEST_UNSET_VAR}\"}\n",
-     "upstreams.s.headers.A: environment variable TRIAD_TEST_UNSET_VAR is not set (and has no default) (line 4)"),
+     "upstreams.s.headers.A: environment variable TRIAD_TEST_UNSET_VAR is not set (and has no default): set it, or "
+     "write ${TRIAD_TEST_UNSET_VAR:-default} (line 4)"),
     ("bad URL", "upstreams:\n  search:\n    url: ftp://search.example/mcp\n",
      "upstreams.search.url: not an http(s) URL (line 3)"),
     ("no command nor url", "upstreams:\n  empty: {timeout: 5s}\n",

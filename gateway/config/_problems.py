@@ -71,6 +71,12 @@ def describe_error(error: ErrorDetails, lines: LineMap, root: type[BaseModel], p
         message = f"required {what} is missing"
     elif error["type"] in _SHAPES:
         message = _SHAPES[error["type"]]
+    elif error["type"] == "string_pattern_mismatch":
+        pattern = str((error.get("ctx") or {}).get("pattern", ""))
+        message = "must be an http:// or https:// URL" if pattern.startswith("^https?://") else message
+    head, colon, rest = message.partition(": ")
+    if colon and error["type"] == "value_error" and head in _known_keys(root, loc):
+        loc, message = (*loc, head), rest  # a model's check about one of its keys ("use: no profile named ...")
     loc = (*prefix, *loc)
     line = None
     for end in range(len(loc), -1, -1):

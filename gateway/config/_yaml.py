@@ -72,12 +72,26 @@ def load_with_lines(text: str, environ: Mapping[str, str] | None = None) -> Load
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
         problem = getattr(exc, "problem", None) or str(exc)
-        raise YamlProblem((), f"not valid YAML: {problem}", line) from None
+        raise YamlProblem((), f"not valid YAML: {problem}{_yaml_hint(exc, problem, line)}", line) from None
     if node is None:
         return Loaded(None)
     loaded = Loaded(None)
     loaded.data = _Converter(loaded, env).convert(node, ())
     return loaded
+
+
+def _yaml_hint(exc: yaml.YAMLError, problem: str, line: int | None) -> str:
+    """What to do about a syntax error, where PyYAML's own words do not say it."""
+    if "\\t" in problem or "\t" in problem:
+        return " (YAML indents with spaces: replace the tab with spaces)"
+    context, mark = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+    if context and mark is not None and mark.line + 1 != line:
+        opened = {"while parsing a flow mapping": "the { opened", "while parsing a flow sequence": "the [ opened",
+                  "while scanning a quoted scalar": "the quote opened"}.get(context)
+        if opened is not None:
+            return f" ({opened} on line {mark.line + 1} is never closed)"
+        return f" ({context} that starts on line {mark.line + 1})"
+    return ""
 
 
 class _Converter:
@@ -144,7 +158,8 @@ def _interpolate(value: str, path: Path, line: int, problems: list[YamlProblem],
             return found
         if default is not None:
             return default
-        problems.append(YamlProblem(path, f"environment variable {name} is not set (and has no default)", line))
+        problems.append(YamlProblem(path, f"environment variable {name} is not set (and has no default): set it, or "
+                                          f"write ${{{name}:-default}}", line))
         return ""
 
     return _DOLLAR.sub(substitute, value)

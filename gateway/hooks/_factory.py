@@ -7,6 +7,7 @@ It sits above the chain and the built-ins, which import nothing of it.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 from collections.abc import Callable, Mapping, Sequence
 
@@ -92,7 +93,10 @@ def _factory(name: str) -> Callable[..., object]:
         factory = BUILTIN_HOOKS.get(name)
         if factory is None:
             known = ", ".join(sorted(BUILTIN_HOOKS))
-            raise HookConfigError(f"unknown built-in hook {name!r} (built-ins: {known}; plugins are module:attr)")
+            close = difflib.get_close_matches(name, list(BUILTIN_HOOKS), n=1, cutoff=0.6)
+            meant = f"did you mean {close[0]!r}? " if close else ""
+            raise HookConfigError(f"unknown built-in hook {name!r} ({meant}built-ins: {known}; plugins are "
+                                  "module:attr)")
     else:
         module_name, _, attr = name.partition(":")
         try:

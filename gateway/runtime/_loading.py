@@ -103,7 +103,8 @@ def _validate(loaded: Loaded, source: Path | None) -> TriadConfig:
                                               "settings is written `{}`", None)])
     messages = [format_problem(p.path, p.message, p.line) for p in loaded.problems]
     if not isinstance(data, dict):
-        raise ConfigError([*messages, format_problem((), "the top level must be a mapping of keys", lines.get(()))])
+        raise ConfigError([*messages, format_problem((), "the top level must be a mapping of keys (`upstreams:`, "
+                                                     "`clients:`...), not a list or a value", lines.get(()))])
     if "mcpServers" in data:
         lines.update({("upstreams", *k[1:]): v for k, v in lines.items() if k[:1] == ("mcpServers",)})
     try:
