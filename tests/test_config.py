@@ -99,7 +99,8 @@ BROKEN = [
      "upstreams.s.timeout: a duration must be greater than zero (line 2)"),
     ("duplicate upstream after sanitising", "upstreams:\n  a.b: {command: x}\n  a-b: {command: y}\n",
      "upstreams.a-b: same name as upstream 'a.b' once sanitised for tool names ('a-b') (line 3)"),
-    ("duplicate key", "upstreams:\n  a: {command: x}\n  a: {command: y}\n", "upstreams.a: duplicate key (line 3)"),
+    ("duplicate key", "upstreams:\n  a: {command: x}\n  a: {command: y}\n",
+     "upstreams.a: duplicate key: also on line 2; keep one (the last would win) (line 3)"),
     ("bad transport", "upstreams:\n  s: {url: 'http://h/mcp', transport: pigeon}\n",
      "upstreams.s.transport: must be 'stdio', 'streamable-http' or 'sse' (line 2)"),
     ("bad prefix mode", "naming: {prefix: sometimes}\n",
@@ -196,7 +197,7 @@ def test_check_shows_the_variable_name_never_its_value(case: str, text: str, tmp
 def test_a_short_value_is_hidden_where_a_message_quotes_it() -> None:
     with pytest.raises(ConfigError) as raised:
         parse_config("anonymous: '${V}'\n", environ={"V": "1"})
-    assert raised.value.problems == ["anonymous: no client named '${V}' under clients (line 1)"]
+    assert raised.value.problems == ["anonymous: no client named '${V}' under clients (there are no clients) (line 1)"]
 
 
 @pytest.mark.parametrize(("listen", "direct", "problem"), [

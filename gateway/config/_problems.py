@@ -68,7 +68,7 @@ def describe_error(error: ErrorDetails, lines: LineMap, root: type[BaseModel], p
         elif known:
             message += f" ({what}s here: {', '.join(known)})"
     elif error["type"] == "missing":
-        message = f"required {what} is missing"
+        message = f"required {what} is missing (add `{loc[-1]}:`)" if loc else f"required {what} is missing"
     elif error["type"] in _SHAPES:
         message = _SHAPES[error["type"]]
     elif error["type"] == "string_pattern_mismatch":

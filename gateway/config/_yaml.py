@@ -137,7 +137,8 @@ class _Converter:
                 continue
             key = str(key)
             if key in out:
-                problems.append(YamlProblem((*path, key), "duplicate key", key_node.start_mark.line + 1))
+                problems.append(YamlProblem((*path, key), f"duplicate key: also on line {lines[(*path, key)]}; keep "
+                                            "one (the last would win)", key_node.start_mark.line + 1))
             out[key] = self.convert(value_node, (*path, key))
             lines[(*path, key)] = key_node.start_mark.line + 1
         return out

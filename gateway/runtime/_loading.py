@@ -124,8 +124,9 @@ def _semantic_problems(config: TriadConfig, lines: LineMap) -> list[str]:
     """Checks that span several keys (pydantic validates one value at a time)."""
     problems = []
     if config.anonymous is not None and config.anonymous not in config.clients:
-        problems.append(format_problem(("anonymous",), f"no client named {config.anonymous!r} under clients",
-                                lines.get(("anonymous",))))
+        known = f"clients: {', '.join(config.clients)}" if config.clients else "there are no clients"
+        problems.append(format_problem(("anonymous",), f"no client named {config.anonymous!r} under clients "
+                                       f"({known})", lines.get(("anonymous",))))
     for index, spec in enumerate(config.hooks):
         try:
             check_hook(spec.name, spec.options)
@@ -166,7 +167,8 @@ def _semantic_problems(config: TriadConfig, lines: LineMap) -> list[str]:
         cwd = config.resolve_cwd(upstream)
         if cwd is not None and not Path(cwd).is_dir():  # spawning would name it as a missing command
             where = ("upstreams", name, "cwd")
-            problems.append(format_problem(where, f"working directory not found: {cwd}", lines.get(where)))
+            problems.append(format_problem(where, f"working directory not found: {cwd} (create it, or correct the "
+                                           "path: a relative cwd is relative to the config file)", lines.get(where)))
     tokens: dict[str, str] = {}
     for client_id, client in config.clients.items():
         if client.token is None:
@@ -179,7 +181,7 @@ def _semantic_problems(config: TriadConfig, lines: LineMap) -> list[str]:
             problems.append(
                 format_problem(
                     ("clients", client_id, "token"),
-                    f"same token as client {tokens[secret]!r}",
+                    f"same token as client {tokens[secret]!r}: give each client a token of its own",
                     lines.get(("clients", client_id, "token")),
                 )
             )
