@@ -284,3 +284,18 @@ async def test_plan_and_the_daemon_name_patterns_that_match_no_tool(procs: list[
     await procs[-1].until(r"policy.gateway_deny: pattern 'b__nothing' matches none of the 40 tools the upstreams "
                           r"list \(did you mean '\w+' or '\w+'\?\) \(line \d+\)")
     assert all(procs[-1].stderr.count(w) == 1 for w in expected), procs[-1].stderr
+
+
+@settings(max_examples=80, deadline=None)
+@given(literal=st.from_regex(r"[a-z ]{0,4}(\$[A-Za-z0-9_ ]{0,4}){1,3}(\$\$)?", fullmatch=True))
+def test_an_imported_literal_dollar_stays_literal(literal: str) -> None:
+    """A client that does not expand `$VAR` passed it as written: the import writes `$$`, and Triad passes the same
+    text (now that a near-miss reference is refused, an unescaped one would fail the imported file)."""
+    import json
+
+    from gateway.cli._importer import convert
+
+    source = {"mcpServers": {"sh": {"command": "sh", "args": ["-c", literal], "env": {"P": literal}}}}
+    config = parse_config(convert(json.dumps(source), source_format="claude-desktop").yaml)
+    assert config.upstreams["sh"].args == ("-c", literal)
+    assert config.upstreams["sh"].env["P"].get_secret_value() == literal
