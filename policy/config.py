@@ -41,7 +41,8 @@ class PolicyConfig(_Model):
             if self.profile is not None:
                 raise ValueError("use either profile or use (a named profile), not both")
             if self.use not in self.profiles:
-                raise ValueError(f"use: no profile named {self.use!r} under policy.profiles")
+                known = ", ".join(self.profiles) or "none"
+                raise ValueError(f"use: no profile named {self.use!r} under policy.profiles (profiles: {known})")
         return self
 
     def active_profile(self) -> ToolRule | None:

@@ -77,15 +77,18 @@ def test_interpolation_with_defaults_and_environment() -> None:
 
 BROKEN = [
     ("bad YAML", "upstreams: [1\n", "(top level): not valid YAML"),
-    ("top level not a mapping", "- a\n- b\n", "(top level): the top level must be a mapping of keys (line 1)"),
+    ("top level not a mapping", "- a\n- b\n",
+     "(top level): the top level must be a mapping of keys (`upstreams:`, `clients:`...), not a list or a value "
+     "(line 1)"),
     ("unknown key with suggestion", "listen:\n  host: 127.0.0.1\n  prot: 9\n",
      "listen.prot: unknown key 'prot' (did you mean 'port'?) (line 3)"),
     ("unknown top-level key", "upstreams: {}\nupstrams: {}\n",
      "upstrams: unknown key 'upstrams' (did you mean 'upstreams'?) (line 2)"),
-    ("wrong type", "listen: {port: eighty}\n", "listen.port: Input should be a valid integer"),
-    ("port out of range", "listen: {port: 70000}\n", "listen.port: Input should be less than or equal to 65535"),
+    ("wrong type", "listen: {port: eighty}\n", "listen.port: must be a whole number"),
+    ("port out of range", "listen: {port: 70000}\n", "listen.port: must be less than or equal to 65535"),
     ("unset variable", "upstreams:\n  s:\n    url: http://h/mcp\n    headers: {A: \"${TRIAD_TEST_UNSET_VAR}\"}\n",
-     "upstreams.s.headers.A: environment variable TRIAD_TEST_UNSET_VAR is not set (and has no default) (line 4)"),
+     "upstreams.s.headers.A: environment variable TRIAD_TEST_UNSET_VAR is not set (and has no default): set it, or "
+     "write ${TRIAD_TEST_UNSET_VAR:-default} (line 4)"),
     ("bad URL", "upstreams:\n  search:\n    url: ftp://search.example/mcp\n",
      "upstreams.search.url: not an http(s) URL (line 3)"),
     ("no command nor url", "upstreams:\n  empty: {timeout: 5s}\n",
@@ -96,13 +99,14 @@ BROKEN = [
      "upstreams.s.timeout: a duration must be greater than zero (line 2)"),
     ("duplicate upstream after sanitising", "upstreams:\n  a.b: {command: x}\n  a-b: {command: y}\n",
      "upstreams.a-b: same name as upstream 'a.b' once sanitised for tool names ('a-b') (line 3)"),
-    ("duplicate key", "upstreams:\n  a: {command: x}\n  a: {command: y}\n", "upstreams.a: duplicate key (line 3)"),
+    ("duplicate key", "upstreams:\n  a: {command: x}\n  a: {command: y}\n",
+     "upstreams.a: duplicate key: also on line 2; keep one (the last would win) (line 3)"),
     ("bad transport", "upstreams:\n  s: {url: 'http://h/mcp', transport: pigeon}\n",
-     "upstreams.s.transport: Input should be 'stdio', 'streamable-http' or 'sse' (line 2)"),
+     "upstreams.s.transport: must be 'stdio', 'streamable-http' or 'sse' (line 2)"),
     ("bad prefix mode", "naming: {prefix: sometimes}\n",
-     "naming.prefix: Input should be 'always', 'conditional' or 'never' (line 1)"),
+     "naming.prefix: must be 'always', 'conditional' or 'never' (line 1)"),
     ("name limit above the spec", "naming: {max_length: 500}\n",
-     "naming.max_length: Input should be less than or equal to 128 (line 1)"),
+     "naming.max_length: must be less than or equal to 128 (line 1)"),
     ("both upstreams and mcpServers", "upstreams: {}\nmcpServers: {}\n", "use either upstreams or mcpServers"),
     ("empty token", "clients:\n  c: {token: ''}\n", "clients.c.token: token is empty (line 2)"),
     ("empty file", "", "(top level): the file is empty"),
@@ -149,7 +153,7 @@ def test_check_command_exit_codes(tmp_path: Path) -> None:
     bad_path.write_text("listen: {port: -1}\n")
     bad = subprocess.run([*TRIAD, "check", "-c", str(bad_path)], capture_output=True, text=True)
     assert bad.returncode == 1
-    assert "listen.port: Input should be greater than or equal to 0 (line 1)" in bad.stderr
+    assert "listen.port: must be greater than or equal to 0 (line 1)" in bad.stderr
 
 
 def test_the_example_config_serves_the_demo_upstream_whatever_npx_does(tmp_path: Path) -> None:
@@ -193,7 +197,7 @@ def test_check_shows_the_variable_name_never_its_value(case: str, text: str, tmp
 def test_a_short_value_is_hidden_where_a_message_quotes_it() -> None:
     with pytest.raises(ConfigError) as raised:
         parse_config("anonymous: '${V}'\n", environ={"V": "1"})
-    assert raised.value.problems == ["anonymous: no client named '${V}' under clients (line 1)"]
+    assert raised.value.problems == ["anonymous: no client named '${V}' under clients (there are no clients) (line 1)"]
 
 
 @pytest.mark.parametrize(("listen", "direct", "problem"), [

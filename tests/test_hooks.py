@@ -151,8 +151,8 @@ async def test_the_session_lock_is_not_held_during_the_upstream_call() -> None:
 
 @pytest.mark.parametrize(("hooks_yaml", "problem"), [
     ("- nosuch_hook\n", "hooks.0: unknown built-in hook 'nosuch_hook'"),
-    ("- rate_limit: {per_client: fast}\n", "hooks.0: invalid options for hook 'rate_limit'"),
-    ("- audit: {bodies: true, colour: red}\n", "hooks.0: invalid options for hook 'audit'"),
+    ("- rate_limit: {per_client: fast}\n", "hooks.0.rate_limit.per_client: not a rate: 'fast' (use e.g. 20/s"),
+    ("- audit: {bodies: true, colour: red}\n", "hooks.0.audit.colour: unknown option 'colour' (options here:"),
     ("- audit\n- no_such_module_xyz:Hook\n", "hooks.1: cannot import plugin module 'no_such_module_xyz'"),
     ("- tests.plugins.sample_hooks:Missing\n", "hooks.0: plugin module 'tests.plugins.sample_hooks' has no attribute"),
 ])

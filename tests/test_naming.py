@@ -190,8 +190,8 @@ def test_check_warns_where_a_pattern_spans_upstreams(tmp_path: Path, capsys: pyt
                     "  gateway_deny: ['fi*']\n")
     assert main(["check", "-c", str(path)]) == 0
     warnings = [line for line in capsys.readouterr().err.splitlines() if "spans" in line]
-    assert warnings == ["warning: policy.profile.deny: pattern 'f*' spans upstreams fs, files (write 'fs__...' to "
-                        "mean one of them)"]
+    assert warnings == [f"warning: {path}: policy.profile.deny: pattern 'f*' spans upstreams fs, files (write "
+                        "'fs__...' to mean one of them) (line 3)"]
 
 
 def test_a_pattern_cannot_reach_into_another_upstream_once_names_are_checked() -> None:

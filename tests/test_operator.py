@@ -116,7 +116,7 @@ def test_check_refuses_a_missing_cwd(tmp_path: Path) -> None:
     config.write_text("upstreams:\n  fx:\n    command: python\n    cwd: nowhere\n")
     done = run_triad("check", "-c", str(config))
     assert done.returncode == 1
-    assert f"upstreams.fx.cwd: working directory not found: {tmp_path / 'nowhere'} (line 4)" in done.stderr
+    assert f"upstreams.fx.cwd: working directory not found: {tmp_path / 'nowhere'} (create it" in done.stderr
 
 
 def test_port_in_use_is_one_line_and_exit_1(tmp_path: Path) -> None:

@@ -178,9 +178,10 @@ def test_lint_warns_about_patterns_that_match_nothing() -> None:
     })
     warnings = unknown_patterns(policy, {}, {"gh": "gh"}, "__")
     assert warnings == [
-        "policy.agents.a.deny: pattern 'zz__*' matches nothing (no upstream's tools start with 'zz__')",
+        "policy.agents.a.deny: pattern 'zz__*' matches nothing (no upstream's tools start with 'zz__'; they start "
+        "with gh__)",
         "policy.agents.a.deny: pattern 'group:nosuch' matches nothing (no upstream, built-in group or "
-        "tool_groups entry is called 'nosuch')",
-        "policy.agents.a.deny: pattern 'nope:x' matches nothing (no upstream is called 'nope')",
+        "tool_groups entry is called 'nosuch'; groups: destructive, gh, readonly)",
+        "policy.agents.a.deny: pattern 'nope:x' matches nothing (no upstream is called 'nope'; upstreams: gh)",
     ]
     assert unknown_patterns(policy, {}, {"gh": "gh"}, None)[0].startswith("policy.agents.a.deny: pattern 'group:")

@@ -175,8 +175,8 @@ def test_check_warns_about_patterns_that_match_nothing(env: None, tmp_path: Path
                                      "policy": {"gateway_deny": ["zz__*", "group:fx"]}})
     done = subprocess.run([*TRIAD, "check", "-c", str(config)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0
-    assert done.stderr.strip() == ("warning: policy.gateway_deny: pattern 'zz__*' matches nothing "
-                                   "(no upstream's tools start with 'zz__')")
+    assert done.stderr.strip() == (f"warning: {config}: policy.gateway_deny: pattern 'zz__*' matches nothing "
+                                   "(no upstream's tools start with 'zz__'; they start with fx__, gx__) (line 8)")
 
 
 async def test_anonymous_access_maps_to_a_named_client_when_the_config_allows_it(env: None, procs: list[Proc],

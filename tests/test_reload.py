@@ -85,7 +85,7 @@ async def test_unchanged_upstreams_keep_their_session_and_child(procs: list[Proc
         config["upstreams"]["a"]["timeout"] = "45s"  # a call setting: applied without reconnecting
         config["page_size"] = 5
         rewrite(path, config)
-        await triad.until(r"reloaded config \(file changed\): updated a;")
+        await triad.until(r"reloaded config \(file changed\): updated a, settings page_size;")
         assert len((await via.list_tools()).tools) == 5
         after = await call(via, "a__echo", {"text": "x"})
         assert after["_meta"]["fixture/upstream"] == before["_meta"]["fixture/upstream"]

@@ -17,7 +17,7 @@ from consumers import LoginError, UserAuthorization, describe_failure, login
 from consumers.errors import UpstreamError
 from gateway.cli import _reports as reports
 from gateway.cli._importer import FORMATS, ImportFailed, convert
-from gateway.config import TriadConfig
+from gateway.config import TriadConfig, format_problem
 from gateway.errors import ConfigError, ToolPlanContractError
 from gateway.hooks import HookConfigError
 from gateway.identity import LOCAL_CLIENT, credential_owner, identity_for
@@ -25,7 +25,7 @@ from gateway.observe import configure_tracing
 from gateway.registry import prefix_active, sanitize_server_names
 from gateway.runtime import configure_logging, load_config, run_http, serve_stdio_client
 from gateway.starter import DEFAULT_PATH, write_starter
-from policy.lint import spanning_patterns, unknown_patterns
+from policy.lint import regex_patterns, spanning_patterns, unknown_patterns
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
@@ -115,11 +115,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.verb == "check":
         if (open_listener := config.unauthenticated_off_loopback(config.listen.host)) is not None:
             if not config.listen.allow_unauthenticated:
-                print(f"triad: {args.config}: listen.host: {open_listener}", file=sys.stderr)
+                line = config.line_of(("listen", "host"))
+                print(f"triad: {args.config}: listen.host: {open_listener}" + (f" (line {line})" if line else ""),
+                      file=sys.stderr)
                 return 1
             print(f"warning: listen.host: {open_listener}", file=sys.stderr)
         for warning in policy_warnings(config):
-            print(f"warning: {warning}", file=sys.stderr)
+            print(f"warning: {args.config}: {warning}", file=sys.stderr)
         print(f"{args.config}: valid ({len(config.upstreams)} upstream(s), {len(config.clients)} client(s))")
         return 0
     if args.verb == "login":
@@ -184,13 +186,16 @@ def policy_warnings(config: TriadConfig) -> list[str]:
     separator = config.naming.separator if prefixed else None
     renamed = ["listen.lean_path is deprecated: it is now listen.direct_path"] if config.listen.lean_path is not None \
         else []
-    return [*renamed, *_missing_tls_files(config), *unknown_patterns(config.policy, client_rules, parts, separator),
-            *spanning_patterns(config.policy, client_rules, parts, separator)]
+    where = config.line_of
+    return [*renamed, *_missing_tls_files(config), *regex_patterns(config.policy, client_rules, where),
+            *unknown_patterns(config.policy, client_rules, parts, separator, where),
+            *spanning_patterns(config.policy, client_rules, parts, separator, where)]
 
 
 def _missing_tls_files(config: TriadConfig) -> list[str]:
     """A `tls` file that is not there yet (a secret still to be mounted): the upstream stays down until it is."""
-    return [f"upstreams.{name}.tls.{key}: file not found: {value} (the upstream stays down until it exists)"
+    return [format_problem(("upstreams", name, "tls", key), f"file not found: {value} (the upstream stays down "
+                           "until it exists)", config.line_of(("upstreams", name, "tls", key)))
             for name, upstream in config.enabled_upstreams().items() if upstream.tls is not None
             for key, value in upstream.tls.files().items() if not Path(value).is_file()]
 

@@ -265,7 +265,13 @@ class _Run:
             self.lost.append(f"{where}: ${{{inner}}} has no Triad equivalent")
             return match.group(0)
 
-        return _PLACEHOLDER.sub(one, value)
+        # every other `$` was literal to the client, and is to Triad once written `$$` (else `$HOME` in an argument
+        # would be a near-miss reference, refused at load)
+        out, at = [], 0
+        for match in _PLACEHOLDER.finditer(value):
+            out += [value[at:match.start()].replace("$", "$$"), one(match)]
+            at = match.end()
+        return "".join([*out, value[at:].replace("$", "$$")])
 
     def timeout(self, where: str, value: str | float, entry: JSONObject) -> None:
         if isinstance(value, str):

@@ -154,7 +154,14 @@ class HookSpec(_Model):
             return {"name": data}
         if isinstance(data, dict) and len(data) == 1 and "name" not in data:
             [(name, options)] = data.items()
+            if options is not None and not isinstance(options, dict):
+                raise ValueError(f"the options of hook {name!r} must be a mapping (`- {name}: {{key: value}}`), "
+                                 f"or nothing (`- {name}`)")
             return {"name": name, "options": options if options is not None else {}}
+        if isinstance(data, dict) and "name" not in data and all(isinstance(k, str) for k in data):
+            raise ValueError(f"one hook per list entry: start each of {', '.join(map(repr, data))} with its own `- `")
+        if not isinstance(data, dict):
+            raise ValueError("a hook is a name (`- audit`) or a name with options (`- audit: {path: audit.jsonl}`)")
         return data
 
 
@@ -242,6 +249,8 @@ class TriadConfig(_Model):
     _variables: dict[str, SecretStr] = PrivateAttr(default_factory=dict)
     """The environment values interpolated into this config, by variable name (see `hide_values`)."""
     _mask: SecretMask | None = PrivateAttr(default=None)
+    _lines: dict[tuple[str | int, ...], int] = PrivateAttr(default_factory=dict)
+    """The line of every key path in the file it was read from (`line_of`), for warnings found after loading."""
 
     @model_validator(mode="before")
     @classmethod
@@ -315,6 +324,13 @@ class TriadConfig(_Model):
             return None
         return (f"cluster.address is required when listening on {host} (every interface): the other replicas "
                 f"reach this one there, e.g. cluster.address: http://10.0.0.5:8765")
+
+    def line_of(self, path: tuple[str | int, ...]) -> int | None:
+        """The line of `path` (or of its nearest enclosing key) in the file this config was read from."""
+        for end in range(len(path), 0, -1):
+            if (line := self._lines.get(path[:end])) is not None:
+                return line
+        return None
 
     def hide_values(self, message: str) -> str:
         """`message` with every secret of this config hidden (`secret_mask`)."""

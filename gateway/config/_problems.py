@@ -35,18 +35,49 @@ def format_problem(path: tuple[str | int, ...], message: str, line: int | None) 
     return f"{where}: {message}" + (f" (line {line})" if line is not None else "")
 
 
-def describe_error(error: ErrorDetails, lines: LineMap, root: type[BaseModel]) -> str:
-    """One pydantic error as `key.path: message (line N)`, with "did you mean" for an unknown key."""
+_SHAPES = {
+    "tuple_type": "must be a list (`- item` lines, or `[a, b]`)",
+    "list_type": "must be a list (`- item` lines, or `[a, b]`)",
+    "dict_type": "must be a mapping (`key: value` lines, or `{key: value}`)",
+    "model_type": "must be a mapping (`key: value` lines, or `{key: value}`)",
+    "model_attributes_type": "must be a mapping (`key: value` lines, or `{key: value}`)",
+    "int_parsing": "must be a whole number",
+    "int_type": "must be a whole number",
+    "int_from_float": "must be a whole number",
+    "float_parsing": "must be a number",
+    "float_type": "must be a number",
+    "bool_parsing": "must be true or false",
+    "bool_type": "must be true or false",
+    "string_type": "must be text (quote it: \"...\")",
+}
+"""pydantic's wording of a value of the wrong shape ("Input should be a valid tuple") in YAML's terms."""
+
+
+def describe_error(error: ErrorDetails, lines: LineMap, root: type[BaseModel], prefix: tuple[str | int, ...] = (),
+                   what: str = "key") -> str:
+    """One pydantic error as `key.path: message (line N)`, with "did you mean" for an unknown key. `prefix` is
+    where `root` sits in the file (a hook's options are validated by the hook's own model)."""
     loc = tuple(p for p in error["loc"] if not (isinstance(p, str) and _is_internal_loc(p)))
-    message = error["msg"].removeprefix("Value error, ")
+    message = error["msg"].removeprefix("Value error, ").replace("Input should be", "must be", 1)
     if error["type"] == "extra_forbidden":
         unknown = str(loc[-1])
-        message = f"unknown key {unknown!r}"
+        message = f"unknown {what} {unknown!r}"
         known = _known_keys(root, loc[:-1])
         if close := difflib.get_close_matches(unknown, known, n=1, cutoff=0.6):
             message += f" (did you mean {close[0]!r}?)"
+        elif known:
+            message += f" ({what}s here: {', '.join(known)})"
     elif error["type"] == "missing":
-        message = "required key is missing"
+        message = f"required {what} is missing (add `{loc[-1]}:`)" if loc else f"required {what} is missing"
+    elif error["type"] in _SHAPES:
+        message = _SHAPES[error["type"]]
+    elif error["type"] == "string_pattern_mismatch":
+        pattern = str((error.get("ctx") or {}).get("pattern", ""))
+        message = "must be an http:// or https:// URL" if pattern.startswith("^https?://") else message
+    head, colon, rest = message.partition(": ")
+    if colon and error["type"] == "value_error" and head in _known_keys(root, loc):
+        loc, message = (*loc, head), rest  # a model's check about one of its keys ("use: no profile named ...")
+    loc = (*prefix, *loc)
     line = None
     for end in range(len(loc), -1, -1):
         if (line := lines.get(loc[:end])) is not None:

@@ -4,6 +4,10 @@
 1-based line of that node. Interpolation of `${VAR}` / `${VAR:-default}` happens here too, on string scalars only,
 so that an unset variable is reported with the key path and line where it was used; the values taken from the
 environment are returned by variable name, so that error messages can show the name instead of the value.
+
+`$$` is a literal `$`. Any other `$` that starts something shaped like a reference (`$VAR`, `${VAR:default}`,
+`${VAR`, `$(VAR)`, `${env:VAR}`...) is a problem, with the spelling Triad expands: left alone it would be sent
+upstream literally, as the token or password the user meant to read from the environment.
 """
 
 from __future__ import annotations
@@ -31,7 +35,11 @@ MAX_VALUES = 200_000
 of twenty settings are 20,000; an alias bomb (`a1: [*a0, *a0, ...]`, nine times nine...) is refused in linear time
 instead of expanding to billions."""
 
-_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
+_DOLLAR = re.compile(r"\$\$|\$\{(?P<name>" + _NAME + r")(?::-(?P<default>[^}]*))?\}|\$\{(?P<body>[^}]*)(?P<end>\}?)"
+                     r"|\$(?P<bare>" + _NAME + r")|\$\((?P<paren>" + _NAME + r")\)")
+"""What a `$` may start: the escape `$$`, a reference Triad expands, or a near miss of one (`${...}` that is not
+a reference, `$VAR`, `$(VAR)`). A `$` before anything else (`^a$`, `US$ 5`) is a literal."""
 
 
 class YamlProblem(Exception):
@@ -64,12 +72,26 @@ def load_with_lines(text: str, environ: Mapping[str, str] | None = None) -> Load
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
         problem = getattr(exc, "problem", None) or str(exc)
-        raise YamlProblem((), f"not valid YAML: {problem}", line) from None
+        raise YamlProblem((), f"not valid YAML: {problem}{_yaml_hint(exc, problem, line)}", line) from None
     if node is None:
         return Loaded(None)
     loaded = Loaded(None)
     loaded.data = _Converter(loaded, env).convert(node, ())
     return loaded
+
+
+def _yaml_hint(exc: yaml.YAMLError, problem: str, line: int | None) -> str:
+    """What to do about a syntax error, where PyYAML's own words do not say it."""
+    if "\\t" in problem or "\t" in problem:
+        return " (YAML indents with spaces: replace the tab with spaces)"
+    context, mark = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+    if context and mark is not None and mark.line + 1 != line:
+        opened = {"while parsing a flow mapping": "the { opened", "while parsing a flow sequence": "the [ opened",
+                  "while scanning a quoted scalar": "the quote opened"}.get(context)
+        if opened is not None:
+            return f" ({opened} on line {mark.line + 1} is never closed)"
+        return f" ({context} that starts on line {mark.line + 1})"
+    return ""
 
 
 class _Converter:
@@ -115,7 +137,8 @@ class _Converter:
                 continue
             key = str(key)
             if key in out:
-                problems.append(YamlProblem((*path, key), "duplicate key", key_node.start_mark.line + 1))
+                problems.append(YamlProblem((*path, key), f"duplicate key: also on line {lines[(*path, key)]}; keep "
+                                            "one (the last would win)", key_node.start_mark.line + 1))
             out[key] = self.convert(value_node, (*path, key))
             lines[(*path, key)] = key_node.start_mark.line + 1
         return out
@@ -124,14 +147,50 @@ class _Converter:
 def _interpolate(value: str, path: Path, line: int, problems: list[YamlProblem], env: Mapping[str, str],
                  variables: dict[str, str]) -> str:
     def substitute(match: re.Match[str]) -> str:
-        name, default = match.group(1), match.group(2)
+        if match.group() == "$$":
+            return "$"
+        name, default = match.group("name"), match.group("default")
+        if name is None:
+            problems.append(YamlProblem(path, _near_miss(match), line))
+            return match.group()
         found = env.get(name)
         if found is not None and (found != "" or default is None):
             variables[name] = found
             return found
         if default is not None:
             return default
-        problems.append(YamlProblem(path, f"environment variable {name} is not set (and has no default)", line))
+        problems.append(YamlProblem(path, f"environment variable {name} is not set (and has no default): set it, or "
+                                          f"write ${{{name}:-default}}", line))
         return ""
 
-    return _VAR.sub(substitute, value)
+    return _DOLLAR.sub(substitute, value)
+
+
+_KEEP = "; for a literal $, write $$"
+
+
+def _near_miss(match: re.Match[str]) -> str:
+    """Why a `$...` is not a reference, and the spelling that is. A default is never quoted (it may be a secret)."""
+    if (bare := match.group("bare") or match.group("paren")) is not None:
+        written = f"${bare}" if match.group("bare") else f"$({bare})"
+        return f"{written} is not expanded (Triad reads only ${{{bare}}}): write ${{{bare}}}{_KEEP}"
+    body, closed = match.group("body"), bool(match.group("end"))
+    head = re.match(r"\s*(" + _NAME + r")?\s*(.?)", body)
+    assert head is not None
+    name, after = head.group(1), head.group(2)
+    if name is not None and not closed:
+        return f"${{{name}... is never closed: write ${{{name}}} (or ${{{name}:-default}}){_KEEP}"
+    if name is not None and name.lower() == "env" and after == ":":
+        inner = re.match(r"\s*env:\s*(" + _NAME + ")", body)
+        meant = inner.group(1) if inner is not None else "NAME"
+        return f"${{env:{meant}}} is an editor's spelling: write ${{{meant}}} (Triad reads the environment){_KEEP}"
+    if name is not None and body.strip() == name:
+        return f"${{{name}}} has spaces inside the braces: write ${{{name}}}"
+    if name is not None and after == ":":
+        return f"${{{name}:...}} is not expanded (a default is written with :-): write ${{{name}:-default}}{_KEEP}"
+    if name is not None and after == "-":
+        return f"${{{name}-...}} is not expanded (a default is written with :-): write ${{{name}:-default}}{_KEEP}"
+    if name is not None:
+        return (f"${{{name}{after}...}} is not expanded: Triad reads only ${{{name}}} and ${{{name}:-default}}"
+                f"{_KEEP}")
+    return f"${{...}} does not hold a variable name (letters, digits and _, not starting with a digit){_KEEP}"

@@ -7,8 +7,11 @@ It sits above the chain and the built-ins, which import nothing of it.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 from collections.abc import Callable, Mapping, Sequence
+
+from pydantic import ValidationError
 
 from consumers import JSON
 from gateway.config import HookSpec
@@ -55,6 +58,10 @@ def check_hook(name: str, options: Mapping[str, JSON]) -> None:
     if options_model is not None:
         try:
             options_model(**options)
+        except ValidationError as exc:
+            errors = exc.errors(include_input=False, include_url=False)
+            raise HookConfigError(f"invalid options for hook {name!r}: {_first_line(exc)}", errors,
+                                  options_model) from None
         except Exception as exc:
             raise HookConfigError(f"invalid options for hook {name!r}: {_first_line(exc)}") from None
     if isinstance(factory, type):
@@ -86,7 +93,10 @@ def _factory(name: str) -> Callable[..., object]:
         factory = BUILTIN_HOOKS.get(name)
         if factory is None:
             known = ", ".join(sorted(BUILTIN_HOOKS))
-            raise HookConfigError(f"unknown built-in hook {name!r} (built-ins: {known}; plugins are module:attr)")
+            close = difflib.get_close_matches(name, list(BUILTIN_HOOKS), n=1, cutoff=0.6)
+            meant = f"did you mean {close[0]!r}? " if close else ""
+            raise HookConfigError(f"unknown built-in hook {name!r} ({meant}built-ins: {known}; plugins are "
+                                  "module:attr)")
     else:
         module_name, _, attr = name.partition(":")
         try:

@@ -18,9 +18,12 @@ from __future__ import annotations
 
 import inspect
 import types
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
+
+from pydantic import BaseModel
+from pydantic_core import ErrorDetails
 
 from consumers import JSON, JSONObject
 from gateway.hooks._values import Arguments, Block, CallContext, Message, Outcome
@@ -37,7 +40,15 @@ ListedFn = Callable[[ListedKind, JSONObject], Mapping[str, JSON] | None]
 
 
 class HookConfigError(Exception):
-    """A hook that cannot be built from the config: unknown, not importable, bad options, or breaking the contract."""
+    """A hook that cannot be built from the config: unknown, not importable, bad options, or breaking the contract.
+    For options its `Options` model refused, `errors` holds pydantic's errors and `options` the model, so the
+    config loader can word each one like any other config problem (key path, line, the fix)."""
+
+    def __init__(self, message: str, errors: Sequence[ErrorDetails] = (), options: type[BaseModel] | None = None
+                 ) -> None:
+        super().__init__(message)
+        self.errors = list(errors)
+        self.options = options
 
 
 @runtime_checkable

@@ -21,8 +21,8 @@ from gateway.registry._descriptors import ExecutorRef, OwnerRef, PromptEntry, Re
 from gateway.registry._naming import assign_names, expose_uri, prefix_active, renamed_key, sanitize_server_names
 from gateway.registry._overrides import bound_arguments, override_wire
 from gateway.state import NameLedger
-from policy import compile_globs, first_match
-from policy.lint import case_lookalike_denies
+from policy import ToolFacts, compile_globs, first_match
+from policy.lint import case_lookalike_denies, matchless_patterns
 
 SERVING = ("ready", "degraded")
 """Upstream states whose tools are visible: a degraded upstream (circuit open) still lists its tools, and its
@@ -56,7 +56,8 @@ class BuiltSources:
     context: AvailabilityContext
     uri_owners: dict[str, str]
     warnings: tuple[str, ...] = ()
-    """Deny patterns that reach tools whose raw names differ only by case (`policy.lint`)."""
+    """Deny patterns that reach tools whose raw names differ only by case, and patterns that match no tool once
+    every upstream has listed (`policy.lint`)."""
     definitions: tuple[str, ...] = ()
     """What was repaired or dropped of the enabled upstreams' tool definitions (`consumers.definitions`)."""
 
@@ -114,7 +115,13 @@ def build_upstream_sources(config: TriadConfig, snapshots: Mapping[str, Upstream
         lookalikes += [[(f"{name}:{raw} ({tool_names.exposed(name, _naming_key(raw, upstreams[name]))})",
                          (tool_names.exposed(name, _naming_key(raw, upstreams[name])), head + raw, f"{name}:{raw}"))
                         for raw in raws] for raws in by_case.values() if len(raws) > 1]
-    warnings = case_lookalike_denies(config.policy, {cid: c.tools for cid, c in config.clients.items()}, lookalikes)
+    client_rules = {cid: c.tools for cid, c in config.clients.items()}
+    warnings = case_lookalike_denies(config.policy, client_rules, lookalikes, config.line_of)
+    if all(_catalog(snapshots, name) is not _EMPTY for name in upstreams):  # every tool is known: none is missing
+        facts = [ToolFacts(name) for name in reserved]
+        facts += [ToolFacts.from_annotations(d.name, source.id, d.executor.tool, d.annotations)
+                  for source in sources for d in source.tools if d.executor is not None]
+        warnings += matchless_patterns(config.policy, client_rules, facts, config.line_of)
     definitions = tuple(note for name in upstreams for note in _catalog(snapshots, name).notes)
     return BuiltSources(sources, context, uri_owners, tuple(warnings), definitions)
 

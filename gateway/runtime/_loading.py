@@ -33,17 +33,52 @@ from gateway.errors import ConfigError
 from gateway.hooks import HookConfigError, check_hook
 from gateway.registry import sanitize_server_names
 
-__all__ = ["load_config", "parse_config"]
+__all__ = ["decode_config", "load_config", "parse_config"]
 
 
 def load_config(path: str | Path) -> TriadConfig:
     """Read, interpolate and validate a config file. Raises ConfigError listing every problem."""
     path = Path(path)
     try:
-        text = read_regular(path)[0].decode("utf-8")
+        content = read_regular(path)[0]
     except OSError as exc:
         raise ConfigError([f"{path}: cannot read ({exc.strerror})"]) from None
-    return parse_config(text, source=path)
+    return parse_config(decode_config(content, path), source=path)
+
+
+_CONTROL = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1a\x1c-\x1f]")
+"""Bytes YAML never allows in a file (tab, newlines and escape aside): a binary file, not a config."""
+_UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+_SAVE = "save it as UTF-8 (in most editors: Save with Encoding, UTF-8)"
+
+
+def decode_config(content: bytes, path: Path) -> str:
+    """The file's text. UTF-8, with or without a byte-order mark (Notepad writes one); anything else is one
+    problem that says what the file is and how to fix it, never a decoding traceback."""
+    if content.startswith((b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff")):
+        raise ConfigError([f"{path}: the file is UTF-32 text; {_SAVE}"])
+    if content.startswith(_UTF16_BOMS) or (len(content) > 1 and content.count(b"\x00") * 3 >= len(content)
+                                           and (content[0] == 0 or content[1] == 0) and _is_utf16(content)):
+        raise ConfigError([f"{path}: the file is UTF-16 text; {_SAVE}"])
+    if (control := _CONTROL.search(content)) is not None:
+        line = content[:control.start()].count(b"\n") + 1
+        raise ConfigError([f"{path}: not a text file (control byte 0x{content[control.start()]:02x} on line {line}); "
+                           "a config is YAML text in UTF-8"])
+    try:
+        return content.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as exc:
+        line = content[:exc.start].count(b"\n") + 1
+        column = exc.start - (content.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise ConfigError([f"{path}: not UTF-8 text (byte 0x{content[exc.start]:02x} on line {line}, column "
+                           f"{column}; Latin-1 or Windows-1252, probably); {_SAVE}"]) from None
+
+
+def _is_utf16(content: bytes) -> bool:
+    try:
+        content.decode("utf-16-le" if content[1] == 0 else "utf-16-be")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def parse_config(text: str, *, source: Path | None = None, environ: dict[str, str] | None = None) -> TriadConfig:
@@ -58,6 +93,7 @@ def parse_config(text: str, *, source: Path | None = None, environ: dict[str, st
         mask = variables_mask(loaded.variables)
         raise ConfigError([hide_values(problem, mask) for problem in exc.problems]) from None
     config._variables = {name: SecretStr(value) for name, value in loaded.variables.items()}
+    config._lines = loaded.lines
     return config
 
 
@@ -68,7 +104,8 @@ def _validate(loaded: Loaded, source: Path | None) -> TriadConfig:
                                               "settings is written `{}`", None)])
     messages = [format_problem(p.path, p.message, p.line) for p in loaded.problems]
     if not isinstance(data, dict):
-        raise ConfigError([*messages, format_problem((), "the top level must be a mapping of keys", lines.get(()))])
+        raise ConfigError([*messages, format_problem((), "the top level must be a mapping of keys (`upstreams:`, "
+                                                     "`clients:`...), not a list or a value", lines.get(()))])
     if "mcpServers" in data:
         lines.update({("upstreams", *k[1:]): v for k, v in lines.items() if k[:1] == ("mcpServers",)})
     try:
@@ -88,13 +125,24 @@ def _semantic_problems(config: TriadConfig, lines: LineMap) -> list[str]:
     """Checks that span several keys (pydantic validates one value at a time)."""
     problems = []
     if config.anonymous is not None and config.anonymous not in config.clients:
-        problems.append(format_problem(("anonymous",), f"no client named {config.anonymous!r} under clients",
-                                lines.get(("anonymous",))))
+        known = f"clients: {', '.join(config.clients)}" if config.clients else "there are no clients"
+        problems.append(format_problem(("anonymous",), f"no client named {config.anonymous!r} under clients "
+                                       f"({known})", lines.get(("anonymous",))))
     for index, spec in enumerate(config.hooks):
         try:
             check_hook(spec.name, spec.options)
         except HookConfigError as exc:
-            problems.append(format_problem(("hooks", index), str(exc), lines.get(("hooks", index))))
+            if exc.options is None:
+                problems.append(format_problem(("hooks", index), str(exc), lines.get(("hooks", index))))
+                continue
+            short = ("hooks", index, spec.name)  # `- name: {options}`; else the long form's `options:`
+            at = short if short in lines else ("hooks", index, "options")
+            problems += [describe_error(error, lines, exc.options, at, "option") for error in exc.errors]
+    enabled = len(config.enabled_upstreams())
+    if "min_ready" in config.model_fields_set and config.min_ready > enabled:
+        problems.append(format_problem(("min_ready",), f"is {config.min_ready}, but the config has {enabled} enabled "
+                                       f"upstream(s), so it could never be met (it is not lowered for you): set "
+                                       f"min_ready: {enabled} or lower, or add upstreams", lines.get(("min_ready",))))
     raw_seen: dict[str, str] = {}
     for name in config.upstreams:
         key = re.sub(r"[^A-Za-z0-9_-]", "-", name.strip()).lower()
@@ -120,7 +168,8 @@ def _semantic_problems(config: TriadConfig, lines: LineMap) -> list[str]:
         cwd = config.resolve_cwd(upstream)
         if cwd is not None and not Path(cwd).is_dir():  # spawning would name it as a missing command
             where = ("upstreams", name, "cwd")
-            problems.append(format_problem(where, f"working directory not found: {cwd}", lines.get(where)))
+            problems.append(format_problem(where, f"working directory not found: {cwd} (create it, or correct the "
+                                           "path: a relative cwd is relative to the config file)", lines.get(where)))
     tokens: dict[str, str] = {}
     for client_id, client in config.clients.items():
         if client.token is None:
@@ -133,7 +182,7 @@ def _semantic_problems(config: TriadConfig, lines: LineMap) -> list[str]:
             problems.append(
                 format_problem(
                     ("clients", client_id, "token"),
-                    f"same token as client {tokens[secret]!r}",
+                    f"same token as client {tokens[secret]!r}: give each client a token of its own",
                     lines.get(("clients", client_id, "token")),
                 )
             )

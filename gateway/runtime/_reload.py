@@ -32,7 +32,7 @@ from gateway.errors import ConfigError
 from gateway.hooks import HookConfigError, build_chain
 from gateway.identity import requires_token
 from gateway.observe import ReloadResult, ReloadStatus, mask_logs
-from gateway.runtime._loading import parse_config
+from gateway.runtime._loading import decode_config, parse_config
 from gateway.runtime._watch import Fingerprint, fingerprint
 
 logger = logging.getLogger("triad.reload")
@@ -55,6 +55,13 @@ def fail_closed_problems(old: TriadConfig, new: TriadConfig) -> list[str]:
         problems.append("upstreams: this reload would remove every upstream; if that is meant, write "
                         "`upstreams: {}` in the file")
     return problems
+
+
+def changed_settings(old: TriadConfig, new: TriadConfig) -> list[str]:
+    """The top-level keys besides `upstreams` whose value a reload changes (`hooks`, `policy`, `clients`...), so
+    that a reload that changed only those says so instead of reading like one that changed nothing."""
+    fields = [key for key in TriadConfig.model_fields if key not in ("upstreams", "source")]
+    return [key for key in fields if getattr(old, key) != getattr(new, key)]
 
 
 def _written_empty(config: TriadConfig, key: str) -> bool:
@@ -118,6 +125,7 @@ class Reloader:
                                trigger, self.config.listen.host, self.config.listen.port, new.listen.host,
                                new.listen.port)
             changes = await self._pool.apply(new)
+            changes["settings"] = changed_settings(self.config, new)
             self._dispatcher.apply_config(new, hooks)
             mask_logs(new.secret_mask())
             self.config = new
@@ -126,7 +134,7 @@ class Reloader:
             self.status.last_error = []
             self.status.record(trigger, True, [], changes)
             summary = ", ".join(f"{kind} {', '.join(names)}" for kind, names in changes.items()
-                                if names and kind != "kept") or "no upstream changes"
+                                if names and kind != "kept") or "nothing changed"
             logger.info("reloaded config (%s): %s; registry version %d", trigger, summary,
                         self._dispatcher.registry.version)
             return ReloadResult(True, [], changes)
@@ -188,7 +196,11 @@ class Reloader:
             return seen
         now = fingerprint(self.path)  # before reading: a change during the read shows as a difference next time
         settled = await self._settled_text()
-        if settled is not None and settled[0] != self._last_text:
+        if isinstance(settled, ConfigError):  # not UTF-8: refused like any broken file, not silently skipped
+            async with self._lock:
+                self._last_text = None
+                self._refused("file changed", settled.problems)
+        elif settled is not None and settled[0] != self._last_text:
             result = await self.reload("file changed", settled[0], written_ago=settled[1])
             if result.deferred:
                 return seen  # still "changed": the next poll reads it again
@@ -196,32 +208,41 @@ class Reloader:
             logger.debug("config file touched, content unchanged; not reloaded")
         return now
 
-    async def _settled_text(self) -> tuple[str, float] | None:
-        """The file's content once two readings `reload.settle` apart agree, and how long it had been unchanged
-        when the first of them began; None if it cannot be read."""
+    async def _settled_text(self) -> tuple[str, float] | ConfigError | None:
+        """The file's text once two readings `reload.settle` apart agree, and how long it had been unchanged when
+        the first of them began; None if it cannot be read; the problem if its settled content is not UTF-8 (a
+        writer caught half-way through a character is not: the bytes are compared before they are decoded)."""
         try:
-            text, written_ago = await _read(self.path)
+            content, written_ago = await _read_bytes(self.path)
             while True:
                 await anyio.sleep(self.config.reload.settle)
-                again, again_ago = await _read(self.path)
-                if again == text:
-                    return text, written_ago
-                text, written_ago = again, again_ago
+                again, again_ago = await _read_bytes(self.path)
+                if again == content:
+                    break
+                content, written_ago = again, again_ago
         except ConfigError:
             return None
+        try:
+            return decode_config(content, self.path), written_ago
+        except ConfigError as exc:
+            return exc
 
 
 async def _read(path: Path) -> tuple[str, float]:
     """The file's text, and the seconds between its last write and the start of this read (the modification time
     is taken after the read: a write during it makes the file look younger, never older)."""
+    content, written_ago = await _read_bytes(path)
+    return decode_config(content, path), written_ago
+
+
+async def _read_bytes(path: Path) -> tuple[bytes, float]:
     began = time.time()
     try:
         return await anyio.to_thread.run_sync(_read_now, path, began)
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
-        raise ConfigError([f"{path}: cannot read ({reason})"]) from None
+    except OSError as exc:
+        raise ConfigError([f"{path}: cannot read ({exc.strerror})"]) from None
 
 
-def _read_now(path: Path, began: float) -> tuple[str, float]:
+def _read_now(path: Path, began: float) -> tuple[bytes, float]:
     content, modified = read_regular(path)
-    return content.decode("utf-8"), began - modified
+    return content, began - modified
