@@ -121,6 +121,9 @@ class ClientSessions:
         self._config = config
         self._cwd = cwd
         self._links: dict[ClientOrigin, ClientLink] = {}
+        self._subscribed: weakref.WeakKeyDictionary[ClientOrigin, set[str]] = weakref.WeakKeyDictionary()
+        """The raw URIs each client subscribed to on its own session: asked again of a session opened anew (the
+        upstream restarted, or a reload replaced its connection settings), as the shared session's are."""
         self._watched: weakref.WeakSet[ClientOrigin] = weakref.WeakSet()
         """Downstream sessions whose end closes their upstream session: told once each, however often their
         upstream session is opened anew."""
@@ -210,6 +213,25 @@ class ClientSessions:
     def stand_in(self, client: ClientOrigin) -> ClientOrigin | None:
         """The stand-in of a caller with no way back (`consumers._stand_ins`); None when it cannot be named."""
         return self._stand_ins.of(client, _declarable(client.declared), lambda stand_in: stand_in in self._links)
+
+    def subscribed(self, origin: ClientOrigin, raw: str, on: bool) -> None:
+        """`origin`'s own session holds (`on`) or no longer holds a subscription to `raw`."""
+        if on:
+            self._subscribed.setdefault(origin, set()).add(raw)
+        else:
+            self._subscribed.get(origin, set()).discard(raw)
+
+    def adopt_subscriptions(self, old: ClientSessions) -> None:
+        for origin, raws in old._subscribed.items():
+            self._subscribed.setdefault(origin, set()).update(raws)
+
+    async def _resubscribe(self, origin: ClientOrigin, session: ClientSession) -> None:
+        for raw in sorted(self._subscribed.get(origin, ())):
+            try:
+                await session.subscribe_resource(raw)
+            except Exception as exc:  # that subscription only: the session serves the rest
+                logger.warning("upstream %s: a client's subscription to %s could not be renewed: %s",
+                               self._upstream, raw, describe_failure(exc))
 
     def forget(self, origin: ClientOrigin) -> None:
         """The client's session is gone (its upstream lost it): the next request opens a new one."""
@@ -314,6 +336,7 @@ class ClientSessions:
                 link.fresh.set()
                 self._learn(link.origin, link.lists)
                 link.channel = opened.channel
+                await self._resubscribe(link.origin, opened.channel.session)
                 link.opened.set()
                 logger.info("upstream %s: a client session opened (%d open)", self._upstream, len(self._links),
                             extra=log_fields(self._upstream, "session_opened", session=link.origin,

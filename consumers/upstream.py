@@ -198,7 +198,9 @@ class Upstream:
     # -- resource subscriptions (of downstream clients, one upstream subscription per URI) ----------------------
 
     def take_subscriptions(self, old: Upstream, task_group: TaskGroup) -> None:
-        """This connection replaces `old` (a reload): its clients' resource subscriptions come along."""
+        """This connection replaces `old` (a reload): its clients' resource subscriptions come along, those made on
+        clients' own sessions too (asked of each as it opens on the new connection)."""
+        self._clients.adopt_subscriptions(old._clients)
         if self.subscriptions.adopt(old.subscriptions) and self._channel is not None:
             task_group.start_soon(self.subscriptions.renew, self._channel.session, name=f"renew:{self.name}")
 
@@ -241,7 +243,7 @@ class Upstream:
                       "notifications/prompts/list_changed"):
             self.request_relist()
         elif method == "notifications/resources/updated" and isinstance(params.get("uri"), str):
-            if origin is not None:
+            if origin is not None and self.own_session(origin) is not None:  # not a shared mode's stand-in
                 self.on_own_updated(self.name, params["uri"], origin)
             else:
                 self._on_updated(self.name, params["uri"])
@@ -272,6 +274,11 @@ class Upstream:
     def per_client(self) -> bool:
         """Each downstream session with a way back gets an upstream session of its own (`sessions: per_client`)."""
         return self._clients.routed(self.modern)
+
+    def own_subscribed(self, client: ClientOrigin, raw: str, on: bool) -> None:
+        """`client`'s own session now holds (`on`) or no longer holds a subscription to `raw` (renewed with it)."""
+        if (own := self.own_session(client)) is not None:
+            self._clients.subscribed(own, raw, on)
 
     def own_session(self, client: ClientOrigin | None) -> ClientOrigin | None:
         """The downstream session whose own upstream session `client`'s requests go on (`ClientSessions.route`)."""

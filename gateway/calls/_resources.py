@@ -109,9 +109,10 @@ class Resources:
                                  "resource subscriptions")
         async with self._errors_hooked(CallContext("resource", identity.client_id, session or Session(), uri, owner,
                                                    raw, {"uri": uri}, subject=subject_of(identity))):
-            if upstream.own_session(session) is not None:
+            if session is not None and upstream.own_session(session) is not None:
                 await self._forwarder.forward(upstream, "resource", types.SubscribeRequest(
                     params=types.SubscribeRequestParams(uri=raw)), client=session)
+                upstream.own_subscribed(session, raw, True)
             else:
                 await upstream.subscriptions.add(raw)
         return owner, raw
@@ -133,9 +134,11 @@ class Resources:
         upstream = self._pool.get(owner)
         if upstream is None:
             return
-        if upstream.own_session(session) is None:
+        if session is None or upstream.own_session(session) is None:
             await upstream.subscriptions.remove(raw)
-        elif not leaving:
+            return
+        upstream.own_subscribed(session, raw, False)
+        if not leaving:
             await self._forwarder.forward(upstream, "resource", types.UnsubscribeRequest(
                 params=types.UnsubscribeRequestParams(uri=raw)), client=session)
 
