@@ -1,7 +1,7 @@
 """Upstream connections: one owner task per upstream, transports, the pool keyed by name, and the relay seam."""
 
 from consumers._errors import describe_failure
-from consumers._json import HUGE_NUMBER, JSON, JSONObject, all_finite, dumps, loads
+from consumers._json import JSON, JSONObject, all_finite, dumps, loads, may_overflow
 from consumers.channel import TASK_STATUS
 from consumers.child_groups import ChildGroups
 from consumers.lifecycle import UpstreamState
@@ -26,7 +26,6 @@ from consumers.upstream import Upstream
 
 __all__ = [
     "CURRENT_DOWNSTREAM",
-    "HUGE_NUMBER",
     "JSON",
     "TASK_STATUS",
     "Answer",
@@ -51,5 +50,6 @@ __all__ = [
     "dumps",
     "loads",
     "login",
+    "may_overflow",
     "undeclared",
 ]

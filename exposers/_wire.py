@@ -37,13 +37,8 @@ from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from consumers import HUGE_NUMBER, JSON, all_finite
+from consumers import JSON, all_finite, may_overflow
 from gateway.errors import TriadError
-
-_HUGE_NUMBER_BYTES = re.compile(HUGE_NUMBER.pattern.encode())
-"""Only text with a literal that may overflow a float is walked for infinities (`allow_inf_nan=False` refuses
-`NaN` and `Infinity` literals, not overflows)."""
-
 
 INVALID_MESSAGE = "Invalid request: not a JSON-RPC 2.0 message"
 INVALID_ID = "Invalid request: a request's id must be a string or an integer"
@@ -80,7 +75,7 @@ def parse_json(data: bytes | str) -> JSON:
     finally:
         if paused:
             gc.enable()
-    if _HUGE_NUMBER_BYTES.search(text) is not None and not all_finite(value):
+    if may_overflow(text) and not all_finite(value):
         raise ParseError("Parse error: a number is out of range (JSON has no Infinity)")
     return value
 
