@@ -26,8 +26,8 @@ from run import ACCEPT, HERE, PY, ROOT, Process, processes, start_to_ready, star
 
 FIXTURE = ROOT / "tests" / "servers" / "fixture_upstream.py"
 TARGET = "fleet00__tool_001"
-Request = Callable[[int], tuple[dict[str, Any], dict[str, str]]]
-"""Round number -> (JSON-RPC request, extra headers)."""
+Request = Callable[[int], tuple[dict[str, Any], ...]]
+"""Round number -> (JSON-RPC request, extra headers[, query parameters])."""
 MIN_MEASURED_CPU = 0.5
 """Seconds of Triad CPU a kind is sent for at least (50 clock ticks: a 2% resolution), up to `MAX_ROUNDS_FACTOR`."""
 MAX_ROUNDS_FACTOR = 100
@@ -106,7 +106,12 @@ KINDS: list[tuple[str, str, Request]] = [
     ("prompt arguments", "5,000 arguments",
      lambda n: (request("prompts/get", {"name": "fx__greet", "arguments": {f"k{i}": "v" * 20 for i in range(5000)}}),
                 {})),
+    ("?tools= at budget (httpx's 64 KiB URL: 32 inner globs, 240 prefixes)", "273 patterns",
+     lambda n: (call(TARGET, {"x": 1}), {}, {"tools": ",".join([*worst_list(n)[:272], TARGET])})),
     *big_body_rows(),
+    ("body: one string", "4 MiB", lambda n: (call(TARGET, {"x": 1, "y": f"{n}" + "a" * (4 * 2**20 - 200)}), {})),
+    ("body: 199-digit runs in strings", "4 MiB",
+     lambda n: (call(TARGET, {"x": 1, "y": [f"{n}" + "1" * 199] * (4 * 2**20 // 210)}), {})),
 ]
 
 
@@ -133,18 +138,22 @@ def outcome(response: httpx2.Response) -> str:
     return "tool error" if message["result"].get("isError") else "result"
 
 
+def sent(made: tuple[dict[str, Any], ...]) -> tuple[dict[str, Any], dict[str, str], dict[str, str]]:
+    return made[0], made[1], made[2] if len(made) > 2 else {}
+
+
 async def measure(triad: Process, url: str, rounds: int) -> list[tuple[str, str, float, str]]:
     rows = []
     async with httpx2.AsyncClient(timeout=120) as http:
         headers = await session(http, url)
         for kind, size, make in KINDS:
-            body, extra = make(-1)  # warm-up: views of the base identity, schema validators, the search index
-            await http.post(url, headers={**headers, **extra}, json=body)
+            body, extra, params = sent(make(-1))  # warm-up: views of the base identity, validators, search index
+            await http.post(url, headers={**headers, **extra}, params=params, json=body)
             before, seen, n = triad.cpu_seconds(), "", 0
             # /proc counts CPU in clock ticks (10 ms): a cheap kind runs until it has used enough of them to measure
             while n < rounds or (triad.cpu_seconds() - before < MIN_MEASURED_CPU and n < MAX_ROUNDS_FACTOR * rounds):
-                body, extra = make(n)
-                seen = outcome(await http.post(url, headers={**headers, **extra}, json=body))
+                body, extra, params = sent(make(n))
+                seen = outcome(await http.post(url, headers={**headers, **extra}, params=params, json=body))
                 n += 1
             rows.append((kind, size, (triad.cpu_seconds() - before) * 1000 / n, seen))
     return rows
