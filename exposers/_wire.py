@@ -43,9 +43,11 @@ from gateway.errors import TriadError
 INVALID_MESSAGE = "Invalid request: not a JSON-RPC 2.0 message"
 INVALID_ID = "Invalid request: a request's id must be a string or an integer"
 
-MAX_JSON_VALUES = 100_000
+MAX_JSON_VALUES = 10_000
 """JSON values (objects, arrays, strings, numbers, literals; not object keys) in one message from a client. Real
-MCP messages hold hundreds, a large tool call some thousands; a big payload is one string, which counts once."""
+MCP messages hold hundreds, a large tool call some thousands; a big payload is one string, which counts once. A
+judgment call from bench/hostile.py: each value costs about 1 us between Triad's parse and the SDK's parse and
+validation, so 100,000 of them cost 60-100 plain calls; 10,000 stay within about 5."""
 _PARSED_KEY = "triad.parsed"
 """Where the ASGI scope keeps a body's parse (`parse_scoped`), so the layers in front of the SDK parse it once."""
 
