@@ -24,6 +24,9 @@ import anyio
 import httpx2
 from run import ACCEPT, HERE, PY, ROOT, Process, processes, start_to_ready, start_triad, triad_config
 
+from exposers._wire import MAX_JSON_VALUES
+from gateway.identity import MAX_RUN_LIST_WORK
+
 FIXTURE = ROOT / "tests" / "servers" / "fixture_upstream.py"
 TARGET = "fleet00__tool_001"
 Request = Callable[[int], tuple[dict[str, Any], ...]]
@@ -50,6 +53,14 @@ def worst_list(nonce: int) -> list[str]:
     return [*inner, *prefixes, TARGET]
 
 
+def work_list(nonce: int) -> list[str]:
+    """As costly as `MAX_RUN_LIST_WORK` lets a list be on a view of 5,000 tools: its stars in inner globs, and
+    long prefixes to the pattern bound."""
+    inner = [f"*{c}*{nonce}" for c in string.ascii_lowercase[: MAX_RUN_LIST_WORK // 5_000 // 2]]
+    prefixes = [f"fleet00__{'t' * 230}{nonce}_{i}*" for i in range(511 - len(inner))]
+    return [*inner, *prefixes, TARGET]
+
+
 def over_budget(nonce: int) -> list[str]:
     """The known instance: 512 patterns of 256 characters `a*b*c*...`, refused by the search budget."""
     letters = string.ascii_lowercase
@@ -62,8 +73,8 @@ def small_objects(count: int, nonce: int) -> list[dict[str, Any]]:
 
 
 def big_body_rows() -> list[tuple[str, str, Request]]:
-    """The body of small objects in each place a caller puts one, just under `MAX_JSON_VALUES` (100,000) and over
-    it (refused), on the SDK path (ping, notification, initialize) and the direct path (lists, calls)."""
+    """The body of small objects in each place a caller puts one, just under `MAX_JSON_VALUES` and far over it
+    (refused), on the SDK path (ping, notification, initialize) and the direct path (lists, calls)."""
     places: list[tuple[str, Callable[[list[dict[str, Any]]], dict[str, Any]]]] = [
         ("ping _meta", lambda v: request("ping", {"_meta": {"x": v}})),
         ("notification _meta", lambda v: {"jsonrpc": "2.0", "method": "notifications/progress",
@@ -74,8 +85,8 @@ def big_body_rows() -> list[tuple[str, str, Request]]:
     ]
     rows: list[tuple[str, str, Request]] = []
     for place, make in places:
-        rows.append((f"body in {place}", "99,900 values",
-                     lambda n, make=make: (make(small_objects(99_900, n)), {})))  # type: ignore[misc]
+        rows.append((f"body in {place}", f"{MAX_JSON_VALUES - 100:,} values",
+                     lambda n, make=make: (make(small_objects(MAX_JSON_VALUES - 100, n)), {})))  # type: ignore[misc]
         rows.append((f"body in {place} (refused)", "500,000 values",
                      lambda n, make=make: (make(small_objects(500_000, n)), {})))  # type: ignore[misc]
     return rows
@@ -91,6 +102,8 @@ KINDS: list[tuple[str, str, Request]] = [
      lambda n: (call(TARGET, {"x": 1}), {"X-Triad-Tools": ",".join(worst_list(n))})),
     ("tools/list, run list at budget", "5,000 tools",
      lambda n: (request("tools/list", {"_meta": {"triad/tools": worst_list(n)}}), {})),
+    ("tools/list, run list at MAX_RUN_LIST_WORK", "5,000 tools",
+     lambda n: (request("tools/list", {"_meta": {"triad/tools": work_list(n)}}), {})),
     ("schema pattern ^(a|a)*$", "100,000 chars", lambda n: (call("fx__redos", {"s": "a" * 100_000 + "!"}), {})),
     ("schema patternProperties", "2,000 keys",
      lambda n: (call("fx__redos", {f"{'b' * 40}{i}!": "x" for i in range(2000)}), {})),

@@ -179,18 +179,47 @@ def worst_inputs() -> list[tuple[str, dict[str, Any], str | None]]:
     ]
 
 
+Sent = tuple[str, dict[str, Any], str | None, dict[str, str], str]
+"""(kind, request, the error it must get or None, extra headers, query string)."""
+
+
+def worst_sends() -> list[Sent]:
+    """`worst_inputs`, and the kinds a caller sends beside the body: run-level lists in `X-Triad-Tools` and
+    `?tools=` (httpx takes a URL of 64 KiB: a shorter list of the same patterns), a search query of distinct
+    tokens, and bodies near the byte bound (one string; strings of 199 digits, which a backtracking scan for
+    huge numbers tried again at every digit)."""
+    echo = call(1, "fx__echo", {"text": "hi"})
+    words = " ".join(f"w{i}" for i in range(MAX_QUERY_CHARS))[: MAX_QUERY_CHARS - 1]
+    query_list = [*budget_list()[: MAX_RUN_LIST_WILDCARDS // 2 + 200], "fx__echo"]
+    return [*((kind, request, error, {}, "") for kind, request, error in worst_inputs()),
+            ("X-Triad-Tools at budget", echo, None, {"X-Triad-Tools": ",".join(budget_list())}, ""),
+            ("X-Triad-Tools over budget", echo, "the limit is", {"X-Triad-Tools": ",".join(worst_patterns())}, ""),
+            ("?tools= at budget", echo, None, {}, "?tools=" + ",".join(query_list)),
+            ("?tools= over budget", echo, "the limit is", {}, "?tools=" + ",".join(worst_patterns()[:200])),
+            ("search query", call(1, "search_tools", {"query": words}), None, {}, ""),
+            ("body: one string", call(1, "fx__echo", {"text": "hi", "x": "a" * (4 * 2**20 - 300)}), None, {}, ""),
+            ("body: 199-digit runs", call(1, "fx__echo", {"text": "hi", "x": ["1" * 199] * 9_000}), None, {}, "")]
+
+
 async def answer(session: HandshakeSession, request: dict[str, Any]) -> dict[str, Any]:
     return answer_of(await session.post(dumps(request)))
 
 
+async def send(session: HandshakeSession, row: Sent) -> httpx2.Response:
+    _kind, request, _error, headers, query = row
+    if query:
+        return await session.http.post(session.url + query, content=dumps(request),
+                                       headers={**session.headers, **headers})
+    return await session.post(dumps(request), headers)
+
+
 @pytest.mark.anyio
-@pytest.mark.parametrize("row", worst_inputs(), ids=lambda row: row[0])
-async def test_the_worst_input_of_each_kind_is_answered(triad: str, row: tuple[str, dict[str, Any], str | None]
-                                                        ) -> None:
-    _kind, request, error = row
+@pytest.mark.parametrize("row", worst_sends(), ids=lambda row: row[0])
+async def test_the_worst_input_of_each_kind_is_answered(triad: str, row: Sent) -> None:
+    _kind, request, error, _headers, _query = row
     async with httpx2.AsyncClient(timeout=DEADLINE) as http:
         session = await HandshakeSession(http, triad).open()
-        response = await session.post(dumps(request))
+        response = await send(session, row)
         if "id" not in request and response.status_code == 202:  # a notification taken: nothing to answer
             assert error is None
             found: dict[str, Any] = {"result": {}}
@@ -220,13 +249,13 @@ async def test_a_search_with_every_token_distinct_is_answered(triad: str) -> Non
 @pytest.mark.anyio
 async def test_a_victims_calls_complete_while_an_attacker_sends_the_worst_inputs(triad: str) -> None:
     victim_calls, done = 30, []
-    attacks = [request for _kind, request, _error in worst_inputs()]
+    attacks = worst_sends()
 
     async def attacker(http: httpx2.AsyncClient, stop: anyio.Event) -> None:
         session = await HandshakeSession(http, triad).open()
         while not stop.is_set():
-            for request in attacks:
-                await session.post(dumps(request))
+            for row in attacks:
+                await send(session, row)
 
     async with httpx2.AsyncClient(timeout=DEADLINE) as http:
         stop = anyio.Event()
