@@ -68,8 +68,8 @@ def over_budget(nonce: int) -> list[str]:
 
 
 def small_objects(count: int, nonce: int) -> list[dict[str, Any]]:
-    """`count` JSON values as `{"a": [k, {"b": k}]}` (5 each), the costliest per byte; fresh each round."""
-    return [{"a": [k + nonce, {"b": k}]} for k in range(count // 5)]
+    """`count` JSON values and keys as `{"a": [k, {"b": k}]}` (7 each), the costliest per byte; fresh each round."""
+    return [{"a": [k + nonce, {"b": k}]} for k in range(count // 7)]
 
 
 def big_body_rows() -> list[tuple[str, str, Request]]:
@@ -85,7 +85,7 @@ def big_body_rows() -> list[tuple[str, str, Request]]:
     ]
     rows: list[tuple[str, str, Request]] = []
     for place, make in places:
-        rows.append((f"body in {place}", f"{MAX_JSON_VALUES - 100:,} values",
+        rows.append((f"body in {place}", f"{MAX_JSON_VALUES - 100:,} values and keys",
                      lambda n, make=make: (make(small_objects(MAX_JSON_VALUES - 100, n)), {})))  # type: ignore[misc]
         rows.append((f"body in {place} (refused)", "500,000 values",
                      lambda n, make=make: (make(small_objects(500_000, n)), {})))  # type: ignore[misc]

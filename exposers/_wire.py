@@ -44,8 +44,9 @@ INVALID_MESSAGE = "Invalid request: not a JSON-RPC 2.0 message"
 INVALID_ID = "Invalid request: a request's id must be a string or an integer"
 
 MAX_JSON_VALUES = 10_000
-"""JSON values (objects, arrays, strings, numbers, literals; not object keys) in one message from a client. Real
-MCP messages hold hundreds, a large tool call some thousands; a big payload is one string, which counts once. A
+"""JSON values (objects, arrays, strings, numbers, literals) and object keys in one message from a client (a key
+costs what a string value does: an object of 5,000 members is 10,000). Real MCP messages hold hundreds, a large
+tool call some thousands; a big payload is one string, which counts once. A
 judgment call from bench/hostile.py: each value costs about 1 us between Triad's parse and the SDK's parse and
 validation, so 100,000 of them cost 60-100 plain calls; 10,000 stay within about 5."""
 _PARSED_KEY = "triad.parsed"
@@ -66,7 +67,7 @@ def parse_json(data: bytes | str) -> JSON:
     parsed), malformed, NaN or infinite numbers, nesting past the limit."""
     text = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
     if _most_values(text) > MAX_JSON_VALUES and count_values(text) > MAX_JSON_VALUES:
-        raise ParseError(f"Invalid request: the message has more than {MAX_JSON_VALUES:,} JSON values "
+        raise ParseError(f"Invalid request: the message has more than {MAX_JSON_VALUES:,} JSON values and keys "
                          "(MAX_JSON_VALUES)", types.INVALID_REQUEST)
     paused = gc.isenabled()
     gc.disable()
@@ -100,20 +101,21 @@ def parse_scoped(scope: Scope, body: bytes) -> JSON:
 
 
 def _most_values(data: bytes) -> int:
-    """An upper bound on the values in JSON text (`count_values`, but counting in strings too, and empty
-    containers): three byte counts, far cheaper than the exact count."""
-    return 1 + data.count(b",") + data.count(b"{") + data.count(b"[")
+    """An upper bound on the values and keys in JSON text (`count_values`, but counting in strings too, and empty
+    containers): four byte counts, far cheaper than the exact count."""
+    return 1 + data.count(b",") + data.count(b"{") + data.count(b"[") + data.count(b":")
 
 
 _NOT_STRUCTURE = bytes(sorted(set(range(256)) - set(b'",:{}[]')))
 
 
 def count_values(data: bytes) -> int:
-    """The values in `data`, if it is JSON, counted without parsing it, in a few passes of C over the bytes.
+    """The values and keys in `data`, if it is JSON, counted without parsing it, in a few passes of C over the bytes.
 
     Every value but the first is an array's element or a member's value: there are 1 + the commas + the non-empty
-    containers, outside strings. Escaped backslashes and quotes go first (a string then ends at the next quote).
-    Commas and containers are counted among the quotes and structure alone, an empty string made a placeholder (a
+    containers, outside strings; each key is followed by a colon outside strings. Escaped backslashes and quotes
+    go first (a string then ends at the next quote). Commas, colons and containers are counted among the quotes
+    and structure alone, an empty string made a placeholder (a
     colon or comma keeps two strings apart, so `""` is always one string); when no string holds structure, that
     is all of them, and empty containers are those left once blanks go. Otherwise a split leaves the text outside
     strings. For text that is not JSON the count means nothing: the parse refuses it, if the count did not."""
@@ -124,7 +126,7 @@ def count_values(data: bytes) -> int:
     if b'"' in kept:
         kept = bare = b"0".join(bare.split(b'"')[::2])
     empty = bare.count(b"{}") + bare.count(b"[]")
-    return 1 + kept.count(b",") + kept.count(b"{") + kept.count(b"[") - empty
+    return 1 + kept.count(b",") + kept.count(b"{") + kept.count(b"[") + kept.count(b":") - empty
 
 
 def error_body(code: int, message: str) -> bytes:
