@@ -49,6 +49,13 @@ costs what a string value does: an object of 5,000 members is 10,000). Real MCP 
 tool call some thousands; a big payload is one string, which counts once. A
 judgment call from bench/hostile.py: each value costs about 1 us between Triad's parse and the SDK's parse and
 validation, so 100,000 of them cost 60-100 plain calls; 10,000 stay within about 5."""
+_SCAN_BYTES_PER_VALUE = 50
+"""Bytes of text per value past which a walk of the parsed values (about 75 ns a value, at most
+`MAX_JSON_VALUES` of them) is cheaper than the scan of the text for huge numbers (about 1.5 ns a byte): a body
+of 4 MiB that is mostly one string has a few values to walk, and 5-8 ms of bytes to scan."""
+_PREFIX_BYTES_PER_VALUE = 8
+"""Bytes per value of budget in the prefix counted first (`_over_budget`): 80 KB for 10,000, where small objects
+take about 4 bytes a value."""
 _PARSED_KEY = "triad.parsed"
 """Where the ASGI scope keeps a body's parse (`parse_scoped`), so the layers in front of the SDK parse it once."""
 
@@ -66,7 +73,8 @@ def parse_json(data: bytes | str) -> JSON:
     """The JSON value of `data`, or `ParseError`: more than `MAX_JSON_VALUES` values (counted before anything is
     parsed), malformed, NaN or infinite numbers, nesting past the limit."""
     text = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
-    if _most_values(text) > MAX_JSON_VALUES and count_values(text) > MAX_JSON_VALUES:
+    most = _most_values(text)
+    if most > MAX_JSON_VALUES and _over_budget(text):
         raise ParseError(f"Invalid request: the message has more than {MAX_JSON_VALUES:,} JSON values and keys "
                          "(MAX_JSON_VALUES)", types.INVALID_REQUEST)
     paused = gc.isenabled()
@@ -78,7 +86,8 @@ def parse_json(data: bytes | str) -> JSON:
     finally:
         if paused:
             gc.enable()
-    if may_overflow(text) and not all_finite(value):
+    if not (all_finite(value) if len(text) > _SCAN_BYTES_PER_VALUE * most else
+            not may_overflow(text) or all_finite(value)):
         raise ParseError("Parse error: a number is out of range (JSON has no Infinity)")
     return value
 
@@ -98,6 +107,17 @@ def parse_scoped(scope: Scope, body: bytes) -> JSON:
         raise
     scope[_PARSED_KEY] = (body, value)
     return value
+
+
+def _over_budget(text: bytes) -> bool:
+    """Whether `text` has more than `MAX_JSON_VALUES` values and keys: counted in its first bytes first (a body of
+    small objects passes the bound within them, and counting all of a 4 MiB body cost 10 ms), then in all of it.
+    A prefix never holds more than the whole but for one container cut between its brackets (its string cut short
+    counts nothing: `count_values` keeps only what lies outside strings)."""
+    window = _PREFIX_BYTES_PER_VALUE * MAX_JSON_VALUES
+    if len(text) > window and count_values(text[:window]) > MAX_JSON_VALUES + 1:
+        return True
+    return count_values(text) > MAX_JSON_VALUES
 
 
 def _most_values(data: bytes) -> int:

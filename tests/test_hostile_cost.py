@@ -308,6 +308,15 @@ ROOT = Path(__file__).resolve().parent.parent
 BOUND = re.compile(r"^_?(MAX_[A-Z0-9_]+)\s*(?::[^=]+)?=", re.MULTILINE)
 
 
+@settings(max_examples=500, deadline=None)
+@given(JSON_VALUES, st.integers(min_value=0, max_value=400), st.booleans())
+def test_a_prefix_of_a_body_never_counts_more_than_one_past_the_whole(value: Any, cut: int, indent: bool) -> None:
+    """A body over the budget is refused on a count of its first bytes: a prefix, cut anywhere (in a string, an
+    escape, between brackets), never holds more than the whole's values and keys but for one cut container."""
+    text = json.dumps(value, indent=1 if indent else None).encode()
+    assert _wire.count_values(text[:cut]) <= _wire.count_values(text) + 1
+
+
 def test_every_bound_in_the_code_is_in_the_readme() -> None:
     """Every `MAX_*` constant of the four packages is named in the README's security section (with its default),
     so a bound added later without a line there fails here."""

@@ -55,8 +55,10 @@ def test_every_number_that_overflows_is_found_by_the_scan(numbers: list[str]) ->
     text = "[" + ",".join(numbers) + "]"
     if overflows(text):
         assert may_overflow(text) and may_overflow(text.encode())
-        with pytest.raises(ParseError, match="out of range"):
-            parse_json(text.encode())
+        # beside a long string, a client's body has its few values walked instead of its bytes scanned
+        for body in (text, '["' + "a" * 10_000 + '",' + text[1:]):
+            with pytest.raises(ParseError, match="out of range"):
+                parse_json(body.encode())
         assert None in loads(text)
 
 
