@@ -100,8 +100,9 @@ KINDS: list[tuple[str, str, Request]] = [
      lambda n: (call(TARGET, {"x": 1}, {"triad/tools": over_budget(n)}), {})),
     ("X-Triad-Tools header at budget", "512 patterns",
      lambda n: (call(TARGET, {"x": 1}), {"X-Triad-Tools": ",".join(worst_list(n))})),
-    ("tools/list, run list at budget", "5,000 tools",
+    ("tools/list, run list at MAX_RUN_LIST_WILDCARDS (refused: over MAX_RUN_LIST_WORK)", "5,000 tools",
      lambda n: (request("tools/list", {"_meta": {"triad/tools": worst_list(n)}}), {})),
+    ("plain tools/list", "5,000 tools", lambda n: (request("tools/list", {}), {})),
     ("tools/list, run list at MAX_RUN_LIST_WORK", "5,000 tools",
      lambda n: (request("tools/list", {"_meta": {"triad/tools": work_list(n)}}), {})),
     ("schema pattern ^(a|a)*$", "100,000 chars", lambda n: (call("fx__redos", {"s": "a" * 100_000 + "!"}), {})),
@@ -123,8 +124,8 @@ KINDS: list[tuple[str, str, Request]] = [
      lambda n: (call(TARGET, {"x": 1}), {}, {"tools": ",".join([*worst_list(n)[:272], TARGET])})),
     *big_body_rows(),
     ("body: one string", "4 MiB", lambda n: (call(TARGET, {"x": 1, "y": f"{n}" + "a" * (4 * 2**20 - 200)}), {})),
-    ("body: 199-digit runs in strings", "4 MiB",
-     lambda n: (call(TARGET, {"x": 1, "y": [f"{n}" + "1" * 199] * (4 * 2**20 // 210)}), {})),
+    ("body: 199-digit runs in strings", "2 MiB",
+     lambda n: (call(TARGET, {"x": 1, "y": [f"{n}" + "1" * 199] * (MAX_JSON_VALUES - 100)}), {})),
 ]
 
 
