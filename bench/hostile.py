@@ -24,10 +24,16 @@ import anyio
 import httpx2
 from run import ACCEPT, HERE, PY, ROOT, Process, processes, start_to_ready, start_triad, triad_config
 
+from exposers._wire import MAX_JSON_VALUES
+from gateway.identity import MAX_RUN_LIST_WORK
+
 FIXTURE = ROOT / "tests" / "servers" / "fixture_upstream.py"
 TARGET = "fleet00__tool_001"
-Request = Callable[[int], tuple[dict[str, Any], dict[str, str]]]
-"""Round number -> (JSON-RPC request, extra headers)."""
+Request = Callable[[int], tuple[dict[str, Any], ...]]
+"""Round number -> (JSON-RPC request, extra headers[, query parameters])."""
+MIN_MEASURED_CPU = 0.5
+"""Seconds of Triad CPU a kind is sent for at least (50 clock ticks: a 2% resolution), up to `MAX_ROUNDS_FACTOR`."""
+MAX_ROUNDS_FACTOR = 100
 
 
 def call(name: str, arguments: dict[str, Any], meta: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -47,6 +53,14 @@ def worst_list(nonce: int) -> list[str]:
     return [*inner, *prefixes, TARGET]
 
 
+def work_list(nonce: int) -> list[str]:
+    """As costly as `MAX_RUN_LIST_WORK` lets a list be on a view of 5,000 tools: its stars in inner globs, and
+    long prefixes to the pattern bound."""
+    inner = [f"*{c}*{nonce}" for c in string.ascii_lowercase[: MAX_RUN_LIST_WORK // 5_000 // 2]]
+    prefixes = [f"fleet00__{'t' * 230}{nonce}_{i}*" for i in range(511 - len(inner))]
+    return [*inner, *prefixes, TARGET]
+
+
 def over_budget(nonce: int) -> list[str]:
     """The known instance: 512 patterns of 256 characters `a*b*c*...`, refused by the search budget."""
     letters = string.ascii_lowercase
@@ -54,13 +68,13 @@ def over_budget(nonce: int) -> list[str]:
 
 
 def small_objects(count: int, nonce: int) -> list[dict[str, Any]]:
-    """`count` JSON values as `{"a": [k, {"b": k}]}` (5 each), the costliest per byte; fresh each round."""
-    return [{"a": [k + nonce, {"b": k}]} for k in range(count // 5)]
+    """`count` JSON values and keys as `{"a": [k, {"b": k}]}` (7 each), the costliest per byte; fresh each round."""
+    return [{"a": [k + nonce, {"b": k}]} for k in range(count // 7)]
 
 
 def big_body_rows() -> list[tuple[str, str, Request]]:
-    """The body of small objects in each place a caller puts one, just under `MAX_JSON_VALUES` (100,000) and over
-    it (refused), on the SDK path (ping, notification, initialize) and the direct path (lists, calls)."""
+    """The body of small objects in each place a caller puts one, just under `MAX_JSON_VALUES` and far over it
+    (refused), on the SDK path (ping, notification, initialize) and the direct path (lists, calls)."""
     places: list[tuple[str, Callable[[list[dict[str, Any]]], dict[str, Any]]]] = [
         ("ping _meta", lambda v: request("ping", {"_meta": {"x": v}})),
         ("notification _meta", lambda v: {"jsonrpc": "2.0", "method": "notifications/progress",
@@ -71,8 +85,8 @@ def big_body_rows() -> list[tuple[str, str, Request]]:
     ]
     rows: list[tuple[str, str, Request]] = []
     for place, make in places:
-        rows.append((f"body in {place}", "99,900 values",
-                     lambda n, make=make: (make(small_objects(99_900, n)), {})))  # type: ignore[misc]
+        rows.append((f"body in {place}", f"{MAX_JSON_VALUES - 100:,} values and keys",
+                     lambda n, make=make: (make(small_objects(MAX_JSON_VALUES - 100, n)), {})))  # type: ignore[misc]
         rows.append((f"body in {place} (refused)", "500,000 values",
                      lambda n, make=make: (make(small_objects(500_000, n)), {})))  # type: ignore[misc]
     return rows
@@ -86,8 +100,11 @@ KINDS: list[tuple[str, str, Request]] = [
      lambda n: (call(TARGET, {"x": 1}, {"triad/tools": over_budget(n)}), {})),
     ("X-Triad-Tools header at budget", "512 patterns",
      lambda n: (call(TARGET, {"x": 1}), {"X-Triad-Tools": ",".join(worst_list(n))})),
-    ("tools/list, run list at budget", "5,000 tools",
+    ("tools/list, run list at MAX_RUN_LIST_WILDCARDS (refused: over MAX_RUN_LIST_WORK)", "5,000 tools",
      lambda n: (request("tools/list", {"_meta": {"triad/tools": worst_list(n)}}), {})),
+    ("plain tools/list", "5,000 tools", lambda n: (request("tools/list", {}), {})),
+    ("tools/list, run list at MAX_RUN_LIST_WORK", "5,000 tools",
+     lambda n: (request("tools/list", {"_meta": {"triad/tools": work_list(n)}}), {})),
     ("schema pattern ^(a|a)*$", "100,000 chars", lambda n: (call("fx__redos", {"s": "a" * 100_000 + "!"}), {})),
     ("schema patternProperties", "2,000 keys",
      lambda n: (call("fx__redos", {f"{'b' * 40}{i}!": "x" for i in range(2000)}), {})),
@@ -103,7 +120,12 @@ KINDS: list[tuple[str, str, Request]] = [
     ("prompt arguments", "5,000 arguments",
      lambda n: (request("prompts/get", {"name": "fx__greet", "arguments": {f"k{i}": "v" * 20 for i in range(5000)}}),
                 {})),
+    ("?tools= at budget (httpx's 64 KiB URL: 32 inner globs, 240 prefixes)", "273 patterns",
+     lambda n: (call(TARGET, {"x": 1}), {}, {"tools": ",".join([*worst_list(n)[:272], TARGET])})),
     *big_body_rows(),
+    ("body: one string", "4 MiB", lambda n: (call(TARGET, {"x": 1, "y": f"{n}" + "a" * (4 * 2**20 - 200)}), {})),
+    ("body: 199-digit runs in strings", "2 MiB",
+     lambda n: (call(TARGET, {"x": 1, "y": [f"{n}" + "1" * 199] * (MAX_JSON_VALUES - 100)}), {})),
 ]
 
 
@@ -130,18 +152,24 @@ def outcome(response: httpx2.Response) -> str:
     return "tool error" if message["result"].get("isError") else "result"
 
 
+def sent(made: tuple[dict[str, Any], ...]) -> tuple[dict[str, Any], dict[str, str], dict[str, str]]:
+    return made[0], made[1], made[2] if len(made) > 2 else {}
+
+
 async def measure(triad: Process, url: str, rounds: int) -> list[tuple[str, str, float, str]]:
     rows = []
     async with httpx2.AsyncClient(timeout=120) as http:
         headers = await session(http, url)
         for kind, size, make in KINDS:
-            body, extra = make(-1)  # warm-up: views of the base identity, schema validators, the search index
-            await http.post(url, headers={**headers, **extra}, json=body)
-            before, seen = triad.cpu_seconds(), ""
-            for n in range(rounds):
-                body, extra = make(n)
-                seen = outcome(await http.post(url, headers={**headers, **extra}, json=body))
-            rows.append((kind, size, (triad.cpu_seconds() - before) * 1000 / rounds, seen))
+            body, extra, params = sent(make(-1))  # warm-up: views of the base identity, validators, search index
+            await http.post(url, headers={**headers, **extra}, params=params, json=body)
+            before, seen, n = triad.cpu_seconds(), "", 0
+            # /proc counts CPU in clock ticks (10 ms): a cheap kind runs until it has used enough of them to measure
+            while n < rounds or (triad.cpu_seconds() - before < MIN_MEASURED_CPU and n < MAX_ROUNDS_FACTOR * rounds):
+                body, extra, params = sent(make(n))
+                seen = outcome(await http.post(url, headers={**headers, **extra}, params=params, json=body))
+                n += 1
+            rows.append((kind, size, (triad.cpu_seconds() - before) * 1000 / n, seen))
     return rows
 
 

@@ -2,7 +2,7 @@
 
 from consumers._errors import describe_failure
 from consumers._files import read_regular
-from consumers._json import HUGE_NUMBER, JSON, JSONObject, all_finite, dumps, loads
+from consumers._json import JSON, JSONObject, all_finite, dumps, loads, may_overflow
 from consumers.channel import TASK_STATUS
 from consumers.child_groups import ChildGroups
 from consumers.lifecycle import UpstreamState
@@ -28,7 +28,6 @@ from consumers.upstream import Upstream
 
 __all__ = [
     "CURRENT_DOWNSTREAM",
-    "HUGE_NUMBER",
     "JSON",
     "TASK_STATUS",
     "Answer",
@@ -54,6 +53,7 @@ __all__ = [
     "dumps",
     "loads",
     "login",
+    "may_overflow",
     "read_regular",
     "undeclared",
 ]

@@ -37,20 +37,25 @@ from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from consumers import HUGE_NUMBER, JSON, all_finite
+from consumers import JSON, all_finite, may_overflow
 from gateway.errors import TriadError
-
-_HUGE_NUMBER_BYTES = re.compile(HUGE_NUMBER.pattern.encode())
-"""Only text with a literal that may overflow a float is walked for infinities (`allow_inf_nan=False` refuses
-`NaN` and `Infinity` literals, not overflows)."""
-
 
 INVALID_MESSAGE = "Invalid request: not a JSON-RPC 2.0 message"
 INVALID_ID = "Invalid request: a request's id must be a string or an integer"
 
-MAX_JSON_VALUES = 100_000
-"""JSON values (objects, arrays, strings, numbers, literals; not object keys) in one message from a client. Real
-MCP messages hold hundreds, a large tool call some thousands; a big payload is one string, which counts once."""
+MAX_JSON_VALUES = 10_000
+"""JSON values (objects, arrays, strings, numbers, literals) and object keys in one message from a client (a key
+costs what a string value does: an object of 5,000 members is 10,000). Real MCP messages hold hundreds, a large
+tool call some thousands; a big payload is one string, which counts once. A
+judgment call from bench/hostile.py: each value costs about 1 us between Triad's parse and the SDK's parse and
+validation, so 100,000 of them cost 60-100 plain calls; 10,000 stay within about 5."""
+_SCAN_BYTES_PER_VALUE = 50
+"""Bytes of text per value past which a walk of the parsed values (about 75 ns a value, at most
+`MAX_JSON_VALUES` of them) is cheaper than the scan of the text for huge numbers (about 1.5 ns a byte): a body
+of 4 MiB that is mostly one string has a few values to walk, and 5-8 ms of bytes to scan."""
+_PREFIX_BYTES_PER_VALUE = 8
+"""Bytes per value of budget in the prefix counted first (`_over_budget`): 80 KB for 10,000, where small objects
+take about 4 bytes a value."""
 _PARSED_KEY = "triad.parsed"
 """Where the ASGI scope keeps a body's parse (`parse_scoped`), so the layers in front of the SDK parse it once."""
 
@@ -68,8 +73,9 @@ def parse_json(data: bytes | str) -> JSON:
     """The JSON value of `data`, or `ParseError`: more than `MAX_JSON_VALUES` values (counted before anything is
     parsed), malformed, NaN or infinite numbers, nesting past the limit."""
     text = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
-    if _most_values(text) > MAX_JSON_VALUES and count_values(text) > MAX_JSON_VALUES:
-        raise ParseError(f"Invalid request: the message has more than {MAX_JSON_VALUES:,} JSON values "
+    most = _most_values(text)
+    if most > MAX_JSON_VALUES and _over_budget(text):
+        raise ParseError(f"Invalid request: the message has more than {MAX_JSON_VALUES:,} JSON values and keys "
                          "(MAX_JSON_VALUES)", types.INVALID_REQUEST)
     paused = gc.isenabled()
     gc.disable()
@@ -80,7 +86,8 @@ def parse_json(data: bytes | str) -> JSON:
     finally:
         if paused:
             gc.enable()
-    if _HUGE_NUMBER_BYTES.search(text) is not None and not all_finite(value):
+    if not (all_finite(value) if len(text) > _SCAN_BYTES_PER_VALUE * most else
+            not may_overflow(text) or all_finite(value)):
         raise ParseError("Parse error: a number is out of range (JSON has no Infinity)")
     return value
 
@@ -102,21 +109,33 @@ def parse_scoped(scope: Scope, body: bytes) -> JSON:
     return value
 
 
+def _over_budget(text: bytes) -> bool:
+    """Whether `text` has more than `MAX_JSON_VALUES` values and keys: counted in its first bytes first (a body of
+    small objects passes the bound within them, and counting all of a 4 MiB body cost 10 ms), then in all of it.
+    A prefix never holds more than the whole but for one container cut between its brackets (its string cut short
+    counts nothing: `count_values` keeps only what lies outside strings)."""
+    window = _PREFIX_BYTES_PER_VALUE * MAX_JSON_VALUES
+    if len(text) > window and count_values(text[:window]) > MAX_JSON_VALUES + 1:
+        return True
+    return count_values(text) > MAX_JSON_VALUES
+
+
 def _most_values(data: bytes) -> int:
-    """An upper bound on the values in JSON text (`count_values`, but counting in strings too, and empty
-    containers): three byte counts, far cheaper than the exact count."""
-    return 1 + data.count(b",") + data.count(b"{") + data.count(b"[")
+    """An upper bound on the values and keys in JSON text (`count_values`, but counting in strings too, and empty
+    containers): four byte counts, far cheaper than the exact count."""
+    return 1 + data.count(b",") + data.count(b"{") + data.count(b"[") + data.count(b":")
 
 
 _NOT_STRUCTURE = bytes(sorted(set(range(256)) - set(b'",:{}[]')))
 
 
 def count_values(data: bytes) -> int:
-    """The values in `data`, if it is JSON, counted without parsing it, in a few passes of C over the bytes.
+    """The values and keys in `data`, if it is JSON, counted without parsing it, in a few passes of C over the bytes.
 
     Every value but the first is an array's element or a member's value: there are 1 + the commas + the non-empty
-    containers, outside strings. Escaped backslashes and quotes go first (a string then ends at the next quote).
-    Commas and containers are counted among the quotes and structure alone, an empty string made a placeholder (a
+    containers, outside strings; each key is followed by a colon outside strings. Escaped backslashes and quotes
+    go first (a string then ends at the next quote). Commas, colons and containers are counted among the quotes
+    and structure alone, an empty string made a placeholder (a
     colon or comma keeps two strings apart, so `""` is always one string); when no string holds structure, that
     is all of them, and empty containers are those left once blanks go. Otherwise a split leaves the text outside
     strings. For text that is not JSON the count means nothing: the parse refuses it, if the count did not."""
@@ -127,7 +146,7 @@ def count_values(data: bytes) -> int:
     if b'"' in kept:
         kept = bare = b"0".join(bare.split(b'"')[::2])
     empty = bare.count(b"{}") + bare.count(b"[]")
-    return 1 + kept.count(b",") + kept.count(b"{") + kept.count(b"[") - empty
+    return 1 + kept.count(b",") + kept.count(b"{") + kept.count(b"[") + kept.count(b":") - empty
 
 
 def error_body(code: int, message: str) -> bytes:

@@ -124,9 +124,9 @@ def budget_list() -> list[str]:
 
 
 def values(count: int) -> list[Any]:
-    """`count` JSON values (plus the list holding them) as small objects, the costliest values per byte: the
-    outside attack's 100,000 `{"a": [k, {"b": k}]}` (5 values each) cost seconds of garbage collection."""
-    return [{"a": [k, {"b": k}]} for k in range(count // 5)]
+    """`count` JSON values and keys (plus the list holding them) as small objects, the costliest per byte: the
+    outside attack's 100,000 `{"a": [k, {"b": k}]}` (5 values and 2 keys each) cost seconds of garbage collection."""
+    return [{"a": [k, {"b": k}]} for k in range(count // 7)]
 
 
 BIG_BODY_METHODS: list[tuple[str, Any]] = [
@@ -179,18 +179,47 @@ def worst_inputs() -> list[tuple[str, dict[str, Any], str | None]]:
     ]
 
 
+Sent = tuple[str, dict[str, Any], str | None, dict[str, str], str]
+"""(kind, request, the error it must get or None, extra headers, query string)."""
+
+
+def worst_sends() -> list[Sent]:
+    """`worst_inputs`, and the kinds a caller sends beside the body: run-level lists in `X-Triad-Tools` and
+    `?tools=` (httpx takes a URL of 64 KiB: a shorter list of the same patterns), a search query of distinct
+    tokens, and bodies near the byte bound (one string; strings of 199 digits, which a backtracking scan for
+    huge numbers tried again at every digit)."""
+    echo = call(1, "fx__echo", {"text": "hi"})
+    words = " ".join(f"w{i}" for i in range(MAX_QUERY_CHARS))[: MAX_QUERY_CHARS - 1]
+    query_list = [*budget_list()[: MAX_RUN_LIST_WILDCARDS // 2 + 200], "fx__echo"]
+    return [*((kind, request, error, {}, "") for kind, request, error in worst_inputs()),
+            ("X-Triad-Tools at budget", echo, None, {"X-Triad-Tools": ",".join(budget_list())}, ""),
+            ("X-Triad-Tools over budget", echo, "the limit is", {"X-Triad-Tools": ",".join(worst_patterns())}, ""),
+            ("?tools= at budget", echo, None, {}, "?tools=" + ",".join(query_list)),
+            ("?tools= over budget", echo, "the limit is", {}, "?tools=" + ",".join(worst_patterns()[:200])),
+            ("search query", call(1, "search_tools", {"query": words}), None, {}, ""),
+            ("body: one string", call(1, "fx__echo", {"text": "hi", "x": "a" * (4 * 2**20 - 300)}), None, {}, ""),
+            ("body: 199-digit runs", call(1, "fx__echo", {"text": "hi", "x": ["1" * 199] * 9_000}), None, {}, "")]
+
+
 async def answer(session: HandshakeSession, request: dict[str, Any]) -> dict[str, Any]:
     return answer_of(await session.post(dumps(request)))
 
 
+async def send(session: HandshakeSession, row: Sent) -> httpx2.Response:
+    _kind, request, _error, headers, query = row
+    if query:
+        return await session.http.post(session.url + query, content=dumps(request),
+                                       headers={**session.headers, **headers})
+    return await session.post(dumps(request), headers)
+
+
 @pytest.mark.anyio
-@pytest.mark.parametrize("row", worst_inputs(), ids=lambda row: row[0])
-async def test_the_worst_input_of_each_kind_is_answered(triad: str, row: tuple[str, dict[str, Any], str | None]
-                                                        ) -> None:
-    _kind, request, error = row
+@pytest.mark.parametrize("row", worst_sends(), ids=lambda row: row[0])
+async def test_the_worst_input_of_each_kind_is_answered(triad: str, row: Sent) -> None:
+    _kind, request, error, _headers, _query = row
     async with httpx2.AsyncClient(timeout=DEADLINE) as http:
         session = await HandshakeSession(http, triad).open()
-        response = await session.post(dumps(request))
+        response = await send(session, row)
         if "id" not in request and response.status_code == 202:  # a notification taken: nothing to answer
             assert error is None
             found: dict[str, Any] = {"result": {}}
@@ -220,13 +249,13 @@ async def test_a_search_with_every_token_distinct_is_answered(triad: str) -> Non
 @pytest.mark.anyio
 async def test_a_victims_calls_complete_while_an_attacker_sends_the_worst_inputs(triad: str) -> None:
     victim_calls, done = 30, []
-    attacks = [request for _kind, request, _error in worst_inputs()]
+    attacks = worst_sends()
 
     async def attacker(http: httpx2.AsyncClient, stop: anyio.Event) -> None:
         session = await HandshakeSession(http, triad).open()
         while not stop.is_set():
-            for request in attacks:
-                await session.post(dumps(request))
+            for row in attacks:
+                await send(session, row)
 
     async with httpx2.AsyncClient(timeout=DEADLINE) as http:
         stop = anyio.Event()
@@ -249,8 +278,9 @@ JSON_VALUES = st.recursive(
 
 
 def count_values(value: Any) -> int:
+    """Values and keys: a member is its key and its value."""
     if isinstance(value, dict):
-        return 1 + sum(map(count_values, value.values()))
+        return 1 + sum(1 + count_values(item) for item in value.values())
     if isinstance(value, list):
         return 1 + sum(map(count_values, value))
     return 1
@@ -259,7 +289,7 @@ def count_values(value: Any) -> int:
 @settings(max_examples=500, deadline=None)
 @given(JSON_VALUES, st.integers(min_value=1, max_value=60))
 def test_a_body_is_refused_exactly_when_it_has_more_values_than_the_budget(value: Any, budget: int) -> None:
-    """Whatever the shape (strings full of commas and brackets included), the budget counts JSON values, and
+    """Whatever the shape (strings full of commas and brackets included), the budget counts JSON values and keys, and
     naming it is the refusal's message."""
     original, _wire.MAX_JSON_VALUES = _wire.MAX_JSON_VALUES, budget
     try:
@@ -274,12 +304,27 @@ def test_a_body_is_refused_exactly_when_it_has_more_values_than_the_budget(value
         _wire.MAX_JSON_VALUES = original
 
 
-def test_the_bounds_are_in_the_readme() -> None:
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    section = readme.split("## Security: bounds and quotas", 1)[1].split("\n## ", 1)[0]
-    for name in ("MAX_JSON_VALUES", "MAX_RUN_LIST_WILDCARDS", "MAX_RUN_LIST_PATTERNS", "MAX_PATTERN_LENGTH",
-                 "MAX_CURSOR_CHARS"):
-        assert name in section
+ROOT = Path(__file__).resolve().parent.parent
+BOUND = re.compile(r"^_?(MAX_[A-Z0-9_]+)\s*(?::[^=]+)?=", re.MULTILINE)
+
+
+@settings(max_examples=500, deadline=None)
+@given(JSON_VALUES, st.integers(min_value=0, max_value=400), st.booleans())
+def test_a_prefix_of_a_body_never_counts_more_than_one_past_the_whole(value: Any, cut: int, indent: bool) -> None:
+    """A body over the budget is refused on a count of its first bytes: a prefix, cut anywhere (in a string, an
+    escape, between brackets), never holds more than the whole's values and keys but for one cut container."""
+    text = json.dumps(value, indent=1 if indent else None).encode()
+    assert _wire.count_values(text[:cut]) <= _wire.count_values(text) + 1
+
+
+def test_every_bound_in_the_code_is_in_the_readme() -> None:
+    """Every `MAX_*` constant of the four packages is named in the README's security section (with its default),
+    so a bound added later without a line there fails here."""
+    section = (ROOT / "README.md").read_text().split("## Security: bounds and quotas", 1)[1].split("\n## ", 1)[0]
+    found = {match for package in ("gateway", "exposers", "policy", "consumers")
+             for path in (ROOT / package).rglob("*.py") for match in BOUND.findall(path.read_text())}
+    assert {"MAX_JSON_VALUES", "MAX_RUN_LIST_WORK", "MAX_REQUEST_BODY"} <= found
+    assert sorted(name for name in found if re.search(rf"\b{name}\b", section) is None) == []
 
 
 class _NoParse:
