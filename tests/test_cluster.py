@@ -149,7 +149,7 @@ async def test_a_deeply_nested_body_naming_a_round_gets_a_parse_error(cluster: T
     is a parse error there as on one replica (`exposers._wire.parse_json`), never an exception in the app (a 500
     and a traceback)."""
     nested = (b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "echo", '
-              b'"requestState": "triad-round:r2.x", "arguments": {"a": ' + b"[" * 20_000 + b"]" * 20_000 + b"}}}")
+              b'"requestState": "triad-round:r2.x", "arguments": {"a": ' + b"[" * 5_000 + b"]" * 5_000 + b"}}}")
     async with http_for("alice") as alice:
         answered = await modern_post(alice, cluster.replica_url("r1"), nested, modern_headers("tools/call", "echo"))
     assert answered.status_code == 400, answered.text
