@@ -24,11 +24,15 @@ naming the SDK version when one no longer holds.
   surrogate (valid JSON an upstream may send): the process (`triad stdio`) or the session (SSE) ended. The four
   JSON-RPC message classes get a `model_dump_json` that falls back to `consumers._json.dumps_text` for exactly
   that failure (pydantic's own serialiser stays the fast path). Installed once, when `consumers` is imported.
+- `quiet_oauth_flow_errors`: the SDK's OAuth flow (`OAuthClientProvider._auth_flow`) logs every failure with its
+  traceback (`logger.exception("OAuth flow error")` on `mcp.client.auth.oauth2`) before re-raising it; Triad
+  reports the same failure once, as one line (`consumers.oauth`): that record is dropped. Installed with the above.
 """
 
 from __future__ import annotations
 
 import contextvars
+import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, cast
 
@@ -125,4 +129,18 @@ def serialise_any_string() -> None:
         cls.model_dump_json = _model_dump_json  # type: ignore[method-assign]
 
 
+OAUTH_LOGGER = "mcp.client.auth.oauth2"
+OAUTH_FLOW_ERROR = "OAuth flow error"
+
+
+def _not_an_oauth_flow_error(record: logging.LogRecord) -> bool:
+    return record.msg != OAUTH_FLOW_ERROR
+
+
+def quiet_oauth_flow_errors() -> None:
+    """Drop the SDK's traceback record of a failed OAuth flow (idempotent: the same filter is added once)."""
+    logging.getLogger(OAUTH_LOGGER).addFilter(_not_an_oauth_flow_error)
+
+
 serialise_any_string()
+quiet_oauth_flow_errors()

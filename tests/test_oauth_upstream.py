@@ -34,7 +34,8 @@ UPSTREAM = ROOT / "tests" / "servers" / "oauth_upstream.py"
 class Protected:
     """oidc-provider and an upstream that accepts its tokens for the upstream's own URL."""
 
-    def __init__(self, procs: list[Proc], tmp_path: Path, ttl: int = 600, **triad: Any) -> None:
+    def __init__(self, procs: list[Proc], tmp_path: Path, ttl: int = 600, as_env: dict[str, str] | None = None,
+                 **triad: Any) -> None:
         port = free_port()
         self.url = f"http://127.0.0.1:{port}/mcp"
         as_port = free_port()
@@ -42,7 +43,8 @@ class Protected:
         _key, jwk = signing_key("login-key")
         procs.append(auth := Proc([node_bin(), str(NODE_DIR / "oauth_as.mjs"), marker("oauth-as")],
                                   env={"AS_PORT": str(as_port), "AS_RESOURCES": json.dumps([self.url]),
-                                       "AS_KEYS": json.dumps([jwk]), "AS_LOGIN": "1", "AS_TTL": str(ttl)}))
+                                       "AS_KEYS": json.dumps([jwk]), "AS_LOGIN": "1", "AS_TTL": str(ttl),
+                                       **(as_env or {})}))
         auth.wait_for(r"READY \d+")
         procs.append(upstream := Proc([PYTHON, str(UPSTREAM), "--issuer", self.issuer, "--port", str(port),
                                        marker("oauth-upstream")]))
@@ -357,3 +359,24 @@ async def test_a_user_logged_in_on_the_loopback_later_authorizes_through_triads_
     assert not result.is_error, result
     assert result.content[0].text.split()[0] == "erin"
     assert json.loads(kept.read_text())["client"]["client_id"] != loopback_client
+
+
+@pytest.mark.parametrize(("methods", "refused"), [
+    ("absent", True), ("[]", True), ('["plain"]', True), ('["S256"]', False), ('["plain", "S256"]', False)])
+async def test_an_authorization_server_that_does_not_list_s256_is_never_asked_to_authorize(
+        procs: list[Proc], tmp_path: Path, methods: str, refused: bool) -> None:
+    """MCP authorization (PKCE): a client MUST refuse to proceed when the server's metadata does not list S256 in
+    `code_challenge_methods_supported` (absent, empty, `plain` only). The refusal is one line naming the server
+    and the field, before any person is sent to it; a server that lists S256 is authorized as before."""
+    protected = Protected(procs, tmp_path, as_env={"AS_PKCE": methods})
+    if not refused:
+        protected.login()
+        return
+    proc = Proc([*TRIAD, "login", "up", "-c", str(protected.config)], env={"TRIAD_TEST_MARK": marker("login")})
+    procs.append(proc)
+    assert proc.popen.wait(60) != 0
+    proc._pump_thread.join(10)
+    assert f"{protected.issuer}/auth" not in proc.stderr, "a person was sent to authorize"
+    lines = [line for line in proc.stderr.splitlines() if "code_challenge_methods_supported" in line]
+    assert len(lines) == 1 and protected.issuer in lines[0] and "S256" in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr

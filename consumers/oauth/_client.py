@@ -50,7 +50,7 @@ from pydantic import AnyUrl
 
 from consumers._http_rules import HTTP_RULES
 from consumers.config import AUTHORIZATION_WAIT, UpstreamAuthConfig
-from consumers.errors import UpstreamAuthorizationRequired
+from consumers.errors import UpstreamAuthorizationFailed, UpstreamAuthorizationRequired
 from consumers.oauth._http_auth import AuthorizationErrors, RefreshingAuth
 from consumers.oauth._loopback import LoopbackRedirect, redirect_uri
 from consumers.oauth._token_store import ForRedirect, Preregistered, TokenStorage, token_store
@@ -279,6 +279,7 @@ class UpstreamOAuth:
     # -- the person ----------------------------------------------------------------------------------------------
 
     async def _redirect(self, url: str) -> None:
+        self._require_pkce()
         if self._user is not None and self.ask is None:  # never the operator's browser for a user's credential
             raise UpstreamAuthorizationRequired(
                 self.upstream, f"upstream {self.upstream!r} needs your own authorization, and your client cannot "
@@ -311,6 +312,21 @@ class UpstreamOAuth:
             self._pending = None
             await pending.close()
             raise
+
+    def _require_pkce(self) -> None:
+        """MCP authorization (2025-11-25, PKCE): a client MUST verify PKCE support from the authorization server's
+        metadata, and MUST refuse to proceed when `code_challenge_methods_supported` is absent. Triad sends S256
+        only, so a list without it is refused as well. Checked before anyone is sent to authorize."""
+        context = self.provider.context
+        metadata = context.oauth_metadata
+        methods = metadata.code_challenge_methods_supported if metadata is not None else None
+        if methods is not None and "S256" in methods:
+            return
+        server = str(metadata.issuer) if metadata is not None else (context.auth_server_url or self._url)
+        seen = "absent" if methods is None else f"{methods!r}"
+        raise UpstreamAuthorizationFailed(
+            self.upstream, f"upstream {self.upstream!r}: authorization server {server} does not list S256 in "
+            f"code_challenge_methods_supported ({seen}): Triad does not authorize without PKCE")
 
     def _check_registration(self) -> None:
         """A registration made for another redirect URI kept for its refresh token (`ForRedirect`), now that an

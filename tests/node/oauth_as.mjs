@@ -10,6 +10,8 @@
 // consent to what was asked; the browser names another account by an `as_account` cookie). AS_OPAQUE=1: access
 // tokens are opaque, and any client may introspect them (RFC 7662, at /token/introspection).
 // AS_TTL: access token lifetime in seconds (default 600).
+// AS_PKCE: what its metadata says of PKCE: a JSON list for `code_challenge_methods_supported` (the real server
+// still requires S256), or `absent` for no such field (a server a client MUST refuse to authorize with).
 // Prints `READY <port>` on stderr once it listens; stops on SIGTERM.
 import http from 'node:http';
 import Provider, { errors } from 'oidc-provider';
@@ -47,6 +49,18 @@ const provider = new Provider(issuer, {
     },
   },
 });
+const pkce = process.env.AS_PKCE;
+if (pkce !== undefined) {
+  provider.use(async (ctx, next) => {
+    await next();
+    if (ctx.path.startsWith('/.well-known/') && ctx.body && typeof ctx.body === 'object') {
+      const body = { ...ctx.body };
+      if (pkce === 'absent') delete body.code_challenge_methods_supported;
+      else body.code_challenge_methods_supported = JSON.parse(pkce);
+      ctx.body = body;
+    }
+  });
+}
 provider.on('server_error', (_ctx, err) => console.error('server_error', err));
 
 // The person at the browser, for AS_LOGIN: log in as AS_ACCOUNT and consent to everything asked.
