@@ -35,7 +35,9 @@ class Protected:
     """oidc-provider and an upstream that accepts its tokens for the upstream's own URL."""
 
     def __init__(self, procs: list[Proc], tmp_path: Path, ttl: int = 600, as_env: dict[str, str] | None = None,
-                 **triad: Any) -> None:
+                 advertise: str | None = None, **triad: Any) -> None:
+        """`advertise`: how the upstream's resource metadata spells its authorization server (`{issuer}` is
+        replaced by the real one; default: the issuer as it is)."""
         port = free_port()
         self.url = f"http://127.0.0.1:{port}/mcp"
         as_port = free_port()
@@ -46,12 +48,15 @@ class Protected:
                                        "AS_KEYS": json.dumps([jwk]), "AS_LOGIN": "1", "AS_TTL": str(ttl),
                                        **(as_env or {})}))
         auth.wait_for(r"READY \d+")
+        spelling = ["--advertise", advertise.format(issuer=self.issuer)] if advertise is not None else []
         procs.append(upstream := Proc([PYTHON, str(UPSTREAM), "--issuer", self.issuer, "--port", str(port),
-                                       marker("oauth-upstream")]))
+                                       *spelling, marker("oauth-upstream")]))
         upstream.wait_for(r"READY \d+")
         self.upstream = upstream
         self.procs, self.tmp_path = procs, tmp_path
-        auth = {"type": "oauth", "redirect_port": free_port(), **triad.pop("auth", {})}
+        auth = {"type": "oauth", "redirect_port": free_port(),
+                **{key: value.format(issuer=self.issuer) if isinstance(value, str) else value
+                   for key, value in triad.pop("auth", {}).items()}}
         upstream = {"url": self.url, "auth": auth, **({"connect_timeout": triad.pop("connect_timeout")}
                                                        if "connect_timeout" in triad else {})}
         self.config = write_config(tmp_path, {"upstreams": {"up": upstream}, **triad})
@@ -380,3 +385,35 @@ async def test_an_authorization_server_that_does_not_list_s256_is_never_asked_to
     lines = [line for line in proc.stderr.splitlines() if "code_challenge_methods_supported" in line]
     assert len(lines) == 1 and protected.issuer in lines[0] and "S256" in lines[0], proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr
+
+
+def failed_login(protected: Protected) -> str:
+    """`triad login up`, which is expected to fail: its whole output."""
+    proc = Proc([*TRIAD, "login", "up", "-c", str(protected.config)], env={"TRIAD_TEST_MARK": marker("login")})
+    protected.procs.append(proc)
+    assert proc.popen.wait(60) != 0
+    proc._pump_thread.join(10)
+    return proc.stderr
+
+
+@pytest.mark.parametrize(("advertise", "issuer", "expected"), [
+    ("{issuer}", None, None),
+    ("{issuer}/", None, "'{issuer}/'"),  # a root issuer with a trailing slash: another string (RFC 8414 §3.3)
+    ("{issuer}/", "{issuer}", None),  # the operator names the issuer its metadata presents
+    ("{issuer}/", "{issuer}/", "'{issuer}/'"),  # named, but not as the metadata presents it
+    ("{issuer}", "http://127.0.0.1:1", "'http://127.0.0.1:1'"),  # the upstream advertises another server
+])
+async def test_an_issuer_other_than_the_one_expected_is_refused_unless_the_operator_names_it(
+        procs: list[Proc], tmp_path: Path, advertise: str, issuer: str | None, expected: str | None) -> None:
+    """Strict RFC 8414 comparison of the authorization server metadata's `issuer` with the server the upstream
+    advertises, unless `auth.issuer` names the exact issuer (the advertised server may then differ from it by a
+    root's trailing slash only). A refusal is one line naming the issuer expected and the one seen, and the
+    setting; no traceback."""
+    protected = Protected(procs, tmp_path, advertise=advertise, auth={"issuer": issuer} if issuer else {})
+    if expected is None:
+        protected.login()
+        return
+    output = failed_login(protected)
+    lines = [line for line in output.splitlines() if "issuer" in line and "auth.issuer" in line]
+    assert lines and expected.format(issuer=protected.issuer) in lines[0], output
+    assert "Traceback" not in output, output

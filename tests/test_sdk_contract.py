@@ -265,3 +265,18 @@ def test_the_oauth_flow_logs_its_failures_in_one_record_that_triad_drops(caplog:
             oauth2.logger.exception(consumer_sdk.OAUTH_FLOW_ERROR)
         oauth2.logger.warning("Token refresh failed: 400")
     assert [record.getMessage() for record in caplog.records] == ["Token refresh failed: 400"]
+
+
+def test_the_oauth_flow_takes_its_authorization_server_from_one_replaceable_method() -> None:
+    import inspect
+
+    from mcp.client.auth import oauth2
+
+    source = inspect.getsource(oauth2.OAuthClientProvider._auth_flow)
+    expect_consumer("self.context.auth_server_url = self._select_authorization_server(" in source
+                    and "validate_metadata_issuer(asm, expected_issuer)" in source
+                    and "return self.context.auth_server_url or" in inspect.getsource(
+                        oauth2.OAuthClientProvider._expected_issuer),
+                    "the advertised server the flow uses comes from _select_authorization_server, and the "
+                    "metadata's issuer is compared with it (_expected_issuer)")
+    expect_consumer(str(oauth2.OAuthFlowError("x")) == "x", "OAuthFlowError's message is the text it was given")

@@ -49,6 +49,7 @@ from mcp.shared.auth import (
 from pydantic import AnyUrl
 
 from consumers._http_rules import HTTP_RULES
+from consumers._sdk import IssuerNamedProvider
 from consumers.config import AUTHORIZATION_WAIT, UpstreamAuthConfig
 from consumers.errors import UpstreamAuthorizationFailed, UpstreamAuthorizationRequired
 from consumers.oauth._http_auth import AuthorizationErrors, RefreshingAuth
@@ -144,8 +145,10 @@ class UpstreamOAuth:
                 client_id=config.client_id, client_secret=secret, token_endpoint_auth_method=method,
                 redirect_uris=[AnyUrl(redirect)], issuer=config.issuer))
         metadata = OAuthClientMetadata(redirect_uris=[AnyUrl(redirect)], client_name=config.client_name, scope=scope)
-        return OAuthClientProvider(url, metadata, storage, self._redirect, self._callback,
-                                   client_metadata_url=config.client_metadata_url)
+        provider = IssuerNamedProvider(url, metadata, storage, self._redirect, self._callback,
+                                       client_metadata_url=config.client_metadata_url)
+        provider.issuer = config.issuer
+        return provider
 
     def serves(self, url: str, config: UpstreamAuthConfig) -> bool:
         return (url, config) == (self._url, self._config)
@@ -194,7 +197,7 @@ class UpstreamOAuth:
             # A client of its own (the flow runs rarely: a refresh, a challenge), following no redirect itself.
             async with httpx2.AsyncClient(timeout=AUTH_REQUEST_TIMEOUT, follow_redirects=False,
                                           trust_env=HTTP_RULES.trust_env) as http:
-                with AuthorizationErrors(self.upstream):
+                with AuthorizationErrors(self.upstream, self._config.issuer):
                     outgoing = await flow.__anext__()
                     while True:
                         if outgoing is probe:
