@@ -12,6 +12,7 @@ import json
 import os
 import stat
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,7 @@ class Protected:
                                        "AS_KEYS": json.dumps([jwk]), "AS_LOGIN": "1", "AS_TTL": str(ttl),
                                        **(as_env or {})}))
         auth.wait_for(r"READY \d+")
+        self.authorization_server = auth
         spelling = ["--advertise", advertise.format(issuer=self.issuer)] if advertise is not None else []
         procs.append(upstream := Proc([PYTHON, str(UPSTREAM), "--issuer", self.issuer, "--port", str(port),
                                        *spelling, marker("oauth-upstream")]))
@@ -135,18 +137,73 @@ async def test_tokens_are_never_logged_nor_shown_in_readyz_metrics_or_errors(pro
             assert secret not in text, f"a token appears in {where}"
 
 
-async def test_a_token_near_its_expiry_is_refreshed_before_use(procs: list[Proc], tmp_path: Path) -> None:
-    """Tokens live 30 s, less than the refresh margin: every use refreshes first, and no request is refused."""
+async def test_a_short_lived_token_is_not_refreshed_on_every_request(procs: list[Proc], tmp_path: Path) -> None:
+    """Tokens live 30 s: Triad refreshes ahead by a fraction of the lifetime, not by a fixed margin longer than it,
+    so requests in its first part all go out with the token the login got."""
     protected = Protected(procs, tmp_path, ttl=30)
     protected.login()
     before = json.loads(protected.tokens.read_text())["tokens"]
     url = start_triad(procs, protected.config, wait_ready=1)
-    first = (await whoami(url)).split()
-    second = (await whoami(url)).split()
-    assert first[0] == second[0] == "test-user"
-    assert first[1] != second[1], "each call should have gone out with a freshly refreshed token"
-    after = json.loads(protected.tokens.read_text())["tokens"]
-    assert after["access_token"] != before["access_token"], "the refreshed token was not kept"
+    answers = {tuple((await whoami(url)).split()) for _ in range(5)}
+    assert len(answers) == 1 and next(iter(answers))[0] == "test-user", answers
+    assert json.loads(protected.tokens.read_text())["tokens"]["access_token"] == before["access_token"]
+
+
+def expire_in(path: Path, seconds: float) -> None:
+    """Make the stored token (lifetime 600 s) one that expires in `seconds`."""
+    document = json.loads(path.read_text())
+    document["expires_at"] = time.time() + seconds
+    path.write_text(json.dumps(document))
+
+
+@pytest.mark.parametrize("authorization_server", ["up", "down"])
+async def test_a_token_due_for_refresh_is_refreshed_or_used_while_still_valid(
+        procs: list[Proc], tmp_path: Path, authorization_server: str) -> None:
+    """A stored token due for refresh (it expires in 30 s) is refreshed when the authorization server answers;
+    when it is down, the call goes out with the token it has (still valid), and the log says which server and
+    what failed."""
+    protected = Protected(procs, tmp_path)
+    protected.login()
+    expire_in(protected.tokens, 30)
+    held = json.loads(protected.tokens.read_text())["tokens"]["access_token"]
+    if authorization_server == "down":
+        protected.authorization_server.popen.terminate()
+        protected.authorization_server.popen.wait(10)
+    url = start_triad(procs, protected.config, wait_ready=1)
+    assert (await whoami(url)).split()[0] == "test-user"
+    kept = json.loads(protected.tokens.read_text())["tokens"]["access_token"]
+    if authorization_server == "up":
+        assert kept != held
+        return
+    assert kept == held
+    line = procs[-1].wait_for(r"refresh.*failed").string
+    assert protected.issuer in line and "still valid" in line, line
+
+
+async def test_one_users_credential_failure_never_changes_the_upstream_for_others(procs: list[Proc],
+                                                                                 tmp_path: Path) -> None:
+    """alice's token has expired and the authorization server is down: each of her calls fails naming the server
+    and the refresh; bob's valid token goes on working, and the upstream stays ready, however often she tries
+    (more often than the circuit breaker's threshold)."""
+    protected = Protected(procs, tmp_path, auth={"mode": "per_user"}, clients=CLIENTS)
+    protected.login(account="triad-service")
+    protected.login("alice", account="alice")
+    [alice_file] = (tmp_path / "triad.tokens" / "up.users").glob("*.json")
+    protected.login("bob", account="bob")
+    url = start_triad(procs, protected.config, wait_ready=1)
+    assert (await whoami(url, CLIENTS["bob"]["token"])).split()[0] == "bob"
+    expire_in(alice_file, -5)
+    protected.authorization_server.popen.terminate()
+    protected.authorization_server.popen.wait(10)
+    base = url.removesuffix("/mcp")
+    for _ in range(7):
+        refused = await whoami(url, CLIENTS["alice"]["token"])
+        assert refused.startswith("error:") and protected.issuer in refused and "refresh" in refused, refused
+        assert (await whoami(url, CLIENTS["bob"]["token"])).split()[0] == "bob"
+    async with httpx2.AsyncClient(timeout=30) as http:
+        ready = (await http.get(f"{base}/readyz",
+                                headers={"Authorization": f"Bearer {CLIENTS['bob']['token']}"})).json()
+    assert ready["upstreams"]["up"]["state"] == "ready", ready
 
 
 async def test_without_a_login_the_upstream_is_down_with_a_message_naming_triad_login(procs: list[Proc],

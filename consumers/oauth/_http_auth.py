@@ -18,8 +18,9 @@ if TYPE_CHECKING:
 
 
 class RefreshingAuth(httpx2.Auth):
-    """The SDK client's auth: the provider's flow, refreshed before expiry, and refreshed once on a 401 before the
-    provider's own answer to a 401 (a new authorization) is tried."""
+    """The SDK client's auth: the provider's flow, refreshed before expiry (`UpstreamOAuth.renew_if_due`, one at a
+    time per credential), and refreshed once on a 401 before the provider's own answer to a 401 (a new
+    authorization) is tried."""
 
     def __init__(self, owner: UpstreamOAuth) -> None:
         self._owner = owner
@@ -28,9 +29,9 @@ class RefreshingAuth(httpx2.Auth):
         owner = self._owner
         await owner._seed()
         context = owner.provider.context
-        if owner._due() or not context.is_token_valid():
+        await owner.renew_if_due()
+        if not context.is_token_valid():
             await owner._take_up_stored()
-        owner._refresh_if_due()
         refreshed = False
         flow = owner.provider.async_auth_flow(request)
         try:

@@ -12,7 +12,8 @@
 // AS_TTL: access token lifetime in seconds (default 600).
 // AS_PKCE: what its metadata says of PKCE: a JSON list for `code_challenge_methods_supported` (the real server
 // still requires S256), or `absent` for no such field (a server a client MUST refuse to authorize with).
-// Prints `READY <port>` on stderr once it listens; stops on SIGTERM.
+// Prints `READY <port>` on stderr once it listens, then `GRANT <grant_type>` for each token issued and
+// `GRANT_ERROR <grant_type> <error>` for each refused (a reused refresh token: `invalid_grant`); stops on SIGTERM.
 import http from 'node:http';
 import Provider, { errors } from 'oidc-provider';
 
@@ -62,6 +63,8 @@ if (pkce !== undefined) {
   });
 }
 provider.on('server_error', (_ctx, err) => console.error('server_error', err));
+provider.on('grant.success', (ctx) => console.error(`GRANT ${ctx.oidc.params.grant_type}`));
+provider.on('grant.error', (ctx, err) => console.error(`GRANT_ERROR ${ctx.oidc.params?.grant_type} ${err.error}`));
 
 // The person at the browser, for AS_LOGIN: log in as AS_ACCOUNT and consent to everything asked.
 async function approve(req, res) {
