@@ -56,6 +56,7 @@ from consumers.oauth._asking import Asker, Declined
 from consumers.oauth._http_auth import AuthorizationErrors, RefreshingAuth
 from consumers.oauth._lifetime import refresh_lead
 from consumers.oauth._loopback import LoopbackRedirect, redirect_uri
+from consumers.oauth._server_rules import require_pkce, server_name
 from consumers.oauth._token_store import ForRedirect, Preregistered, TokenStorage, token_store
 
 if TYPE_CHECKING:
@@ -251,11 +252,9 @@ class UpstreamOAuth:
             "resource": resource.model_dump(mode="json", exclude_none=True) if resource is not None else None})
 
     async def renew_if_due(self) -> None:
-        """Refresh the token if it is due (`refresh_lead`), once for every caller of this credential: those that
-        come meanwhile wait for that refresh and use its outcome. When the refresh fails and the token held is
-        still valid, it stays in use (the failure is logged); an expired one fails the caller, naming the
-        authorization server and what failed, and only that caller: the upstream's state is not the
-        credential's."""
+        """Refresh the token if it is due (`refresh_lead`), once for every caller of this credential (those that
+        come meanwhile wait for it and use its outcome). A failed refresh leaves a still valid token in use (a
+        warning); an expired one fails the caller only, naming the authorization server and what failed."""
         await self._seed()
         if not self._due():
             return
@@ -291,11 +290,9 @@ class UpstreamOAuth:
     def _refresh_failed(self, held: OAuthToken | None, expiry: float | None, failure: str) -> None:
         """Go on with the token held while it is valid (logged); else fail the caller, naming the server."""
         context = self.provider.context
-        server = str(context.oauth_metadata.issuer) if context.oauth_metadata is not None \
-            else context.auth_server_url or self._url
-        whose = f" (the credential of {self._user!r})" if self._user is not None else ""
-        message = f"upstream {self.upstream!r}{whose}: the token refresh at the authorization server {server} " \
-                  f"failed ({failure})"
+        server = server_name(context.oauth_metadata, context.auth_server_url or self._url)
+        message = f"upstream {self.upstream!r}: the token refresh at the authorization server {server} failed " \
+                  f"({failure})"
         left = expiry - time.time() if expiry is not None else None
         if held is not None and left is not None and left > 0:
             logger.warning("%s; the token held is still valid for %.0fs and is used meanwhile", message, left,
@@ -320,7 +317,8 @@ class UpstreamOAuth:
     # -- the person ----------------------------------------------------------------------------------------------
 
     async def _redirect(self, url: str) -> None:
-        self._require_pkce()
+        context = self.provider.context
+        require_pkce(self.upstream, context.oauth_metadata, context.auth_server_url or self._url)
         if self._user is not None and self.ask is None:  # never the operator's browser for a user's credential
             raise UpstreamAuthorizationRequired(
                 self.upstream, f"upstream {self.upstream!r} needs your own authorization, and your client cannot "
@@ -353,21 +351,6 @@ class UpstreamOAuth:
             self._pending = None
             await pending.close()
             raise
-
-    def _require_pkce(self) -> None:
-        """MCP authorization (2025-11-25, PKCE): a client MUST verify PKCE support from the authorization server's
-        metadata, and MUST refuse to proceed when `code_challenge_methods_supported` is absent. Triad sends S256
-        only, so a list without it is refused as well. Checked before anyone is sent to authorize."""
-        context = self.provider.context
-        metadata = context.oauth_metadata
-        methods = metadata.code_challenge_methods_supported if metadata is not None else None
-        if methods is not None and "S256" in methods:
-            return
-        server = str(metadata.issuer) if metadata is not None else (context.auth_server_url or self._url)
-        seen = "absent" if methods is None else f"{methods!r}"
-        raise UpstreamAuthorizationFailed(
-            self.upstream, f"upstream {self.upstream!r}: authorization server {server} does not list S256 in "
-            f"code_challenge_methods_supported ({seen}): Triad does not authorize without PKCE")
 
     def _check_registration(self) -> None:
         """A registration made for another redirect URI kept for its refresh token (`ForRedirect`), now that an
