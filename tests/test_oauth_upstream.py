@@ -474,3 +474,13 @@ async def test_an_issuer_other_than_the_one_expected_is_refused_unless_the_opera
     lines = [line for line in output.splitlines() if "issuer" in line and "auth.issuer" in line]
     assert lines and expected.format(issuer=protected.issuer) in lines[0], output
     assert "Traceback" not in output, output
+
+
+async def test_the_daemon_says_an_issuer_mismatch_in_one_line_without_a_traceback(procs: list[Proc],
+                                                                                  tmp_path: Path) -> None:
+    protected = Protected(procs, tmp_path, advertise="{issuer}/")
+    start_triad(procs, protected.config)
+    triad = procs[-1]
+    line = triad.wait_for(r"auth\.issuer").string
+    assert f"'{protected.issuer}/'" in line and f"'{protected.issuer}'" in line, line
+    assert "Traceback" not in triad.stderr, triad.stderr
