@@ -24,16 +24,26 @@ naming the SDK version when one no longer holds.
   surrogate (valid JSON an upstream may send): the process (`triad stdio`) or the session (SSE) ended. The four
   JSON-RPC message classes get a `model_dump_json` that falls back to `consumers._json.dumps_text` for exactly
   that failure (pydantic's own serialiser stays the fast path). Installed once, when `consumers` is imported.
+- `quiet_oauth_flow_errors`: the SDK's OAuth flow (`OAuthClientProvider._auth_flow`) logs every failure with its
+  traceback (`logger.exception("OAuth flow error")` on `mcp.client.auth.oauth2`) before re-raising it; Triad
+  reports the same failure once, as one line (`consumers.oauth`): that record is dropped. Installed with the above.
+- `IssuerNamedProvider`: which of the authorization servers a resource's metadata advertises the flow uses is
+  `OAuthClientProvider._select_authorization_server` (the first); what it returns becomes `auth_server_url`, from
+  which the well-known URLs are built and against which the metadata's `issuer` is compared exactly
+  (`_expected_issuer`), with no public hook for an operator's own spelling.
 """
 
 from __future__ import annotations
 
 import contextvars
+import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, cast
 
 import mcp_types as types
 from mcp import ClientSession
+from mcp.client.auth import OAuthClientProvider, OAuthFlowError
+from mcp.client.auth.utils import issuers_match
 from mcp.shared._stream_protocols import ReadStream, WriteStream
 from mcp.shared.dispatcher import CallOptions, ProgressFnT
 from mcp.shared.message import SessionMessage
@@ -125,4 +135,38 @@ def serialise_any_string() -> None:
         cls.model_dump_json = _model_dump_json  # type: ignore[method-assign]
 
 
+OAUTH_LOGGER = "mcp.client.auth.oauth2"
+OAUTH_FLOW_ERROR = "OAuth flow error"
+
+
+def _not_an_oauth_flow_error(record: logging.LogRecord) -> bool:
+    return record.msg != OAUTH_FLOW_ERROR
+
+
+def quiet_oauth_flow_errors() -> None:
+    """Drop the SDK's traceback record of a failed OAuth flow (idempotent: the same filter is added once)."""
+    logging.getLogger(OAUTH_LOGGER).addFilter(_not_an_oauth_flow_error)
+
+
+class IssuerNamedProvider(OAuthClientProvider):
+    """The SDK's OAuth client, with the issuer the operator names for the upstream (`auth.issuer`): the server the
+    upstream advertises must be that one, spelt exactly so or differing only by a root's trailing slash (a Python
+    SDK server renders `http://host:port` as `http://host:port/`); the metadata's `issuer` is then held to the
+    operator's spelling. Without one, the SDK's strict comparison with the advertised spelling (RFC 8414 §3.3)."""
+
+    issuer: str | None = None
+
+    def _select_authorization_server(self, advertised: list[str]) -> str:
+        chosen = super()._select_authorization_server(advertised)
+        if self.issuer is None:
+            return chosen
+        if not issuers_match(chosen, self.issuer):
+            raise OAuthFlowError(f"{ADVERTISED_ANOTHER}: {chosen} != {self.issuer}")
+        return self.issuer
+
+
+ADVERTISED_ANOTHER = "The resource advertises another authorization server than the issuer named"
+
+
 serialise_any_string()
+quiet_oauth_flow_errors()

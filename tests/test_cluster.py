@@ -632,7 +632,7 @@ async def test_a_users_upstream_token_got_on_one_replica_is_used_and_refreshed_f
     from mcp import ClientSession
     from mcp.client.streamable_http import streamable_http_client
 
-    from consumers.oauth._client import REFRESH_MARGIN
+    from consumers.oauth._lifetime import refresh_lead
     from gateway.cluster import Cluster
     from gateway.cluster._vault_tokens import VaultTokens
     from gateway.config._models import ClusterConfig
@@ -644,7 +644,8 @@ async def test_a_users_upstream_token_got_on_one_replica_is_used_and_refreshed_f
     monkeypatch.setenv("TRIAD_REPLICA_ID", "login")
     cluster = {"redis": f"redis://127.0.0.1:{env.redis_port}/0", "replica_id": "${TRIAD_REPLICA_ID}",
                "secret_key": "${TRIAD_CLUSTER_KEY}", "heartbeat": "0.3s"}
-    ttl = int(REFRESH_MARGIN) + 20  # due 20 s after it is issued
+    ttl = 25  # due 20 s after it is issued
+    assert ttl - refresh_lead(ttl) == 20
     protected = Protected(procs, tmp_path, ttl=ttl, auth={"mode": "per_user"}, cluster=cluster,
                           clients={name: {"token": TOKENS[name]} for name in ("alice", "bob", "ops")},
                           listen={"public_url": f"http://127.0.0.1:{env.ports['r1']}",  # one for all replicas
@@ -680,10 +681,10 @@ async def test_a_users_upstream_token_got_on_one_replica_is_used_and_refreshed_f
         assert tokens is not None and stored.expires_at is not None
         values = [await reader.link.client.get(key) for key in await reader.link.client.keys("triad:secret:*")]
         assert values and not any(tokens.access_token.encode() in value for value in values)
-        await anyio.sleep(max(0.0, stored.expires_at - REFRESH_MARGIN - time.time()) + 0.5)  # the token is due
+        await anyio.sleep(max(0.0, stored.expires_at - refresh_lead(ttl) - time.time()) + 0.5)  # the token is due
         refreshed_by_r2 = (await whoami(r2, TOKENS["alice"])).split()[:2]
         assert refreshed_by_r2[0] == "alice" and refreshed_by_r2[1] != first_jti
-        assert (await stored.get_tokens()) is not None and stored.expires_at > time.time() + REFRESH_MARGIN
+        assert (await stored.get_tokens()) is not None and stored.expires_at > time.time() + refresh_lead(ttl)
     assert (await whoami(r1, TOKENS["alice"])).split()[:2] == refreshed_by_r2  # r1 took up r2's refresh
     protected.login("bob", account="bob")  # `triad login --client bob` keeps bob's tokens in Redis too
     assert (await whoami(r2, TOKENS["bob"])).split()[0] == "bob"

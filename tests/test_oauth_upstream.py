@@ -12,6 +12,7 @@ import json
 import os
 import stat
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,10 @@ UPSTREAM = ROOT / "tests" / "servers" / "oauth_upstream.py"
 class Protected:
     """oidc-provider and an upstream that accepts its tokens for the upstream's own URL."""
 
-    def __init__(self, procs: list[Proc], tmp_path: Path, ttl: int = 600, **triad: Any) -> None:
+    def __init__(self, procs: list[Proc], tmp_path: Path, ttl: int = 600, as_env: dict[str, str] | None = None,
+                 advertise: str | None = None, **triad: Any) -> None:
+        """`advertise`: how the upstream's resource metadata spells its authorization server (`{issuer}` is
+        replaced by the real one; default: the issuer as it is)."""
         port = free_port()
         self.url = f"http://127.0.0.1:{port}/mcp"
         as_port = free_port()
@@ -42,14 +46,19 @@ class Protected:
         _key, jwk = signing_key("login-key")
         procs.append(auth := Proc([node_bin(), str(NODE_DIR / "oauth_as.mjs"), marker("oauth-as")],
                                   env={"AS_PORT": str(as_port), "AS_RESOURCES": json.dumps([self.url]),
-                                       "AS_KEYS": json.dumps([jwk]), "AS_LOGIN": "1", "AS_TTL": str(ttl)}))
+                                       "AS_KEYS": json.dumps([jwk]), "AS_LOGIN": "1", "AS_TTL": str(ttl),
+                                       **(as_env or {})}))
         auth.wait_for(r"READY \d+")
+        self.authorization_server = auth
+        spelling = ["--advertise", advertise.format(issuer=self.issuer)] if advertise is not None else []
         procs.append(upstream := Proc([PYTHON, str(UPSTREAM), "--issuer", self.issuer, "--port", str(port),
-                                       marker("oauth-upstream")]))
+                                       *spelling, marker("oauth-upstream")]))
         upstream.wait_for(r"READY \d+")
         self.upstream = upstream
         self.procs, self.tmp_path = procs, tmp_path
-        auth = {"type": "oauth", "redirect_port": free_port(), **triad.pop("auth", {})}
+        auth = {"type": "oauth", "redirect_port": free_port(),
+                **{key: value.format(issuer=self.issuer) if isinstance(value, str) else value
+                   for key, value in triad.pop("auth", {}).items()}}
         upstream = {"url": self.url, "auth": auth, **({"connect_timeout": triad.pop("connect_timeout")}
                                                        if "connect_timeout" in triad else {})}
         self.config = write_config(tmp_path, {"upstreams": {"up": upstream}, **triad})
@@ -128,18 +137,73 @@ async def test_tokens_are_never_logged_nor_shown_in_readyz_metrics_or_errors(pro
             assert secret not in text, f"a token appears in {where}"
 
 
-async def test_a_token_near_its_expiry_is_refreshed_before_use(procs: list[Proc], tmp_path: Path) -> None:
-    """Tokens live 30 s, less than the refresh margin: every use refreshes first, and no request is refused."""
+async def test_a_short_lived_token_is_not_refreshed_on_every_request(procs: list[Proc], tmp_path: Path) -> None:
+    """Tokens live 30 s: Triad refreshes ahead by a fraction of the lifetime, not by a fixed margin longer than it,
+    so requests in its first part all go out with the token the login got."""
     protected = Protected(procs, tmp_path, ttl=30)
     protected.login()
     before = json.loads(protected.tokens.read_text())["tokens"]
     url = start_triad(procs, protected.config, wait_ready=1)
-    first = (await whoami(url)).split()
-    second = (await whoami(url)).split()
-    assert first[0] == second[0] == "test-user"
-    assert first[1] != second[1], "each call should have gone out with a freshly refreshed token"
-    after = json.loads(protected.tokens.read_text())["tokens"]
-    assert after["access_token"] != before["access_token"], "the refreshed token was not kept"
+    answers = {tuple((await whoami(url)).split()) for _ in range(5)}
+    assert len(answers) == 1 and next(iter(answers))[0] == "test-user", answers
+    assert json.loads(protected.tokens.read_text())["tokens"]["access_token"] == before["access_token"]
+
+
+def expire_in(path: Path, seconds: float) -> None:
+    """Make the stored token (lifetime 600 s) one that expires in `seconds`."""
+    document = json.loads(path.read_text())
+    document["expires_at"] = time.time() + seconds
+    path.write_text(json.dumps(document))
+
+
+@pytest.mark.parametrize("authorization_server", ["up", "down"])
+async def test_a_token_due_for_refresh_is_refreshed_or_used_while_still_valid(
+        procs: list[Proc], tmp_path: Path, authorization_server: str) -> None:
+    """A stored token due for refresh (it expires in 30 s) is refreshed when the authorization server answers;
+    when it is down, the call goes out with the token it has (still valid), and the log says which server and
+    what failed."""
+    protected = Protected(procs, tmp_path)
+    protected.login()
+    expire_in(protected.tokens, 30)
+    held = json.loads(protected.tokens.read_text())["tokens"]["access_token"]
+    if authorization_server == "down":
+        protected.authorization_server.popen.terminate()
+        protected.authorization_server.popen.wait(10)
+    url = start_triad(procs, protected.config, wait_ready=1)
+    assert (await whoami(url)).split()[0] == "test-user"
+    kept = json.loads(protected.tokens.read_text())["tokens"]["access_token"]
+    if authorization_server == "up":
+        assert kept != held
+        return
+    assert kept == held
+    line = procs[-1].wait_for(r"refresh.*failed").string
+    assert protected.issuer in line and "still valid" in line, line
+
+
+async def test_one_users_credential_failure_never_changes_the_upstream_for_others(procs: list[Proc],
+                                                                                 tmp_path: Path) -> None:
+    """alice's token has expired and the authorization server is down: each of her calls fails naming the server
+    and the refresh; bob's valid token goes on working, and the upstream stays ready, however often she tries
+    (more often than the circuit breaker's threshold)."""
+    protected = Protected(procs, tmp_path, auth={"mode": "per_user"}, clients=CLIENTS)
+    protected.login(account="triad-service")
+    protected.login("alice", account="alice")
+    [alice_file] = (tmp_path / "triad.tokens" / "up.users").glob("*.json")
+    protected.login("bob", account="bob")
+    url = start_triad(procs, protected.config, wait_ready=1)
+    assert (await whoami(url, CLIENTS["bob"]["token"])).split()[0] == "bob"
+    expire_in(alice_file, -5)
+    protected.authorization_server.popen.terminate()
+    protected.authorization_server.popen.wait(10)
+    base = url.removesuffix("/mcp")
+    for _ in range(7):
+        refused = await whoami(url, CLIENTS["alice"]["token"])
+        assert refused.startswith("error:") and protected.issuer in refused and "refresh" in refused, refused
+        assert (await whoami(url, CLIENTS["bob"]["token"])).split()[0] == "bob"
+    async with httpx2.AsyncClient(timeout=30) as http:
+        ready = (await http.get(f"{base}/readyz",
+                                headers={"Authorization": f"Bearer {CLIENTS['bob']['token']}"})).json()
+    assert ready["upstreams"]["up"]["state"] == "ready", ready
 
 
 async def test_without_a_login_the_upstream_is_down_with_a_message_naming_triad_login(procs: list[Proc],
@@ -357,3 +421,66 @@ async def test_a_user_logged_in_on_the_loopback_later_authorizes_through_triads_
     assert not result.is_error, result
     assert result.content[0].text.split()[0] == "erin"
     assert json.loads(kept.read_text())["client"]["client_id"] != loopback_client
+
+
+@pytest.mark.parametrize(("methods", "refused"), [
+    ("absent", True), ("[]", True), ('["plain"]', True), ('["S256"]', False), ('["plain", "S256"]', False)])
+async def test_an_authorization_server_that_does_not_list_s256_is_never_asked_to_authorize(
+        procs: list[Proc], tmp_path: Path, methods: str, refused: bool) -> None:
+    """MCP authorization (PKCE): a client MUST refuse to proceed when the server's metadata does not list S256 in
+    `code_challenge_methods_supported` (absent, empty, `plain` only). The refusal is one line naming the server
+    and the field, before any person is sent to it; a server that lists S256 is authorized as before."""
+    protected = Protected(procs, tmp_path, as_env={"AS_PKCE": methods})
+    if not refused:
+        protected.login()
+        return
+    proc = Proc([*TRIAD, "login", "up", "-c", str(protected.config)], env={"TRIAD_TEST_MARK": marker("login")})
+    procs.append(proc)
+    assert proc.popen.wait(60) != 0
+    proc._pump_thread.join(10)
+    assert f"{protected.issuer}/auth" not in proc.stderr, "a person was sent to authorize"
+    lines = [line for line in proc.stderr.splitlines() if "code_challenge_methods_supported" in line]
+    assert len(lines) == 1 and protected.issuer in lines[0] and "S256" in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+
+
+def failed_login(protected: Protected) -> str:
+    """`triad login up`, which is expected to fail: its whole output."""
+    proc = Proc([*TRIAD, "login", "up", "-c", str(protected.config)], env={"TRIAD_TEST_MARK": marker("login")})
+    protected.procs.append(proc)
+    assert proc.popen.wait(60) != 0
+    proc._pump_thread.join(10)
+    return proc.stderr
+
+
+@pytest.mark.parametrize(("advertise", "issuer", "expected"), [
+    ("{issuer}", None, None),
+    ("{issuer}/", None, "'{issuer}/'"),  # a root issuer with a trailing slash: another string (RFC 8414 §3.3)
+    ("{issuer}/", "{issuer}", None),  # the operator names the issuer its metadata presents
+    ("{issuer}/", "{issuer}/", "'{issuer}/'"),  # named, but not as the metadata presents it
+    ("{issuer}", "http://127.0.0.1:1", "'http://127.0.0.1:1'"),  # the upstream advertises another server
+])
+async def test_an_issuer_other_than_the_one_expected_is_refused_unless_the_operator_names_it(
+        procs: list[Proc], tmp_path: Path, advertise: str, issuer: str | None, expected: str | None) -> None:
+    """Strict RFC 8414 comparison of the authorization server metadata's `issuer` with the server the upstream
+    advertises, unless `auth.issuer` names the exact issuer (the advertised server may then differ from it by a
+    root's trailing slash only). A refusal is one line naming the issuer expected and the one seen, and the
+    setting; no traceback."""
+    protected = Protected(procs, tmp_path, advertise=advertise, auth={"issuer": issuer} if issuer else {})
+    if expected is None:
+        protected.login()
+        return
+    output = failed_login(protected)
+    lines = [line for line in output.splitlines() if "issuer" in line and "auth.issuer" in line]
+    assert lines and expected.format(issuer=protected.issuer) in lines[0], output
+    assert "Traceback" not in output, output
+
+
+async def test_the_daemon_says_an_issuer_mismatch_in_one_line_without_a_traceback(procs: list[Proc],
+                                                                                  tmp_path: Path) -> None:
+    protected = Protected(procs, tmp_path, advertise="{issuer}/")
+    start_triad(procs, protected.config)
+    triad = procs[-1]
+    line = triad.wait_for(r"auth\.issuer").string
+    assert f"'{protected.issuer}/'" in line and f"'{protected.issuer}'" in line, line
+    assert "Traceback" not in triad.stderr, triad.stderr

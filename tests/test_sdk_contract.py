@@ -245,3 +245,38 @@ def test_a_client_session_builds_the_capabilities_it_declares_in_one_replaceable
                     "declare_as_client declares a client's own spelling of what the session has a callback for")
     send.close()
     receive.close()
+
+
+def test_the_oauth_flow_logs_its_failures_in_one_record_that_triad_drops(caplog: pytest.LogCaptureFixture) -> None:
+    import inspect
+
+    from mcp.client.auth import oauth2
+
+    from consumers import _sdk as consumer_sdk
+
+    expect_consumer(oauth2.logger.name == consumer_sdk.OAUTH_LOGGER
+                    and f'logger.exception("{consumer_sdk.OAUTH_FLOW_ERROR}")'
+                    in inspect.getsource(oauth2.OAuthClientProvider._auth_flow),
+                    "the OAuth flow logs a failure as one `OAuth flow error` record on mcp.client.auth.oauth2")
+    with caplog.at_level(logging.DEBUG, logger=consumer_sdk.OAUTH_LOGGER):
+        try:
+            raise ValueError("a failure")
+        except ValueError:
+            oauth2.logger.exception(consumer_sdk.OAUTH_FLOW_ERROR)
+        oauth2.logger.warning("Token refresh failed: 400")
+    assert [record.getMessage() for record in caplog.records] == ["Token refresh failed: 400"]
+
+
+def test_the_oauth_flow_takes_its_authorization_server_from_one_replaceable_method() -> None:
+    import inspect
+
+    from mcp.client.auth import oauth2
+
+    source = inspect.getsource(oauth2.OAuthClientProvider._auth_flow)
+    expect_consumer("self.context.auth_server_url = self._select_authorization_server(" in source
+                    and "validate_metadata_issuer(asm, expected_issuer)" in source
+                    and "return self.context.auth_server_url or" in inspect.getsource(
+                        oauth2.OAuthClientProvider._expected_issuer),
+                    "the advertised server the flow uses comes from _select_authorization_server, and the "
+                    "metadata's issuer is compared with it (_expected_issuer)")
+    expect_consumer(str(oauth2.OAuthFlowError("x")) == "x", "OAuthFlowError's message is the text it was given")

@@ -2,7 +2,8 @@
 upstream and per user, the token store, the loopback redirect, and the pending authorization redirects.
 """
 
-from consumers.oauth._client import Asker, UpstreamOAuth, link_asker
+from consumers.oauth._asking import Asker, link_asker
+from consumers.oauth._client import UpstreamOAuth
 from consumers.oauth._credentials import Credentials, CredentialUse, UserAuthorization
 from consumers.oauth._redirects import CALLBACK_PREFIX, Answer, Redirects, state_owner
 from consumers.oauth._token_store import TokenFile, token_store

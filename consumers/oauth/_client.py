@@ -9,8 +9,10 @@ client-credentials provider does the machine-to-machine grant. This module adds 
 - one token source for both of Triad's HTTP clients: the SDK's httpx2 client gets it as its `auth`
   (`UpstreamOAuth.http_auth`), the direct HTTP path (`consumers._direct_http`) asks it for the `Authorization` value
   and tells it of a 401 or 403 (`authorization`, `challenged`);
-- a refresh before the token expires (`REFRESH_MARGIN`), and once on a 401 before asking a person again (the SDK
-  alone goes straight to a new authorization; for the SDK's client: `consumers.oauth`);
+- a refresh ahead of expiry by a fraction of the token's lifetime (`consumers.oauth`), one at a time per credential
+  (callers meanwhile wait for it and share its outcome), kept in use while still valid when the authorization
+  server cannot refresh it; and once on a 401 before asking a person again (the SDK alone goes straight to a new
+  authorization; for the SDK's client: `consumers.oauth`);
 - the person: an authorization code comes back on a loopback redirect (`consumers.oauth`); the URL is shown
   by `triad login`, or given to the configured `browser` command; without either the daemon does not wait for
   anyone and the upstream fails with `UpstreamAuthorizationRequired`, naming `triad login`. A user's own
@@ -27,16 +29,13 @@ One `UpstreamOAuth` per credential (Triad's, or one user's), shared by every con
 from __future__ import annotations
 
 import logging
-import secrets
 import shlex
 import time
 import warnings
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import anyio
 import httpx2
-import mcp_types as types
 from mcp.client.auth import AuthorizationCodeResult, OAuthClientProvider
 from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
 from mcp.shared.auth import (
@@ -49,49 +48,26 @@ from mcp.shared.auth import (
 from pydantic import AnyUrl
 
 from consumers._http_rules import HTTP_RULES
+from consumers._sdk import IssuerNamedProvider
 from consumers.config import AUTHORIZATION_WAIT, UpstreamAuthConfig
-from consumers.errors import UpstreamAuthorizationRequired
+from consumers.errors import UpstreamAuthorizationFailed, UpstreamAuthorizationRequired
+from consumers.log_fields import log_fields
+from consumers.oauth._asking import Asker, Declined
 from consumers.oauth._http_auth import AuthorizationErrors, RefreshingAuth
+from consumers.oauth._lifetime import refresh_lead
 from consumers.oauth._loopback import LoopbackRedirect, redirect_uri
+from consumers.oauth._server_rules import require_pkce, server_name
 from consumers.oauth._token_store import ForRedirect, Preregistered, TokenStorage, token_store
-from consumers.relay import Downstream
 
 if TYPE_CHECKING:
     from consumers.oauth._credentials import UserAuthorization
 
 logger = logging.getLogger("triad.upstream")
 
-Asker = Callable[[str], Awaitable[None]]
-"""Shows an authorization URL to a person (`triad login` prints it; the daemon runs `auth.browser`)."""
-
-REFRESH_MARGIN = 60.0
-"""A token this close to its expiry is refreshed before use, so that no request goes out with a dying token."""
 AUTH_REQUEST_TIMEOUT = 30.0
 """Seconds for one discovery, registration or token request of the direct path's flows."""
 BROWSER_WAIT = 60.0
 """How long the `browser` command may run (a real one hands the URL to a browser and exits)."""
-
-
-def link_asker(downstream: Downstream | None) -> Asker | None:
-    """For `auth: per_user`: the user's own client shows them the authorization link (URL-mode elicitation), if
-    it declared it can; None otherwise."""
-    elicitation = ((downstream.capabilities or {}).get("elicitation") if downstream is not None else None) or {}
-    if downstream is None or "url" not in elicitation:
-        return None
-
-    async def ask(url: str) -> None:
-        assert downstream is not None
-        answer = await downstream.ask(types.ElicitRequest(params=types.ElicitRequestURLParams(
-            message="An upstream server asks you to authorize Triad to act for you there.", url=url,
-            elicitation_id=secrets.token_urlsafe(12))), types.ElicitResult)
-        if isinstance(answer, types.ErrorData) or answer.action != "accept":
-            raise _Declined
-
-    return ask
-
-
-class _Declined(Exception):
-    """The user's client did not accept to open the authorization link."""
 
 
 class UpstreamOAuth:
@@ -118,6 +94,10 @@ class UpstreamOAuth:
         self._discovered: OAuthMetadata | None = None
         self._pending: LoopbackRedirect | None = None
         """The loopback redirect of the authorization under way (opened by `_redirect`, closed by `_callback`)."""
+        self._refreshing = anyio.Lock()
+        """Held by the one refresh in flight for this credential; its other callers wait, then use its outcome."""
+        self._answered: int | None = None
+        """The status the authorization server last answered a request of the flow with."""
         self.provider = self._provider(url)
 
     def __repr__(self) -> str:
@@ -144,8 +124,10 @@ class UpstreamOAuth:
                 client_id=config.client_id, client_secret=secret, token_endpoint_auth_method=method,
                 redirect_uris=[AnyUrl(redirect)], issuer=config.issuer))
         metadata = OAuthClientMetadata(redirect_uris=[AnyUrl(redirect)], client_name=config.client_name, scope=scope)
-        return OAuthClientProvider(url, metadata, storage, self._redirect, self._callback,
-                                   client_metadata_url=config.client_metadata_url)
+        provider = IssuerNamedProvider(url, metadata, storage, self._redirect, self._callback,
+                                       client_metadata_url=config.client_metadata_url)
+        provider.issuer = config.issuer
+        return provider
 
     def serves(self, url: str, config: UpstreamAuthConfig) -> bool:
         return (url, config) == (self._url, self._config)
@@ -163,8 +145,11 @@ class UpstreamOAuth:
         tokens = context.current_tokens
         if self._seeded and tokens is not None and context.is_token_valid() and not self._due():
             return f"Bearer {tokens.access_token}"
-        if self._seeded:
-            await self._take_up_stored()
+        await self.renew_if_due()
+        tokens = context.current_tokens
+        if tokens is not None and context.is_token_valid() and not self._due():
+            return f"Bearer {tokens.access_token}"
+        await self._take_up_stored()
         return await self._drive(None)
 
     async def challenged(self, status: int, www_authenticate: str | None, rejected: str | None) -> str | None:
@@ -176,8 +161,12 @@ class UpstreamOAuth:
         if await self._take_up_stored() and (stored := self.provider.context.current_tokens) is not None:
             return f"Bearer {stored.access_token}"  # another replica or process renewed it
         if status == 401 and self.provider.context.can_refresh_token():
-            self._force_refresh()
-            renewed = await self._drive(None)
+            async with self._refreshing:
+                current = self.provider.context.current_tokens
+                if current is not None and f"Bearer {current.access_token}" != rejected:
+                    return f"Bearer {current.access_token}"  # renewed by the refresh this one waited for
+                self._force_refresh()
+                renewed = await self._drive(None)
             if renewed is not None and renewed != rejected:
                 return renewed
         headers = {"www-authenticate": www_authenticate} if www_authenticate else {}
@@ -187,14 +176,13 @@ class UpstreamOAuth:
         """Run the SDK's flow for a stand-in request: its discovery, registration and token requests go out on
         the bound client; `answer` is what the stand-in got (None: stop as soon as it is ready to go)."""
         await self._seed()
-        self._refresh_if_due()
         probe = httpx2.Request("POST", str(self.provider.context.server_url))
         flow = self.provider.async_auth_flow(probe)
         try:
             # A client of its own (the flow runs rarely: a refresh, a challenge), following no redirect itself.
             async with httpx2.AsyncClient(timeout=AUTH_REQUEST_TIMEOUT, follow_redirects=False,
                                           trust_env=HTTP_RULES.trust_env) as http:
-                with AuthorizationErrors(self.upstream):
+                with AuthorizationErrors(self.upstream, self._config.issuer):
                     outgoing = await flow.__anext__()
                     while True:
                         if outgoing is probe:
@@ -205,6 +193,7 @@ class UpstreamOAuth:
                         else:
                             response = await http.send(outgoing)
                             await response.aread()
+                            self._answered = response.status_code
                         outgoing = await flow.asend(response)
         except StopAsyncIteration:
             return None
@@ -224,6 +213,8 @@ class UpstreamOAuth:
         if tokens is not None and context.current_tokens is None:
             context.current_tokens = tokens
             context.token_expiry_time = self.store.expires_at
+        if context.client_info is None:  # without it a token cannot be refreshed (`can_refresh_token`)
+            context.client_info = await context.storage.get_client_info()
         discovery = await self.store.get_discovery()
         if context.oauth_metadata is None and isinstance(discovery.get("server"), dict):
             context.oauth_metadata = self._discovered = OAuthMetadata.model_validate(discovery["server"])
@@ -260,14 +251,61 @@ class UpstreamOAuth:
             "server_url": context.auth_server_url,
             "resource": resource.model_dump(mode="json", exclude_none=True) if resource is not None else None})
 
-    def _refresh_if_due(self) -> None:
-        if self._due():
-            self._force_refresh()
+    async def renew_if_due(self) -> None:
+        """Refresh the token if it is due (`refresh_lead`), once for every caller of this credential (those that
+        come meanwhile wait for it and use its outcome). A failed refresh leaves a still valid token in use (a
+        warning); an expired one fails the caller only, naming the authorization server and what failed."""
+        await self._seed()
+        if not self._due():
+            return
+        context = self.provider.context
+        async with self._refreshing:
+            if not self._due() or await self._take_up_stored():
+                return  # refreshed meanwhile, here or by another process
+            try:
+                async with self.store.refresh_lock():
+                    if not await self._take_up_stored():  # another replica refreshed while this one waited
+                        await self._refresh()
+            except OSError as exc:  # the shared store is unreachable: no refresh is safe from a reuse
+                self._refresh_failed(context.current_tokens, context.token_expiry_time, str(exc))
+
+    async def _refresh(self) -> None:
+        context = self.provider.context
+        held, expiry = context.current_tokens, context.token_expiry_time
+        self._force_refresh()
+        self._answered = None
+        try:
+            await self._drive(None)
+        except UpstreamAuthorizationFailed as exc:
+            cause = exc.__cause__
+            failure = f"{type(cause).__name__}: {cause}" if cause is not None else str(exc)
+        else:
+            if context.current_tokens is not None and context.current_tokens is not held \
+                    and context.is_token_valid():
+                return
+            failure = f"it answered HTTP {self._answered}" if self._answered is not None else "no token came back"
+        context.current_tokens, context.token_expiry_time = held, expiry  # the SDK dropped them on a refusal
+        self._refresh_failed(held, expiry, failure)
+
+    def _refresh_failed(self, held: OAuthToken | None, expiry: float | None, failure: str) -> None:
+        """Go on with the token held while it is valid (logged); else fail the caller, naming the server."""
+        context = self.provider.context
+        server = server_name(context.oauth_metadata, context.auth_server_url or self._url)
+        message = f"upstream {self.upstream!r}: the token refresh at the authorization server {server} failed " \
+                  f"({failure})"
+        left = expiry - time.time() if expiry is not None else None
+        if held is not None and left is not None and left > 0:
+            logger.warning("%s; the token held is still valid for %.0fs and is used meanwhile", message, left,
+                           extra=log_fields(self.upstream, "oauth_refresh_failed"))
+            return
+        raise UpstreamAuthorizationFailed(self.upstream, message)
 
     def _due(self) -> bool:
         context = self.provider.context
+        tokens = context.current_tokens
+        lifetime = tokens.expires_in if tokens is not None else None
         return context.token_expiry_time is not None and context.can_refresh_token() \
-            and time.time() >= context.token_expiry_time - REFRESH_MARGIN
+            and time.time() >= context.token_expiry_time - refresh_lead(lifetime)
 
     def _force_refresh(self) -> None:
         self.provider.context.token_expiry_time = 1.0  # expired: the SDK's flow refreshes before anything else
@@ -279,6 +317,8 @@ class UpstreamOAuth:
     # -- the person ----------------------------------------------------------------------------------------------
 
     async def _redirect(self, url: str) -> None:
+        context = self.provider.context
+        require_pkce(self.upstream, context.oauth_metadata, context.auth_server_url or self._url)
         if self._user is not None and self.ask is None:  # never the operator's browser for a user's credential
             raise UpstreamAuthorizationRequired(
                 self.upstream, f"upstream {self.upstream!r} needs your own authorization, and your client cannot "
@@ -299,7 +339,7 @@ class UpstreamOAuth:
             if self.ask is not None:
                 try:
                     await self.ask(url)
-                except _Declined:
+                except Declined:
                     raise UpstreamAuthorizationRequired(
                         self.upstream, f"upstream {self.upstream!r}: the authorization was declined") from None
             else:
@@ -336,7 +376,7 @@ class UpstreamOAuth:
         except BaseException as exc:
             self._redirects.forget(self._state)
             self._state = None
-            if isinstance(exc, _Declined):
+            if isinstance(exc, Declined):
                 raise UpstreamAuthorizationRequired(
                     self.upstream, f"upstream {self.upstream!r}: the authorization was declined") from None
             raise

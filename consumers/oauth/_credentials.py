@@ -17,7 +17,7 @@ from consumers.config import UpstreamAuthConfig
 from consumers.oauth._client import UpstreamOAuth
 
 if TYPE_CHECKING:
-    from consumers.oauth._client import Asker
+    from consumers.oauth._asking import Asker
     from consumers.oauth._redirects import Redirects
     from consumers.oauth._token_store import CredentialStore
 

@@ -9,6 +9,7 @@ redirect URI kept quiet (`ForRedirect`).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -38,6 +39,11 @@ class CredentialStore(TokenStorage, Protocol):
 
     async def forget_tokens(self) -> None: ...
 
+    def refresh_lock(self) -> contextlib.AbstractAsyncContextManager[None]:
+        """Held around a refresh, by one holder of this credential at a time where several processes share the
+        store (with `cluster:`, a lock in Redis); nothing where only this process uses it."""
+        ...
+
     async def get_discovery(self) -> JSONObject: ...
 
     async def set_discovery(self, discovery: JSONObject) -> None: ...
@@ -61,6 +67,9 @@ class MemoryTokens:
 
     async def forget_tokens(self) -> None:
         self._tokens = self.expires_at = None
+
+    def refresh_lock(self) -> contextlib.AbstractAsyncContextManager[None]:
+        return contextlib.nullcontext()
 
     async def get_discovery(self) -> JSONObject:
         return self._discovery
@@ -100,6 +109,9 @@ class TokenFile:
         """Drop the tokens, keep the registration (`triad login` asks anew)."""
         self.expires_at = None
         await anyio.to_thread.run_sync(self._update, {"tokens": None, "expires_at": None})
+
+    def refresh_lock(self) -> contextlib.AbstractAsyncContextManager[None]:
+        return contextlib.nullcontext()  # one daemon per file; `triad login` asks anew rather than refreshing
 
     async def get_discovery(self) -> JSONObject:
         """What discovery found (the resource's and the authorization server's metadata), so that a restarted

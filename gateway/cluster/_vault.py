@@ -72,3 +72,20 @@ class Vault:
 
     async def delete(self, identity: Owner, name: str) -> None:
         await self._link.run(self._link.client.delete(self._key(identity, name)))
+
+    async def acquire(self, identity: Owner, name: str, holder: str, ttl: float) -> bool:
+        """Take the lock `name` of `identity` for `holder` (a random value), for at most `ttl` seconds (a replica
+        that dies holding it does not hold it longer); False when another holds it."""
+        return bool(await self._link.run(self._link.client.set(self._lock_key(identity, name), holder.encode(),
+                                                               nx=True, px=int(ttl * 1000))))
+
+    async def release(self, identity: Owner, name: str, holder: str) -> None:
+        """Give the lock back, if `holder` still holds it (one that expired may be another's by now)."""
+        await self._link.run(self._link.client.eval(_RELEASE, 1, self._lock_key(identity, name), holder.encode()))
+
+    def _lock_key(self, owner: Owner, name: str) -> str:
+        return f"{KEY_PREFIX}lock:{self._key(owner, name).removeprefix(KEY_PREFIX + 'secret:')}"
+
+
+_RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end"
+"""Compare and delete, in one step: a lock is only ever released by its holder."""

@@ -10,15 +10,18 @@ parts never undo each other. A replica takes up tokens stored by another before 
 
 from __future__ import annotations
 
+import contextlib
 import json
+import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
+import anyio
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 
 from consumers import JSONObject, loads
-from gateway.cluster._link import RedisDown
+from gateway.cluster._link import OP_TIMEOUT, RedisDown
 from gateway.cluster._secret_box import SecretUnreadable
 from gateway.cluster._vault import SecretTooLarge, Vault
 
@@ -30,6 +33,13 @@ _T = TypeVar("_T")
 def vault_stores(vault: Vault) -> Callable[[str, str], VaultTokens]:
     """(upstream, user) -> that user's store: `consumers.UserAuthorization.stores` with `cluster:`."""
     return lambda upstream, user: VaultTokens(vault, user, upstream)
+
+
+REFRESH_LOCK_TTL = 60.0
+"""The longest one replica holds a credential's refresh lock: twice a token request's own limit
+(`consumers.oauth`: 30 s), so that a replica that dies holding it delays the others that long at most."""
+LOCK_POLL = 0.05
+"""How often a replica waiting for another's refresh looks whether the lock was given back."""
 
 
 class VaultTokens:
@@ -69,6 +79,24 @@ class VaultTokens:
 
     async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
         await self._put("client", client_info.model_dump(mode="json", exclude_none=True))
+
+    @contextlib.asynccontextmanager
+    async def refresh_lock(self) -> AsyncIterator[None]:
+        """Held by the one replica refreshing this credential: the others wait for it, then take up the tokens
+        it stored, so that a rotated refresh token is never sent twice (a server with reuse detection would
+        revoke the grant). Waits `REFRESH_LOCK_TTL` at most; an OSError while Redis is unreachable."""
+        holder = secrets.token_hex(16)
+        deadline = time.monotonic() + REFRESH_LOCK_TTL
+        while not await self._run(self._vault.acquire(self._user, self._name + "refresh", holder, REFRESH_LOCK_TTL)):
+            if time.monotonic() >= deadline:
+                raise OSError(f"another replica held this credential's refresh lock for {REFRESH_LOCK_TTL:g}s "
+                              "(REFRESH_LOCK_TTL)")
+            await anyio.sleep(LOCK_POLL)
+        try:
+            yield
+        finally:
+            with anyio.move_on_after(OP_TIMEOUT, shield=True), contextlib.suppress(RedisDown):
+                await self._vault.release(self._user, self._name + "refresh", holder)  # else it expires
 
     async def _get(self, part: str) -> JSONObject:
         try:

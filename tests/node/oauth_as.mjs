@@ -10,7 +10,10 @@
 // consent to what was asked; the browser names another account by an `as_account` cookie). AS_OPAQUE=1: access
 // tokens are opaque, and any client may introspect them (RFC 7662, at /token/introspection).
 // AS_TTL: access token lifetime in seconds (default 600).
-// Prints `READY <port>` on stderr once it listens; stops on SIGTERM.
+// AS_PKCE: what its metadata says of PKCE: a JSON list for `code_challenge_methods_supported` (the real server
+// still requires S256), or `absent` for no such field (a server a client MUST refuse to authorize with).
+// Prints `READY <port>` on stderr once it listens, then `GRANT <grant_type>` for each token issued and
+// `GRANT_ERROR <grant_type> <error>` for each refused (a reused refresh token: `invalid_grant`); stops on SIGTERM.
 import http from 'node:http';
 import Provider, { errors } from 'oidc-provider';
 
@@ -47,7 +50,21 @@ const provider = new Provider(issuer, {
     },
   },
 });
+const pkce = process.env.AS_PKCE;
+if (pkce !== undefined) {
+  provider.use(async (ctx, next) => {
+    await next();
+    if (ctx.path.startsWith('/.well-known/') && ctx.body && typeof ctx.body === 'object') {
+      const body = { ...ctx.body };
+      if (pkce === 'absent') delete body.code_challenge_methods_supported;
+      else body.code_challenge_methods_supported = JSON.parse(pkce);
+      ctx.body = body;
+    }
+  });
+}
 provider.on('server_error', (_ctx, err) => console.error('server_error', err));
+provider.on('grant.success', (ctx) => console.error(`GRANT ${ctx.oidc.params.grant_type}`));
+provider.on('grant.error', (ctx, err) => console.error(`GRANT_ERROR ${ctx.oidc.params?.grant_type} ${err.error}`));
 
 // The person at the browser, for AS_LOGIN: log in as AS_ACCOUNT and consent to everything asked.
 async function approve(req, res) {

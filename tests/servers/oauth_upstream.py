@@ -4,6 +4,9 @@ the server's JWKS). Its one tool, `whoami`, answers with the subject of the toke
 token's `jti`, so a test sees whose token and which token reached it.
 
     python oauth_upstream.py --issuer URL --port N     prints `READY <port>` on stderr, then `TOKEN <jti>` per call
+
+`--advertise URL`: the authorization server its protected resource metadata names (default: the issuer), e.g.
+the issuer with a trailing slash, as older SDK servers render it (this one renders it as given).
 """
 
 from __future__ import annotations
@@ -19,6 +22,9 @@ from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
 
 SCOPE = "mcp:read"
 
@@ -58,10 +64,19 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--issuer", required=True)
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--advertise")
     parser.add_argument("mark", nargs="?", help="a marker for the test run's process list (ignored)")
     args = parser.parse_args()
     url = f"http://127.0.0.1:{args.port}/mcp"
     app = build(args.issuer, url).streamable_http_app(host="127.0.0.1")
+    if args.advertise is not None:
+        document = {"resource": url, "authorization_servers": [args.advertise], "scopes_supported": [SCOPE],
+                    "bearer_methods_supported": ["header"]}
+
+        async def metadata(_request: Request) -> JSONResponse:
+            return JSONResponse(document)
+
+        app.router.routes.insert(0, Route("/.well-known/oauth-protected-resource/mcp", metadata))
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", args.port))
