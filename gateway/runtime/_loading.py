@@ -156,6 +156,11 @@ def _semantic_problems(config: TriadConfig, lines: LineMap) -> list[str]:
             )
         raw_seen.setdefault(key, name)
     problems += _prefix_problems(config, lines)
+    problems += [format_problem(("upstreams", name), "the name contains ':', which separates an upstream from its "
+                                "tool in pins and state (`upstream:tool`): upstream 'p:read' with tool 'doc' and "
+                                "upstream 'p' with tool 'read:doc' would be one; rename it",
+                                lines.get(("upstreams", name)))
+                 for name in config.upstreams if ":" in name]
     if config.search.ranker != "bm25":
         from gateway.search import load_ranker  # numpy and a model: loaded by `check` unless the ranker is `bm25`
 
