@@ -11,6 +11,7 @@ tools file the test rewrites (tests/servers/mutable_upstream.py).
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -189,12 +190,20 @@ async def test_approve_without_names_shows_each_pending_change_and_approves_noth
             assert f"{name} (mut:{name}): changed since it was approved" in done.stdout
     assert "+" in done.stdout and POISON in done.stdout  # the diff shows the new text
     assert "was not kept, only its hash" in done.stdout  # description_listed (the plan test kept only its hash)
+    # what was reviewed is named back by its digest: another definition (the upstream changed it since) is refused
+    reviewed = re.search(r"^title_called \(mut:title_called\): .*approve this one with title_called@([0-9a-f]{12})$",
+                      done.stdout, re.M)
+    assert reviewed is not None, done.stdout
+    other = "0" * 12 if reviewed.group(1) != "0" * 12 else "1" * 12
+    refused = approve(pinned, f"title_called@{other}", "title_listed")
+    assert refused.returncode == 1 and "changed since the digest given; nothing was approved" in refused.stderr
+    assert pinned.state.read_text() == before
 
     changes = ListChanges()
     async with http_session(pinned.url, message_handler=changes) as via:
         await all_tools(via)
-        done = approve(pinned, "title_called")
-        assert done.returncode == 0 and "title_called: approved" in done.stdout, done.stderr
+        done = approve(pinned, f"title_called@{reviewed.group(1)}")
+        assert done.returncode == 0 and f"title_called: approved (@{reviewed.group(1)})" in done.stdout, done.stderr
         with anyio.fail_after(60):
             await changes.event.wait()  # the daemon saw the state file change: the approved text is listed now
         listed = {t["name"]: t for t in await all_tools(via)}

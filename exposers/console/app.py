@@ -197,13 +197,14 @@ def build_console(dispatcher: Dispatcher, reloader: Reloads | None, throttle: Au
                       approved=request.query_params.get("approved"), unavailable=False)
 
     async def approve(request: Request, session: ConsoleSession) -> Response:
-        tool = request.state.form.get("tool")
+        tool, digest = request.state.form.get("tool"), request.state.form.get("digest")
         try:
-            done = isinstance(tool, str) and await pages.approve(dispatcher, tool)
+            why = await pages.approve(dispatcher, tool, digest) if isinstance(tool, str) and isinstance(
+                digest, str) else "no tool or digest given"
         except (SharedStateUnavailable, PinStateUnreadable):
             return pins_unavailable(request, session)
-        if not done:
-            return refused(request, "no such tool, or no pin_definitions hook")
+        if why is not None:
+            return refused(request, why)
         return RedirectResponse(f"/console/pins?approved={tool}", status_code=303)
 
     app = Starlette(routes=[

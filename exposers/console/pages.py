@@ -18,7 +18,7 @@ from gateway.calls import Dispatcher, pin_hooks
 from gateway.identity import LOCAL_CLIENT, identity_for
 from gateway.observe import CallRecord, Reloads
 from gateway.registry import explain, plan_report, upstream_states
-from gateway.state import PinStatus, pin_diff
+from gateway.state import PinStatus, definition_hash, pin_diff
 
 RATE_WINDOW = 60.0
 """Seconds over which the call rate is counted (from the call log, as far as it reaches)."""
@@ -193,6 +193,8 @@ class PinRow:
     state: str
     diff: list[str]
     """Unified diff of the approved definition's fields against the current ones (empty: not recorded)."""
+    digest: str
+    """Of the definition shown: what its Approve button approves, and nothing else (`approve`)."""
 
 
 async def pending_pins(dispatcher: Dispatcher) -> tuple[bool, list[PinRow]]:
@@ -208,7 +210,8 @@ async def pending_pins(dispatcher: Dispatcher) -> tuple[bool, list[PinRow]]:
         for hook in hooks:
             status = await hook.pins.status(executor.id, executor.tool, descriptor.current)
             if status.state == "changed" or (status.state == "new" and not hook.options.trust_new):
-                rows.append(PinRow(name, executor.id, executor.tool, status.state, _diff(status)))
+                rows.append(PinRow(name, executor.id, executor.tool, status.state, _diff(status),
+                                   definition_hash(descriptor.current)))
                 break
     return bool(hooks), rows
 
@@ -217,15 +220,19 @@ def _diff(status: PinStatus) -> list[str]:
     return pin_diff(status.approved, status.current)
 
 
-async def approve(dispatcher: Dispatcher, tool: str) -> bool:
-    """Approve the current definition of `tool` in every pin_definitions hook; False if no such tool or hook."""
+async def approve(dispatcher: Dispatcher, tool: str, digest: str) -> str | None:
+    """Approve the current definition of `tool` in every pin_definitions hook if it is the one the operator was
+    shown (`digest`: the upstream may have changed it since the page was drawn); else why not."""
     hooks = pin_hooks(dispatcher.hooks)
     descriptor = dispatcher.registry.tools.get(tool)
     executor = descriptor.executor if descriptor is not None else None
     if not hooks or descriptor is None or executor is None or executor.kind != "mcp":
-        return False
+        return "no such tool, or no pin_definitions hook"
+    if definition_hash(descriptor.current) != digest:
+        return (f"the definition of {tool} changed since the page was shown; nothing was approved: review it "
+                "again")
 
     for hook in hooks:
         await hook.pins.approve(executor.id, executor.tool, descriptor.current)
     dispatcher.invalidate()  # listed from now on as approved
-    return True
+    return None

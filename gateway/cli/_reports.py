@@ -15,7 +15,7 @@ from gateway.hooks import PinDefinitions
 from gateway.registry import MAX_LIMIT, MAX_QUERY_CHARS, ToolDescriptor, explain, plan_report, upstream_states
 from gateway.runtime import running_gateway
 from gateway.search import find
-from gateway.state import PinStateUnreadable, SharedStateUnavailable, pin_diff
+from gateway.state import PinStateUnreadable, SharedStateUnavailable, definition_hash, pin_diff
 from policy import Identity
 
 PLAN_MARGIN = 5.0
@@ -35,6 +35,8 @@ async def collect(config: TriadConfig, identity: Identity, tool: str | None = No
         return plan_report(view, upstreams, [d.message for d in gw.dispatcher.registry.diagnostics])
 
 
+DIGEST_SHOWN = 12
+"""Hex digits of a definition's digest shown by `triad approve`, and enough to name it back (`TOOL@DIGEST`)."""
 PENDING_EXIT = 3
 """`triad approve` without tool names: definitions wait for approval (shown as diffs; nothing was approved)."""
 
@@ -52,18 +54,27 @@ async def approve(config: TriadConfig, names: list[str], approve_all: bool = Fal
         hooks = [entry.hook for entry in gw.dispatcher.hooks.entries if isinstance(entry.hook, PinDefinitions)]
         tools = {name: d for name, d in gw.dispatcher.registry.tools.items()
                  if d.executor is not None and d.executor.kind == "mcp"}
-        unknown = [name for name in names if name not in tools]
+        reviewed = dict(name.partition("@")[::2] for name in names)  # TOOL@DIGEST: approve what was reviewed
+        unknown = [name for name in reviewed if name not in tools]
         if unknown:
             print(f"triad: unknown tool(s): {', '.join(unknown)}", file=sys.stderr)
+            return 1
+        moved = [f"{name} (now @{definition_hash(tools[name].current)[:DIGEST_SHOWN]})"
+                 for name, digest in reviewed.items()
+                 if digest and not definition_hash(tools[name].current).startswith(digest.lower())]
+        if moved:  # the upstream changed it after it was shown: approving it now would approve unreviewed text
+            print(f"triad: the definition of {', '.join(moved)} changed since the digest given; nothing was "
+                  "approved. Review it again (`triad approve -c FILE`)", file=sys.stderr)
             return 1
         try:
             if not names and not approve_all:
                 return await _show_pending(hooks, tools)
-            for name in names or sorted(tools):
+            for name in reviewed or sorted(tools):
                 executor, current = tools[name].executor, tools[name].current
                 assert executor is not None
                 changed = [await hook.pins.approve(executor.id, executor.tool, current) for hook in hooks]
-                print(f"{name}: {'approved' if any(changed) else 'already approved'}")
+                print(f"{name}: {'approved' if any(changed) else 'already approved'} "
+                      f"(@{definition_hash(current)[:DIGEST_SHOWN]})")
         except PinStateUnreadable as exc:  # never written over: the operator decides what it held
             print(f"triad: cannot approve: {exc}", file=sys.stderr)
             return 1
@@ -85,7 +96,8 @@ async def _show_pending(hooks: list[PinDefinitions], tools: Mapping[str, ToolDes
                 continue  # a new tool under trust_new is pinned when a client is first shown it
             pending += 1
             what = "changed since it was approved" if status.state == "changed" else "not approved yet"
-            print(f"{name} ({executor.id}:{executor.tool}): {what}")
+            print(f"{name} ({executor.id}:{executor.tool}): {what}; approve this one with "
+                  f"{name}@{definition_hash(descriptor.current)[:DIGEST_SHOWN]}")
             diff = pin_diff(status.approved if status.state == "changed" else {}, status.current)
             print("\n".join(f"  {line}" for line in diff) if diff or status.state == "new"
                   else "  (the approved definition was not kept, only its hash)")
@@ -93,8 +105,9 @@ async def _show_pending(hooks: list[PinDefinitions], tools: Mapping[str, ToolDes
     if not pending:
         print("nothing waits for approval")
         return 0
-    print(f"triad: {pending} tool(s) wait for approval; nothing was approved. Approve them by name "
-          "(`triad approve -c FILE TOOL ...`) or all at once with --all", file=sys.stderr)
+    print(f"triad: {pending} tool(s) wait for approval; nothing was approved. Approve what you reviewed by "
+          "name@digest as shown (`triad approve -c FILE TOOL@DIGEST ...`: refused if it changed since), by name, "
+          "or all at once with --all", file=sys.stderr)
     return PENDING_EXIT
 
 
