@@ -40,6 +40,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from consumers import JSON, all_finite, may_overflow
 from gateway.errors import TriadError
 
+_LONE_SURROGATE = re.compile(rb"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+                             rb"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}")
+"""A surrogate escape without its pair: valid JSON, but no text; pydantic refuses it speaking of a "hex escape",
+so the error names it (searched only in text that failed to parse)."""
+
 INVALID_MESSAGE = "Invalid request: not a JSON-RPC 2.0 message"
 INVALID_ID = "Invalid request: a request's id must be a string or an integer"
 
@@ -82,6 +87,9 @@ def parse_json(data: bytes | str) -> JSON:
     try:
         value = pydantic_core.from_json(data, allow_inf_nan=False)
     except ValueError as exc:
+        if _LONE_SURROGATE.search(text) is not None:
+            raise ParseError("Parse error: a string holds a lone surrogate escape (\\ud800-\\udfff without its "
+                             f"pair), which Triad does not take from a client ({exc})") from None
         raise ParseError(f"Parse error: {exc}") from None
     finally:
         if paused:

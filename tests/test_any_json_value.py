@@ -337,3 +337,21 @@ async def test_any_json_value_of_an_upstream_reaches_a_client_as_sent_or_as_its_
                                                 "params": {"name": "echo_o", "arguments": {"hex": b"1".hex()}}}))
         assert listed["result"]["structuredContent"] == {"value": 1}, listed
     assert not found, f"{len(found)} differences:\n" + "\n".join(found[:40])
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@given(point=st.integers(0xD800, 0xDFFF), form=st.sampled_from(["alone", "then text", "then a non-pair escape"]),
+       before=st.text(alphabet="ab \u00e9\U0001f600", max_size=5))
+def test_a_clients_lone_surrogate_is_a_parse_error_that_says_so(point: int, form: str, before: str) -> None:
+    """Found by an outside attack: `"\\ud800"` from a client got "unexpected end of hex escape". Every lone
+    surrogate, wherever it stands, is named; a pair is one character."""
+    from exposers._wire import ParseError, parse_json
+
+    escape = f"\\u{point:04x}"
+    tail = {"alone": "", "then text": "x", "then a non-pair escape": "\\u0041"}[form]
+    text = json.dumps({"k": before})[:-2] + escape + tail + '"}'
+    paired = point < 0xDC00 and form == "alone"  # give a leading one its pair: then it parses
+    with pytest.raises(ParseError, match="lone surrogate escape"):
+        parse_json(text)
+    if paired:
+        assert parse_json(text[:-2] + "\\udc00" + '"}') == {"k": before + chr(0x10000 + (point - 0xD800) * 0x400)}
