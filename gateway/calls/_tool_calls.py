@@ -44,7 +44,6 @@ def _arguments(params: Mapping[str, JSON]) -> JSONObject:
     return dict(arguments) if isinstance(arguments, Mapping) else {}
 
 
-
 KNOWN_CALL_PARAMS = frozenset({"name", "arguments", "_meta", "task", "inputResponses", "requestState"})
 """The `tools/call` params Triad reads and sets itself; any other is the client's, passed on as it came."""
 
@@ -63,6 +62,7 @@ class ForwardedCall(types.CallToolRequest):
     """A `tools/call` to an upstream, with the client's unknown params kept (`unknown_params`)."""
 
     params: ForwardedCallParams
+
 
 class ToolCalls:
     def __init__(self, live: Live, pool: UpstreamPool, forwarder: Forwarder, tasks: TaskRelay,
