@@ -191,12 +191,16 @@ async def test_approve_without_names_shows_each_pending_change_and_approves_noth
     assert "+" in done.stdout and POISON in done.stdout  # the diff shows the new text
     assert "was not kept, only its hash" in done.stdout  # description_listed (the plan test kept only its hash)
     # what was reviewed is named back by its digest: another definition (the upstream changed it since) is refused
-    reviewed = re.search(r"^title_called \(mut:title_called\): .*approve this one with title_called@([0-9a-f]{12})$",
+    reviewed = re.search(r"^title_called \(mut:title_called\): .*approve this one with title_called@([0-9a-f]{32})$",
                       done.stdout, re.M)
     assert reviewed is not None, done.stdout
-    other = "0" * 12 if reviewed.group(1) != "0" * 12 else "1" * 12
+    other = "0" * 32 if reviewed.group(1) != "0" * 32 else "1" * 32
     refused = approve(pinned, f"title_called@{other}", "title_listed")
     assert refused.returncode == 1 and "changed since the digest given; nothing was approved" in refused.stderr
+    for short in (reviewed.group(1)[:12], reviewed.group(1)[:1], "", reviewed.group(1).upper()):
+        # a prefix an upstream could collide with (12 hex digits: minutes of search), or none: refused
+        refused = approve(pinned, f"title_called@{short}")
+        assert refused.returncode == 1 and "a digest is 32 to 64 hex digits" in refused.stderr, short
     assert pinned.state.read_text() == before
 
     changes = ListChanges()

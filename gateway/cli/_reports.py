@@ -6,6 +6,7 @@ record approvals; nothing is served.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Iterable, Mapping
 
@@ -35,8 +36,10 @@ async def collect(config: TriadConfig, identity: Identity, tool: str | None = No
         return plan_report(view, upstreams, [d.message for d in gw.dispatcher.registry.diagnostics])
 
 
-DIGEST_SHOWN = 12
-"""Hex digits of a definition's digest shown by `triad approve`, and enough to name it back (`TOOL@DIGEST`)."""
+DIGEST_SHOWN = 32
+"""Hex digits of a definition's digest that `triad approve` shows and takes back (`TOOL@DIGEST`), no fewer: an
+upstream that controls a definition can find two with the same 12 (a birthday search of 2^24 hashes, minutes on
+one core, found by an outside attack); 128 bits leave it none."""
 PENDING_EXIT = 3
 """`triad approve` without tool names: definitions wait for approval (shown as diffs; nothing was approved)."""
 
@@ -54,14 +57,21 @@ async def approve(config: TriadConfig, names: list[str], approve_all: bool = Fal
         hooks = [entry.hook for entry in gw.dispatcher.hooks.entries if isinstance(entry.hook, PinDefinitions)]
         tools = {name: d for name, d in gw.dispatcher.registry.tools.items()
                  if d.executor is not None and d.executor.kind == "mcp"}
-        reviewed = dict(name.partition("@")[::2] for name in names)  # TOOL@DIGEST: approve what was reviewed
+        reviewed = {tool: digest for tool, at, digest in (name.partition("@") for name in names)
+                    if at or tool}  # TOOL@DIGEST: approve what was reviewed
         unknown = [name for name in reviewed if name not in tools]
         if unknown:
             print(f"triad: unknown tool(s): {', '.join(unknown)}", file=sys.stderr)
             return 1
+        short = [f"{tool}@{digest}" for tool, at, digest in (name.partition("@") for name in names)
+                 if at and not re.fullmatch(f"[0-9a-f]{{{DIGEST_SHOWN},64}}", digest)]
+        if short:
+            print(f"triad: {', '.join(short)}: a digest is {DIGEST_SHOWN} to 64 hex digits, as `triad approve -c "
+                  "FILE` shows it; nothing was approved", file=sys.stderr)
+            return 1
         moved = [f"{name} (now @{definition_hash(tools[name].current)[:DIGEST_SHOWN]})"
                  for name, digest in reviewed.items()
-                 if digest and not definition_hash(tools[name].current).startswith(digest.lower())]
+                 if digest and not definition_hash(tools[name].current).startswith(digest)]
         if moved:  # the upstream changed it after it was shown: approving it now would approve unreviewed text
             print(f"triad: the definition of {', '.join(moved)} changed since the digest given; nothing was "
                   "approved. Review it again (`triad approve -c FILE`)", file=sys.stderr)
