@@ -4,10 +4,12 @@ record cannot be written, `fail: open` lets them through and says so in the log.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import pytest
 
 from tests.conftest import Proc, start_triad, stdio_upstream, write_config
@@ -85,3 +87,25 @@ async def test_a_full_disk_never_tears_a_line_and_closed_refuses_unaudited_calls
         assert last["content"][0]["text"] == "room again"
         await triad.until(r"audit: writing to .* works again")
         assert whole_lines(audit)[-1]["outcome"] == "ok"
+
+
+@pytest.mark.parametrize("mode", ["closed", "open"])
+async def test_an_audit_path_that_is_a_fifo_never_blocks_the_daemon(mode: str, procs: list[Proc],
+                                                                     tmp_path: Path) -> None:
+    """Found by an outside attack: a FIFO with no reader at the audit path blocked the first call's open, and the
+    event loop with it (SIGTERM did not stop it). It is a file that cannot be written: closed refuses, open goes on."""
+    audit = tmp_path / "audit.jsonl"
+    os.mkfifo(audit)
+    config = write_config(tmp_path, {"upstreams": {"fx": stdio_upstream(f"audit-fifo-{mode}")},
+                                     "hooks": [{"audit": {"path": str(audit), "fail": mode}}]})
+    url = start_triad(procs, config, wait_ready=1)
+    triad = procs[-1]
+    async with http_session(url) as via:
+        with anyio.fail_after(30):
+            texts = [(await call(via, "echo", {"text": f"call {i}"}))["content"][0]["text"] for i in range(3)]
+    await triad.until(r"audit: cannot write to .*audit\.jsonl")
+    if mode == "closed":
+        assert all(text.startswith(REFUSED) for text in texts[1:]), texts
+    else:
+        assert texts == [f"call {i}" for i in range(3)]
+    assert triad.terminate() == 0

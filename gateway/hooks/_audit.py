@@ -9,6 +9,7 @@ import errno
 import json
 import logging
 import os
+import stat
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -120,9 +121,16 @@ class Audit:
 
 def append_whole(path: Path, data: bytes) -> None:
     """Append `data` to `path` whole or not at all (raises OSError): opened per record, so that there is nothing
-    to close when a reload drops the hook and rotation tools just work."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    to close when a reload drops the hook and rotation tools just work. A regular file or a device (a terminal,
+    /dev/null), never a FIFO or socket: a FIFO with no reader blocked the open, and the event loop with it (found
+    by an outside attack), so the open does not block and the file is refused."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NONBLOCK, 0o600)
     try:
+        mode = os.fstat(fd).st_mode
+        if not (stat.S_ISREG(mode) or stat.S_ISCHR(mode)):  # a FIFO's write blocks too, once its reader stalls
+            raise OSError(errno.EINVAL, f"not a regular file (for standard error, the path is {STANDARD_STREAM!r})")
+        if stat.S_ISCHR(mode):
+            os.set_blocking(fd, True)  # a terminal or /dev/null: written as before
         start = os.fstat(fd).st_size
         written = os.write(fd, data)
         if written < len(data):  # a full disk takes what fits: take it back rather than leave a torn line
