@@ -102,3 +102,46 @@ async def test_a_first_use_after_redis_lost_its_data_never_overrides_a_state_fil
         for name in names:
             assert stores[name].status("fx", "read", APPROVED).state == "approved", name
             assert await pins[name].check("fx", "read", APPROVED, True) is None, name
+
+
+@pytest.mark.parametrize("approved_by", ["first use", "triad approve"])
+async def test_a_first_use_put_back_after_a_second_loss_never_passes_for_an_approval(
+        procs: list[Proc], tmp_path: Path, approved_by: str) -> None:
+    """A re-attack: Redis lost its data twice. After the first loss a fresh replica pinned a poisoned definition on
+    first use; after the second, that replica put it back first, as if approved, and r1 took it over its own file.
+    A first use keeps its mark (and time) in the file and when put back; an approval, or an older first use, wins."""
+    from gateway.cluster import Cluster
+    from gateway.config._models import ClusterConfig
+
+    env = TriadCluster(procs, tmp_path)
+    env.start_redis()
+    settings = ClusterConfig(redis=f"redis://127.0.0.1:{env.redis_port}/0", replica_id="r1",
+                             secret_key=CLUSTER_KEY)  # type: ignore[arg-type]
+    names = ("r1", "fresh")
+    replicas = {name: Cluster(settings.model_copy(update={"replica_id": name})) for name in names}
+    stores = {name: PinStore(tmp_path / f"{name}-pins.json") for name in names}
+    pins = {name: cluster.pins("pins", stores[name]) for name, cluster in replicas.items()}
+
+    async def lose_redis() -> None:
+        assert env.redis is not None
+        await anyio.to_thread.run_sync(env.redis.terminate)
+        await anyio.to_thread.run_sync(env.start_redis)  # empty: nothing was persisted
+        with anyio.fail_after(30):
+            while not all(replica.link.up for replica in replicas.values()):
+                for name in names:
+                    await pins[name].check("fx", "warm-up", APPROVED, False)
+                await anyio.sleep(0.1)
+
+    async with replicas["r1"].running(heartbeat=False), replicas["fresh"].running(heartbeat=False):
+        if approved_by == "first use":
+            assert await pins["r1"].check("fx", "read", APPROVED, True) is None
+        else:
+            assert await pins["r1"].approve("fx", "read", APPROVED)
+        await lose_redis()
+        assert await pins["fresh"].check("fx", "read", CHANGED, True) is None  # its first use: nothing said no
+        await lose_redis()
+        assert await pins["fresh"].check("fx", "read", CHANGED, True) is None  # put back first, still a first use
+        for name in ("r1", "fresh"):
+            verdict = await pins[name].check("fx", "read", CHANGED, True)
+            assert verdict is not None and "changed since it was approved" in verdict, (name, verdict)
+            assert stores[name].status("fx", "read", APPROVED).state == "approved", name

@@ -111,22 +111,22 @@ def test_a_bad_state_file_without_a_good_copy_blocks_every_pinned_tool_and_stays
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written over it, nothing added
 
 
-def test_each_write_keeps_the_previous_good_version(tmp_path: Path) -> None:
-    path = tmp_path / "pins.json"
+def test_each_write_is_copied_whole(tmp_path: Path) -> None:
+    """The copy is of the last write (a copy one version old forgot the newest approval: a re-attack)."""
+    path = tmp_path / "deeper" / "pins.json"  # a directory not made yet: a first `triad approve`
     store = PinStore(path)
     store.approve("fs", "read", TOOL)
-    first = path.read_bytes()
     store.approve("fs", "read", CHANGED)
-    assert (tmp_path / "pins.json.bak").read_bytes() == first
-    assert not list(tmp_path.glob("*.tmp"))
+    assert (path.parent / "pins.json.bak").read_bytes() == path.read_bytes()
+    assert not list(path.parent.glob("*.tmp"))
 
 
 @pytest.mark.parametrize("when", ["before the start", "while running"])
 def test_a_deleted_state_file_is_written_again_never_read_as_nothing_approved(
         when: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """Outside attack F4: `rm pins.json` made every changed tool a first use again. Deleted before a process
-    reads it, it comes back from `.bak` (the version before the last write: fs:write, approved last, is not in
-    it, and stays unapproved: fail closed); deleted under a running one, from what that one read."""
+    reads it, it comes back from `.bak` (a copy of the last write); deleted under a running one, from what that
+    one read."""
     path = tmp_path / "pins.json"
     _approved_twice(path)
     store = PinStore(path)
@@ -137,11 +137,7 @@ def test_a_deleted_state_file_is_written_again_never_read_as_nothing_approved(
         assert "definition changed" in (store.check("fs", "read", CHANGED, trust_new=True) or "")
         write = store.check("fs", "write", TOOL, trust_new=False)
     assert any("was deleted" in r.getMessage() for r in caplog.records)
-    if when == "while running":
-        assert write is None and set(json.loads(path.read_text())["pins"]) == {"fs:read", "fs:write"}
-    else:
-        assert write == "its definition has not been approved yet"
-        assert set(json.loads(path.read_text())["pins"]) == {"fs:read"}
+    assert write is None and set(json.loads(path.read_text())["pins"]) == {"fs:read", "fs:write"}
 
 
 def test_a_deleted_state_file_whose_last_good_copy_is_bad_blocks(tmp_path: Path) -> None:
@@ -157,3 +153,21 @@ def test_a_first_start_has_no_state_file_and_pins_on_first_use(tmp_path: Path) -
     store = PinStore(tmp_path / "pins.json")
     assert store.check("fs", "read", TOOL, trust_new=True) is None
     assert "definition changed" in (store.check("fs", "read", CHANGED, trust_new=True) or "")
+
+
+@pytest.mark.parametrize("kind", BAD)
+def test_a_file_that_goes_bad_under_a_running_process_is_written_again_from_what_it_read(
+        kind: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A re-attack truncated the file under the daemon, whose `.bak` was one version old: the newest approval was
+    forgotten and pinned again on first use. What the process read is the newest there is."""
+    path = tmp_path / "pins.json"
+    store = PinStore(path)
+    assert store.approve("fs", "read", TOOL)
+    assert store.approve("fs", "write", TOOL)
+    (tmp_path / "pins.json.bak").write_bytes(b'{"pins": {}, "definitions": {}}')  # stale, to tell them apart
+    BAD[kind](path)
+    with caplog.at_level(logging.ERROR, "triad.pins"):
+        assert "definition changed" in (store.check("fs", "write", CHANGED, trust_new=True) or "")
+        assert store.check("fs", "read", TOOL, trust_new=False) is None
+    assert any("written again from the approvals this process read" in r.getMessage() for r in caplog.records)
+    assert set(json.loads(path.read_text())["pins"]) == {"fs:read", "fs:write"}

@@ -8,11 +8,12 @@ file too; one that finds none in Redis (Redis restarted without persistence, or 
 verify) takes its state file's, and puts it back in Redis. So lost Redis state never fails open (a changed
 definition stays blocked, even with `trust_new: true`) and never blocks what was approved (`trust_new: false`).
 
-A record a replica made on first use (`first_use`) is weaker than a state file: after Redis lost its data, a
-replica with no state of its own may pin whatever its upstream serves now. A replica whose file holds another
-approval of that tool puts its own back in Redis, over the first use, as a restored approval that every replica
-then takes (the first use never reaches another replica's file). An operator's approval (`triad approve`, the
-console) and a restored one are taken over any file.
+A pin a replica made on first use carries when (`first_use`, in Redis and in each state file that keeps it); an
+operator's approval (`triad approve`, the console) carries none and is taken over any file. After Redis lost its
+data, a replica with no state of its own may pin whatever its upstream serves now: a replica whose file holds an
+approval of that tool, or an older first use, puts its own back in Redis over it, and every replica then takes
+that one. Restored records keep their mark, so a first use put back never passes for an approval after the next
+loss (a re-attack: two losses in a row spread a poisoned first use).
 
 While Redis is unreachable, the state file decides; a definition it does not hold is blocked (fail closed), with
 a reason that says so. `approve` needs Redis (every replica must see it), and writes the file after Redis.
@@ -21,6 +22,7 @@ a reason that says so. `approve` needs Redis (every replica must see it), and wr
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -42,8 +44,14 @@ return redis.call('HGET', KEYS[1], ARGV[1])
 class PinRecord(RecordModel):
     digest: str = Field(pattern=r"^[0-9a-f]{64}$")
     definition: dict[str, Any] | None = None
-    first_use: bool = False
-    """Pinned by a replica on first use (`trust_new`), not approved by an operator nor restored from a file."""
+    first_use: float | None = None
+    """When a replica pinned it on first use (`trust_new`); None: an operator approved it."""
+
+
+def _outranks(durable: float | None, cached: PinRecord) -> bool:
+    """A state file's pin (first used at `durable`, None: approved) outranks Redis's `cached` other one: Redis's is
+    a first use, and the file's an approval or an older first use."""
+    return cached.first_use is not None and (durable is None or durable < cached.first_use)
 
 
 class RedisPins:
@@ -67,7 +75,7 @@ class RedisPins:
             self._rejections.note("pin", rejected)
             return None
 
-    def _seal(self, key: str, digest: str, fields: JSONObject | None, first_use: bool = False) -> bytes:
+    def _seal(self, key: str, digest: str, fields: JSONObject | None, first_use: float | None = None) -> bytes:
         return self._records.seal(self._where(key), PinRecord(digest=digest, definition=fields, first_use=first_use))
 
     async def _pinned(self, upstream: str, raw: str) -> PinRecord | None:
@@ -81,16 +89,17 @@ class RedisPins:
             if durable is None:
                 raise
             return PinRecord(digest=durable[0], definition=durable[1])
-        if cached is not None and not (cached.first_use and durable is not None and durable[0] != cached.digest):
-            if durable is None or durable[0] != cached.digest:
-                await anyio.to_thread.run_sync(self._store.remember, upstream, raw, cached.digest, cached.definition)
+        if cached is not None and not (durable is not None and _outranks(durable[2], cached)):
+            if durable is None or (durable[0], durable[2]) != (cached.digest, cached.first_use):
+                await anyio.to_thread.run_sync(self._store.remember, upstream, raw, cached.digest, cached.definition,
+                                               cached.first_use)
             return cached
         if durable is None:
             return None
-        # Redis lost it, or holds a first use this file's approval outranks: the durable approval goes back
+        # Redis lost it, or holds a first use that this file's pin outranks: the durable one goes back, as it is
         with contextlib.suppress(RedisDown):
             await self._link.run(self._link.client.hset(self._hash, key, self._seal(key, *durable)))
-        return PinRecord(digest=durable[0], definition=durable[1])
+        return PinRecord(digest=durable[0], definition=durable[1], first_use=durable[2])
 
     async def check(self, upstream: str, raw: str, definition: Mapping[str, JSON], trust_new: bool) -> str | None:
         key, digest = f"{upstream}:{raw}", definition_hash(definition)
@@ -98,12 +107,13 @@ class RedisPins:
             pinned = await self._pinned(upstream, raw)
             if pinned is None and trust_new:
                 # first use on any replica pins it; atomic: two replicas pinning at once agree on one definition
-                sealed = self._seal(key, digest, pinned_fields(definition), first_use=True)
+                sealed = self._seal(key, digest, pinned_fields(definition), first_use=time.time())
                 pinned = self._open(key, await self._link.run(self._pin_first(keys=[self._hash],
                                                                                 args=[key, sealed])))
                 if pinned is None:
                     return "the cluster's approval of it cannot be verified"
-                await anyio.to_thread.run_sync(self._store.remember, upstream, raw, pinned.digest, pinned.definition)
+                await anyio.to_thread.run_sync(self._store.remember, upstream, raw, pinned.digest, pinned.definition,
+                                               pinned.first_use)
         except RedisDown:
             return "the cluster's approvals cannot be read while Redis is unreachable"
         except PinStateUnreadable as exc:  # the durable truth is unknown: fail closed, whatever Redis holds
@@ -118,10 +128,10 @@ class RedisPins:
     async def approve(self, upstream: str, raw: str, definition: Mapping[str, JSON]) -> bool:
         key, digest, fields = f"{upstream}:{raw}", definition_hash(definition), pinned_fields(definition)
         before = self._open(key, await self._link.run(self._link.client.hget(self._hash, key)))
-        if before is None or before.digest != digest:
+        if before is None or before.digest != digest or before.first_use is not None:
             await self._link.run(self._link.client.hset(self._hash, key, self._seal(key, digest, fields)))
         changed = await anyio.to_thread.run_sync(self._store.remember, upstream, raw, digest, fields)
-        return changed or before is None or before.digest != digest
+        return changed or before is None or before.digest != digest or before.first_use is not None
 
     async def status(self, upstream: str, raw: str, definition: Mapping[str, JSON]) -> PinStatus:
         current = pinned_fields(definition)

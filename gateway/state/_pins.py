@@ -6,17 +6,15 @@ restart. Writes go to a temporary file renamed over the old one (no torn state f
 keeps the hashed fields of the approved definition, so that an operator can see what changed (`pending`); a file
 written before definitions were kept has hashes only.
 
-The file is never silently replaced, as the name ledger (`gateway.state._name_ledger`): before each write the
-previous version, read back whole and valid, is kept as `<file>.bak`. A file that cannot be read (not UTF-8 JSON,
-another shape, too large) is recovered from `.bak` when that one is readable (the bad file is kept aside as
-`<file>.corrupt-<unix time>`, with an ERROR); else every pinned tool is blocked with a reason that says how to
-recover (`PinStateUnreadable`: never fail open, never first-use pin over the bad file), and the file is left as it
-is.
+The file is never silently replaced: after each write a copy of it is kept as `<file>.bak`. A file that cannot
+be read (not UTF-8 JSON, another shape, too large, no regular file) is set aside as `<file>.corrupt-<unix time>`
+(ERROR) and written again from what this process read, or, by a process that has not read it, from `.bak` when
+that one is readable; else every pinned tool is blocked with a reason that says how to recover
+(`PinStateUnreadable`: never fail open, never first-use pin over the bad file), and the file is left as it is.
 """
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import hashlib
 import json
@@ -86,6 +84,9 @@ class PinStore:
         self._lock = threading.Lock()
         self._pins: dict[str, str] = {}
         self._definitions: dict[str, JSONObject] = {}
+        self._first_use: dict[str, float] = {}
+        """When each pin that no operator approved was made on first use (`trust_new`): in a cluster, a weaker
+        claim than an approval, and than an older first use (`gateway.cluster.RedisPins`)."""
         self._mtime: float | None = None
         self._unreadable: tuple[float, PinStateUnreadable] | None = None
         """The mtime of a bad file without a good copy, and why: reported once, blocking until it changes."""
@@ -101,16 +102,19 @@ class PinStore:
         if self._unreadable is not None and self._unreadable[0] == mtime:
             raise self._unreadable[1]  # the same bad file: reported once, still blocking
         try:
-            (self._pins, self._definitions), _ = _parse(self.path)
+            (self._pins, self._definitions, self._first_use), _ = _parse(self.path)
         except FileNotFoundError:  # renamed away between the stat and the read
             self._gone()
             return
         except _Unreadable as bad:
+            if self._mtime is not None:  # read whole by this process before: what it holds is the latest
+                self._restore_from_memory(bad)
+                return
             try:
-                (self._pins, self._definitions) = self._recover(bad)
+                (self._pins, self._definitions, self._first_use) = self._recover(bad)
             except PinStateUnreadable as exc:
                 logger.error("%s", exc)
-                self._pins, self._definitions, self._mtime = {}, {}, None
+                self._pins, self._definitions, self._first_use, self._mtime = {}, {}, {}, None
                 self._unreadable = (mtime, exc)
                 raise
         self._unreadable = None
@@ -122,17 +126,31 @@ class PinStore:
         pin first uses over every approval (outside attack F4). To start over, remove the file and its `.bak`."""
         backup = self.path.with_name(self.path.name + BACKUP_SUFFIX)
         if self._mtime is None and not os.path.lexists(backup):
-            self._pins, self._definitions = {}, {}
+            self._pins, self._definitions, self._first_use = {}, {}, {}
             return
         source = str(backup) if self._mtime is None else "the approvals this process read"
         if self._mtime is None:  # not read by this process: the last good copy is what was approved
-            (self._pins, self._definitions) = self._recover(_Unreadable("it was deleted"))
+            (self._pins, self._definitions, self._first_use) = self._recover(_Unreadable("it was deleted"))
         else:
             self._save()
         logger.error("the pin_definitions state file %s was deleted: it is written again from %s", self.path, source)
         self._mtime = self.path.stat().st_mtime
 
-    def _recover(self, bad: _Unreadable) -> tuple[dict[str, str], dict[str, JSONObject]]:
+    def _restore_from_memory(self, bad: _Unreadable) -> None:
+        """The file went bad under this process (truncated, replaced by a FIFO): set it aside and write what this
+        process holds, which is newer than any copy (outside attack: restoring `.bak` then forgot the last pin)."""
+        aside = self.path.with_name(f"{self.path.name}{CORRUPT_SUFFIX}{int(time.time())}")
+        try:
+            os.replace(self.path, aside)
+            self._save()
+        except OSError as exc:
+            message = (f"the pin_definitions state file {self.path} cannot be read ({bad}) nor written again "
+                       f"({exc.strerror}); every pinned tool is blocked until the file or its directory is fixed")
+            raise PinStateUnreadable(message) from None
+        logger.error("the pin_definitions state file %s cannot be read (%s): it is kept as %s, and written again "
+                     "from the approvals this process read", self.path, bad, aside)
+
+    def _recover(self, bad: _Unreadable) -> _State:
         """The state of the last good copy, put back in place of the bad file (kept aside); else
         `PinStateUnreadable`, the bad file left where it is."""
         backup = self.path.with_name(self.path.name + BACKUP_SUFFIX)
@@ -162,14 +180,13 @@ class PinStore:
         return state
 
     def _save(self) -> None:
-        previous: bytes | None = None
-        with contextlib.suppress(FileNotFoundError, _Unreadable):
-            previous = _parse(self.path)[1]  # the version replaced, whole and valid: the last good copy
-        if previous is not None:
-            write_atomically(self.path.with_name(self.path.name + BACKUP_SUFFIX), previous)
-        write_atomically(self.path, json.dumps({"pins": self._pins, "definitions": self._definitions}, indent=2,
-                                                sort_keys=True, default=str).encode())
+        content = json.dumps({"pins": self._pins, "definitions": self._definitions, "first_use": self._first_use},
+                             indent=2, sort_keys=True, default=str).encode()
+        self.path.parent.mkdir(parents=True, exist_ok=True)  # a first `triad approve` before any daemon ran
+        write_atomically(self.path, content)
         self._mtime = self.path.stat().st_mtime
+        # the copy is of this write, not the one before: a copy one version old forgot the newest approval
+        write_atomically(self.path.with_name(self.path.name + BACKUP_SUFFIX), content)
 
     def check(self, upstream: str, raw: str, definition: Mapping[str, JSON], trust_new: bool) -> str | None:
         """None when the definition is approved (or new and trusted on first use); else why it is blocked."""
@@ -183,7 +200,7 @@ class PinStore:
             if pinned is None:
                 if not trust_new:
                     return "its definition has not been approved yet"
-                self._pin(key, digest, definition)
+                self._pin(key, digest, definition, first_use=time.time())
                 return None
             if pinned != digest:
                 return f"its definition changed since it was approved (approved {pinned[:12]}, now {digest[:12]})"
@@ -194,7 +211,7 @@ class PinStore:
         key, digest = f"{upstream}:{raw}", definition_hash(definition)
         with self._lock:
             self._load()
-            if self._pins.get(key) == digest:
+            if self._pins.get(key) == digest and key not in self._first_use:
                 return False
             self._pin(key, digest, definition)
             return True
@@ -209,36 +226,51 @@ class PinStore:
             return PinStatus("new", None, current)
         return PinStatus("approved" if pinned == definition_hash(definition) else "changed", approved, current)
 
-    def pinned(self, upstream: str, raw: str) -> tuple[str, JSONObject | None] | None:
-        """The approved digest of `upstream:raw` and its kept fields; None when none is."""
+    def pinned(self, upstream: str, raw: str) -> tuple[str, JSONObject | None, float | None] | None:
+        """The approved digest of `upstream:raw`, its kept fields, and when it was pinned on first use (None: an
+        operator approved it); None when none is."""
         key = f"{upstream}:{raw}"
         with self._lock:
             self._load()
             digest = self._pins.get(key)
-            return (digest, self._definitions.get(key)) if digest is not None else None
+            return (digest, self._definitions.get(key), self._first_use.get(key)) if digest is not None else None
 
-    def remember(self, upstream: str, raw: str, digest: str, fields: JSONObject | None) -> bool:
-        """Keep an approval made elsewhere (the cluster's); True if that changed the state file."""
+    def remember(self, upstream: str, raw: str, digest: str, fields: JSONObject | None,
+                 first_use: float | None = None) -> bool:
+        """Keep an approval made elsewhere (the cluster's: `first_use` when a replica pinned it on first use);
+        True if that changed the state file."""
         key = f"{upstream}:{raw}"
         with self._lock:
             self._load()
-            if self._pins.get(key) == digest:
+            if self._pins.get(key) == digest and self._first_use.get(key) == first_use:
                 return False
             self._pins[key] = digest
             if fields is not None:
                 self._definitions[key] = fields
             else:
                 self._definitions.pop(key, None)
+            self._mark(key, first_use)
             self._save()
             return True
 
-    def _pin(self, key: str, digest: str, definition: Mapping[str, JSON]) -> None:
+    def _pin(self, key: str, digest: str, definition: Mapping[str, JSON], first_use: float | None = None) -> None:
         self._pins[key] = digest
         self._definitions[key] = pinned_fields(definition)
+        self._mark(key, first_use)
         self._save()
 
+    def _mark(self, key: str, first_use: float | None) -> None:
+        if first_use is None:
+            self._first_use.pop(key, None)
+        else:
+            self._first_use[key] = first_use
 
-def _parse(path: Path) -> tuple[tuple[dict[str, str], dict[str, JSONObject]], bytes]:
+
+_State = tuple[dict[str, str], dict[str, JSONObject], dict[str, float]]
+"""Pins, kept definitions, first-use times."""
+
+
+def _parse(path: Path) -> tuple[_State, bytes]:
     """(pins, definitions) in a state file and its bytes; `FileNotFoundError` when there is none, else
     `_Unreadable`."""
     try:
@@ -261,5 +293,9 @@ def _parse(path: Path) -> tuple[tuple[dict[str, str], dict[str, JSONObject]], by
         raise _Unreadable("not a pin state: `pins` is not an object of digests")
     if not isinstance(definitions, dict) or not all(isinstance(v, dict) for v in definitions.values()):
         raise _Unreadable("not a pin state: `definitions` is not an object of definitions")
-    return (pins, definitions), content
+    first_use = state.get("first_use", {})  # absent in files written before first uses were marked
+    if not isinstance(first_use, dict) or not all(
+            type(v) in (int, float) for v in first_use.values()):
+        raise _Unreadable("not a pin state: `first_use` is not an object of times")
+    return (pins, definitions, {k: float(v) for k, v in first_use.items()}), content
 
