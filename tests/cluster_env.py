@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import shutil
 import socket
 import time
@@ -178,6 +179,20 @@ class TriadCluster:
                 data += chunk
         rows = [line.split(",") for line in data.decode().splitlines() if line and not line.startswith("#")]
         return {row[1]: row[17] for row in rows if len(row) > 17 and row[0] == "triad" and row[1] in self.ports}
+
+    def sticky_sessions(self) -> int:
+        """Entries in HAProxy's stick table of the `triad` backend (from its stats socket; 0 while unreachable)."""
+        try:
+            with socket.socket(socket.AF_UNIX) as sock:
+                sock.connect(str(self.tmp / "haproxy.sock"))
+                sock.sendall(b"show table triad\n")
+                data = b""
+                while chunk := sock.recv(65536):
+                    data += chunk
+        except OSError:
+            return 0
+        found = re.search(rb"used:(\d+)", data)
+        return int(found.group(1)) if found else 0
 
     def served_by(self) -> dict[str, list[dict[str, Any]]]:
         """Each replica's audit records (what it served)."""

@@ -124,10 +124,12 @@ class Hostile:
                     self.client.delete(key)
                 self.client.hset(key, "fx:echo", value)
             return
-        if isinstance(value, tuple):
-            self.client.delete(key)
-            {"list": lambda: self.client.rpush(key, "a", "b"), "hash": lambda: self.client.hset(key, "a", "b"),
-             "set": lambda: self.client.sadd(key, "a"), "zset": lambda: self.client.zadd(key, {"a": 1.0})}[value[0]]()
+        if isinstance(value, tuple):  # in one transaction: a replica may write the key between two commands
+            pipe = self.client.pipeline(transaction=True)
+            pipe.delete(key)
+            {"list": lambda: pipe.rpush(key, "a", "b"), "hash": lambda: pipe.hset(key, "a", "b"),
+             "set": lambda: pipe.sadd(key, "a"), "zset": lambda: pipe.zadd(key, {"a": 1.0})}[value[0]]()
+            pipe.execute()
         else:
             self.client.set(key, value)
         self.written += 1
