@@ -113,6 +113,36 @@ class Downstream(Protocol):
         ...
 
 
+class DownstreamWrapper:
+    """A downstream in front of another (`inner`), which it is in all but what a subclass overrides: wrappers change
+    what passes one way or the other (`log`, `ask`), never what the client is."""
+
+    def __init__(self, inner: Downstream) -> None:
+        self._inner = inner
+
+    @property
+    def modern(self) -> bool:
+        return self._inner.modern
+
+    @property
+    def log_level(self) -> str | None:
+        return self._inner.log_level
+
+    @property
+    def capabilities(self) -> JSONObject | None:
+        return self._inner.capabilities
+
+    @property
+    def cancellation(self) -> JSONObject | None:
+        return self._inner.cancellation
+
+    async def log(self, params: types.LoggingMessageNotificationParams) -> None:
+        await self._inner.log(params)
+
+    async def ask(self, request: types.ServerRequest, result_type: type[Answer]) -> Answer | types.ErrorData:
+        return await self._inner.ask(request, result_type)
+
+
 def cancellation_of(params: JSON) -> JSONObject | None:
     """A client's `notifications/cancelled` params as the upstream's cancellation carries them on (`Downstream.
     cancellation`): all but the request id (the upstream's is another), a `reason` only when it is a string."""

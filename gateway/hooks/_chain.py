@@ -45,7 +45,7 @@ import anyio
 import mcp_types as types
 from mcp.shared.exceptions import MCPDeprecationWarning
 
-from consumers import CURRENT_DOWNSTREAM, Answer, Catalog, Downstream, JSONObject, ProgressFn
+from consumers import CURRENT_DOWNSTREAM, Answer, Catalog, Downstream, DownstreamWrapper, JSONObject, ProgressFn
 from gateway.errors import HookBlocked, TriadError, UpstreamError
 from gateway.hooks._protocols import (
     AfterCall,
@@ -334,28 +334,13 @@ class HookChain:
                 logger.exception("hook %s failed in on_denied", name)
 
 
-class _HookedDownstream:
+class _HookedDownstream(DownstreamWrapper):
     """The downstream of a hooked request while it is sent: the upstream's log messages pass the chain's
     `on_message` hooks on their way to the client's own downstream (`inner`); everything else is the inner one's."""
 
     def __init__(self, inner: Downstream, chain: HookChain, ctx: CallContext) -> None:
-        self._inner, self._chain, self._ctx = inner, chain, ctx
-
-    @property
-    def modern(self) -> bool:
-        return self._inner.modern
-
-    @property
-    def log_level(self) -> str | None:
-        return self._inner.log_level
-
-    @property
-    def capabilities(self) -> JSONObject | None:
-        return self._inner.capabilities
-
-    @property
-    def cancellation(self) -> JSONObject | None:
-        return self._inner.cancellation
+        super().__init__(inner)
+        self._chain, self._ctx = chain, ctx
 
     async def log(self, params: types.LoggingMessageNotificationParams) -> None:
         with warnings.catch_warnings():  # the model is deprecated in 2026-07-28, still relayed where asked for

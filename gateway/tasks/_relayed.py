@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import mcp_types as types
 from pydantic import ValidationError
 
-from consumers import JSON, Answer, Downstream, JSONObject, Upstream
+from consumers import JSON, Answer, Downstream, DownstreamWrapper, JSONObject, Upstream
 from consumers.errors import UpstreamRefused
 from gateway.errors import INVALID_PARAMS, InvalidRequest
 from gateway.hooks import CallContext, Session, json_size
@@ -148,29 +148,14 @@ def renamed_meta(params: JSONObject, rename: Rename) -> JSONObject:
     return {**params, "_meta": rest}
 
 
-class TaskNamingDownstream:
+class TaskNamingDownstream(DownstreamWrapper):
     """The downstream of a request about a task (`tasks/result`, `tasks/get`...) while the upstream works on it: the
     upstream's questions and logs naming a task (`_meta.related-task`) reach the client under the id it was given,
     and its answers reach the upstream under the upstream's (`rename`, `unname`); the rest is the inner one's."""
 
     def __init__(self, inner: Downstream, rename: Rename, unname: Rename) -> None:
-        self._inner, self._rename, self._unname = inner, rename, unname
-
-    @property
-    def modern(self) -> bool:
-        return self._inner.modern
-
-    @property
-    def log_level(self) -> str | None:
-        return self._inner.log_level
-
-    @property
-    def capabilities(self) -> JSONObject | None:
-        return self._inner.capabilities
-
-    @property
-    def cancellation(self) -> JSONObject | None:
-        return self._inner.cancellation
+        super().__init__(inner)
+        self._rename, self._unname = rename, unname
 
     async def log(self, params: types.LoggingMessageNotificationParams) -> None:
         dumped = params.model_dump(by_alias=True, mode="json", exclude_none=True)
