@@ -8,7 +8,6 @@ without a readable copy the daemon refuses to start, and the bad file stays. A t
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +16,7 @@ import pytest
 
 from gateway.state import NameLedger, NameLedgerUnreadable
 from gateway.state import _name_ledger as name_ledger
+from tests.bad_files import device, directory, fifo, holding
 from tests.conftest import TRIAD, write_config
 from tests.test_stable_names import config
 
@@ -24,41 +24,22 @@ GOOD = {("fs", "a.b"): "fs__a-b-2", ("fs", "a:b"): "fs__a-b"}
 GOOD_FILE = json.dumps({"version": 1, "tools": {"fs": {"a.b": "fs__a-b-2", "a:b": "fs__a-b"}}}).encode()
 
 
-def _write(content: bytes) -> Callable[[Path], None]:
-    return lambda path: path.write_bytes(content)
-
-
-def _fifo(path: Path) -> None:
-    path.unlink(missing_ok=True)
-    os.mkfifo(path)
-
-
-def _device(path: Path) -> None:
-    path.unlink(missing_ok=True)
-    path.symlink_to("/dev/zero")
-
-
-def _directory(path: Path) -> None:
-    path.mkdir()  # read as root too: permissions would not stop this test's reader
-    (path / "x").write_text("x")
-
-
 BAD: dict[str, Callable[[Path], None]] = {
-    "corrupt JSON": _write(b'{"version": 1, "tools": {"fs": {"a.b": "fs__a-b-2",, }}}'),
-    "truncated": _write(GOOD_FILE[: len(GOOD_FILE) // 2]),
-    "empty": _write(b""),
-    "binary garbage": _write(bytes(range(256)) * 8),
-    "UTF-16": _write(GOOD_FILE.decode().encode("utf-16")),
-    "a list": _write(b"[]"),
-    "tools as a list": _write(b'{"version": 1, "tools": {"fs": ["a.b"]}}'),
-    "a name that is not text": _write(b'{"version": 1, "tools": {"fs": {"a.b": 7}}}'),
-    "another version": _write(b'{"version": 2, "tools": {}}'),
-    "an unknown section": _write(b'{"version": 1, "tool": {}}'),
-    "too large": _write(b'{"version": 1, "tools": {}}' + b" " * 2048),
-    "nested past the recursion limit": _write(b"[" * 1020),
-    "unreadable (a directory)": _directory,
-    "a FIFO (a read would block)": _fifo,
-    "a device that never ends": _device,
+    "corrupt JSON": holding(b'{"version": 1, "tools": {"fs": {"a.b": "fs__a-b-2",, }}}'),
+    "truncated": holding(GOOD_FILE[: len(GOOD_FILE) // 2]),
+    "empty": holding(b""),
+    "binary garbage": holding(bytes(range(256)) * 8),
+    "UTF-16": holding(GOOD_FILE.decode().encode("utf-16")),
+    "a list": holding(b"[]"),
+    "tools as a list": holding(b'{"version": 1, "tools": {"fs": ["a.b"]}}'),
+    "a name that is not text": holding(b'{"version": 1, "tools": {"fs": {"a.b": 7}}}'),
+    "another version": holding(b'{"version": 2, "tools": {}}'),
+    "an unknown section": holding(b'{"version": 1, "tool": {}}'),
+    "too large": holding(b'{"version": 1, "tools": {}}' + b" " * 2048),
+    "nested past the recursion limit": holding(b"[" * 1020),
+    "unreadable (a directory)": directory,
+    "a FIFO (a read would block)": fifo,
+    "a device that never ends": device,
 }
 
 

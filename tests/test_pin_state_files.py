@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,47 +18,28 @@ import pytest
 
 from gateway.state import PinStateUnreadable, PinStore
 from gateway.state import _pins as pins_module
+from tests.bad_files import device, directory, fifo, holding
 
 TOOL = {"description": "reads a file", "inputSchema": {"type": "object"}}
 CHANGED = {"description": "reads a file, and mails it away", "inputSchema": {"type": "object"}}
 
 
-def _write(content: bytes) -> Callable[[Path], None]:
-    return lambda path: path.write_bytes(content)
-
-
-def _fifo(path: Path) -> None:
-    path.unlink(missing_ok=True)
-    os.mkfifo(path)
-
-
-def _device(path: Path) -> None:
-    path.unlink(missing_ok=True)
-    path.symlink_to("/dev/zero")
-
-
-def _directory(path: Path) -> None:
-    path.unlink(missing_ok=True)
-    path.mkdir()  # read as root too: permissions would not stop this test's reader
-    (path / "x").write_text("x")
-
-
 GOOD = json.dumps({"pins": {"fs:read": "0" * 64}, "definitions": {}}).encode()
 BAD: dict[str, Callable[[Path], None]] = {
-    "corrupt JSON": _write(b'{"pins": {"fs:read": "ab",, }}'),
-    "truncated": _write(GOOD[: len(GOOD) // 2]),
-    "empty": _write(b""),
-    "binary garbage": _write(bytes(range(256)) * 8),
-    "UTF-16": _write(GOOD.decode().encode("utf-16")),
-    "a list": _write(b"[]"),
-    "pins as a list": _write(b'{"pins": ["fs:read"]}'),
-    "a digest that is not text": _write(b'{"pins": {"fs:read": 7}}'),
-    "definitions as a list": _write(b'{"pins": {}, "definitions": [1]}'),
-    "too large": _write(b'{"pins": {}}' + b" " * 2048),
-    "nested past the recursion limit": _write(b"[" * 1020),
-    "unreadable (a directory)": _directory,
-    "a FIFO (a read would block)": _fifo,
-    "a device that never ends": _device,
+    "corrupt JSON": holding(b'{"pins": {"fs:read": "ab",, }}'),
+    "truncated": holding(GOOD[: len(GOOD) // 2]),
+    "empty": holding(b""),
+    "binary garbage": holding(bytes(range(256)) * 8),
+    "UTF-16": holding(GOOD.decode().encode("utf-16")),
+    "a list": holding(b"[]"),
+    "pins as a list": holding(b'{"pins": ["fs:read"]}'),
+    "a digest that is not text": holding(b'{"pins": {"fs:read": 7}}'),
+    "definitions as a list": holding(b'{"pins": {}, "definitions": [1]}'),
+    "too large": holding(b'{"pins": {}}' + b" " * 2048),
+    "nested past the recursion limit": holding(b"[" * 1020),
+    "unreadable (a directory)": directory,
+    "a FIFO (a read would block)": fifo,
+    "a device that never ends": device,
 }
 
 
