@@ -169,26 +169,26 @@ class TriadCluster:
         view: dict[str, Any] = self.readyz(name)["cluster"]
         return view
 
-    def lb_state(self) -> dict[str, str]:
-        """Each replica's status in HAProxy's `triad` backend (from its stats socket)."""
+    def _stats(self, command: bytes) -> bytes:
+        """HAProxy's answer to one command on its stats socket."""
         with socket.socket(socket.AF_UNIX) as sock:
             sock.connect(str(self.tmp / "haproxy.sock"))
-            sock.sendall(b"show stat\n")
+            sock.sendall(command + b"\n")
             data = b""
             while chunk := sock.recv(65536):
                 data += chunk
+        return data
+
+    def lb_state(self) -> dict[str, str]:
+        """Each replica's status in HAProxy's `triad` backend (from its stats socket)."""
+        data = self._stats(b"show stat")
         rows = [line.split(",") for line in data.decode().splitlines() if line and not line.startswith("#")]
         return {row[1]: row[17] for row in rows if len(row) > 17 and row[0] == "triad" and row[1] in self.ports}
 
     def sticky_sessions(self) -> int:
         """Entries in HAProxy's stick table of the `triad` backend (from its stats socket; 0 while unreachable)."""
         try:
-            with socket.socket(socket.AF_UNIX) as sock:
-                sock.connect(str(self.tmp / "haproxy.sock"))
-                sock.sendall(b"show table triad\n")
-                data = b""
-                while chunk := sock.recv(65536):
-                    data += chunk
+            data = self._stats(b"show table triad")
         except OSError:
             return 0
         found = re.search(rb"used:(\d+)", data)
