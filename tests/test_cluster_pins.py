@@ -145,3 +145,37 @@ async def test_a_first_use_put_back_after_a_second_loss_never_passes_for_an_appr
             verdict = await pins[name].check("fx", "read", CHANGED, True)
             assert verdict is not None and "changed since it was approved" in verdict, (name, verdict)
             assert stores[name].status("fx", "read", APPROVED).state == "approved", name
+
+
+async def test_a_legacy_pin_in_redis_is_taken_over_by_the_full_hash_for_every_replica(
+        procs: list[Proc], tmp_path: Path) -> None:
+    """A pin of the five legacy fields (before icons, `_meta` and `execution` were hashed), in Redis: the first
+    check on one replica records the full hash in Redis with the pin's mark, so a rewritten icon is then a change on
+    every replica, the one that only saw it through Redis included."""
+    from gateway.cluster import Cluster
+    from gateway.config._models import ClusterConfig
+    from gateway.state import _pins as pins_module
+
+    env = TriadCluster(procs, tmp_path)
+    env.start_redis()
+    settings = ClusterConfig(redis=f"redis://127.0.0.1:{env.redis_port}/0", replica_id="r1",
+                             secret_key=CLUSTER_KEY)  # type: ignore[arg-type]
+    replicas = {name: Cluster(settings.model_copy(update={"replica_id": name})) for name in ("r1", "r2")}
+    pins = {name: cluster.pins("pins", PinStore(tmp_path / f"{name}-pins.json")) for name, cluster in replicas.items()}
+    first = {**APPROVED, "icons": [{"src": "https://example.com/a.png"}]}
+    rewritten = {**APPROVED, "icons": [{"src": "https://tracker.example/p.png"}]}
+    async with replicas["r1"].running(heartbeat=False), replicas["r2"].running(heartbeat=False):
+        legacy = pins_module.legacy_hash(first)
+        sealed = pins["r1"]._seal("fx:read", legacy, {"description": APPROVED["description"]}, first_use=5.0)
+        assert env.redis is not None
+        await replicas["r1"].link.run(replicas["r1"].link.client.hset(pins["r1"]._hash, "fx:read", sealed))
+        status = await pins["r2"].status("fx", "read", first)
+        assert (status.state, status.legacy) == ("approved", True)
+        assert await pins["r1"].check("fx", "read", first, False) is None
+        for name in pins:
+            verdict = await pins[name].check("fx", "read", rewritten, True)
+            assert verdict is not None and "changed since it was approved" in verdict, name
+            assert await pins[name].check("fx", "read", first, False) is None, name
+        assert (await pins["r2"].status("fx", "read", first)).legacy is False
+        held = pins["r2"]._store.pinned("fx", "read")
+        assert held is not None and held[0] == pins_module.definition_hash(first) and held[2] == 5.0

@@ -76,6 +76,8 @@ class PinGate:
                 logger.error("pin_definitions: cannot read %s (%s); withholding %s", hook.store.path, exc, tool.name)
                 return withheld(tool, "pin-pending", f"its approvals cannot be read from {hook.store.path}")
             if status.state == "approved":
+                if status.legacy and self.record:  # the full hash takes over the five-field pin (`PinStore.check`)
+                    pending.append(_Pending(hook, executor.id, executor.tool, current))
                 continue
             if status.state == "changed":
                 if status.approved is not None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
 import anyio
 from pydantic import Field
@@ -32,7 +32,7 @@ from pydantic import Field
 from consumers import JSON, JSONObject
 from gateway.cluster._link import KEY_PREFIX, Link, RedisDown
 from gateway.cluster._records import RecordModel, RecordRejected, Records, Rejections
-from gateway.state import PinStateUnreadable, PinStatus, PinStore, definition_hash, pinned_fields
+from gateway.state import PinStateUnreadable, PinStatus, PinStore, definition_hash, pin_match, pinned_fields
 
 PIN_FIRST = """
 redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])
@@ -120,9 +120,16 @@ class RedisPins:
             return f"its approval cannot be read ({exc})"
         if pinned is None:
             return "its definition has not been approved yet"
-        if pinned.digest != digest:
+        match = pin_match(pinned.digest, definition)
+        if match == "changed":
             return (f"its definition changed since it was approved (approved {pinned.digest[:12]}, "
                     f"now {digest[:12]})")
+        if match == "legacy":  # taken over by the full hash, with the pin's mark: for every replica at once
+            fields = pinned_fields(definition)
+            with contextlib.suppress(RedisDown):
+                await self._link.run(self._link.client.hset(self._hash, key, self._seal(key, digest, fields,
+                                                                                        pinned.first_use)))
+            await anyio.to_thread.run_sync(self._store.remember, upstream, raw, digest, fields, pinned.first_use)
         return None
 
     async def approve(self, upstream: str, raw: str, definition: Mapping[str, JSON]) -> bool:
@@ -138,6 +145,6 @@ class RedisPins:
         pinned = await self._pinned(upstream, raw)
         if pinned is None:
             return PinStatus("new", None, current)
-        state: Literal["approved", "changed"] = "approved" if pinned.digest == definition_hash(definition) \
-            else "changed"
-        return PinStatus(state, pinned.definition, current)
+        match = pin_match(pinned.digest, definition)
+        return PinStatus("changed" if match == "changed" else "approved", pinned.definition, current,
+                         match == "legacy")

@@ -10,6 +10,7 @@ from gateway.state._pins import (
                                  PinStore,
                                  definition_hash,
                                  pin_diff,
+                                 pin_match,
                                  pinned_fields,
 )
 from gateway.state._shared import Buckets, FilePins, LocalBuckets, Pins, SharedState, SharedStateUnavailable
@@ -29,5 +30,6 @@ __all__ = [
     "SharedStateUnavailable",
     "definition_hash",
     "pin_diff",
+    "pin_match",
     "pinned_fields",
 ]

@@ -1,10 +1,13 @@
 """Pinned tool definitions: a JSON state file of approved definition hashes, keyed by `upstream:raw name`.
 
 The hash covers what a model reads and what shapes a call: description, title, input and output schemas,
-annotations. The store re-reads the file when it changes on disk, so `triad approve` takes effect without a
-restart. Writes go to a temporary file renamed over the old one (no torn state file). Beside each hash the file
-keeps the hashed fields of the approved definition, so that an operator can see what changed (`pending`); a file
-written before definitions were kept has hashes only.
+annotations, icons, `_meta` and `execution` (outside attack F5: a tracking icon or `_meta` text reached clients
+unchecked). A pin recorded before the last three were hashed (`legacy_hash`) still holds for its five fields, and is
+taken over by the full hash of the definition first seen after the upgrade, from then on enforced whole. The store
+re-reads the file when it changes on disk, so `triad approve` takes effect without a restart. Writes go to a
+temporary file renamed over the old one (no torn state file). Beside each hash the file keeps the hashed fields of
+the approved definition, so that an operator can see what changed (`pending`); a file written before definitions
+were kept has hashes only.
 
 The file is never silently replaced: after each write a copy of it is kept as `<file>.bak`. A file that cannot
 be read (not UTF-8 JSON, another shape, too large, no regular file) is set aside as `<file>.corrupt-<unix time>`
@@ -32,7 +35,9 @@ from gateway.state._files import write_atomically
 
 logger = logging.getLogger("triad.pins")
 
-HASHED_FIELDS = ("description", "title", "inputSchema", "outputSchema", "annotations")
+LEGACY_FIELDS = ("description", "title", "inputSchema", "outputSchema", "annotations")
+"""What a pin hashed before icons, `_meta` and `execution` were pinned too."""
+HASHED_FIELDS = (*LEGACY_FIELDS, "icons", "_meta", "execution")
 
 
 MAX_STATE_BYTES = 64 * 1024 * 1024
@@ -56,7 +61,24 @@ def pinned_fields(definition: Mapping[str, JSON]) -> JSONObject:
 
 
 def definition_hash(definition: Mapping[str, JSON]) -> str:
-    return hashlib.sha256(json.dumps(pinned_fields(definition), sort_keys=True, default=str).encode()).hexdigest()
+    return _hash(pinned_fields(definition))
+
+
+def legacy_hash(definition: Mapping[str, JSON]) -> str:
+    """The hash a pin recorded before every field of `HASHED_FIELDS` was hashed: only `LEGACY_FIELDS`."""
+    return _hash({key: definition.get(key) for key in LEGACY_FIELDS})
+
+
+def _hash(fields: Mapping[str, JSON]) -> str:
+    return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def pin_match(pinned: str, definition: Mapping[str, JSON]) -> Literal["same", "legacy", "changed"]:
+    """How a pinned digest stands to `definition`: `legacy` is a pin recorded before the full hash whose five fields
+    still hold, to be taken over by the full hash (the two hashes never coincide: their inputs differ in shape)."""
+    if pinned == definition_hash(definition):
+        return "same"
+    return "legacy" if pinned == legacy_hash(definition) else "changed"
 
 
 def pin_diff(approved: Mapping[str, JSON] | None, current: Mapping[str, JSON]) -> list[str]:
@@ -76,6 +98,8 @@ class PinStatus:
     approved: JSONObject | None
     """The approved definition's hashed fields, when the state file kept them."""
     current: JSONObject
+    legacy: bool = False
+    """Approved by a pin of the five legacy fields only: `check` takes it over with the full hash."""
 
 
 class PinStore:
@@ -202,8 +226,11 @@ class PinStore:
                     return "its definition has not been approved yet"
                 self._pin(key, digest, definition, first_use=time.time())
                 return None
-            if pinned != digest:
+            match = pin_match(pinned, definition)
+            if match == "changed":
                 return f"its definition changed since it was approved (approved {pinned[:12]}, now {digest[:12]})"
+            if match == "legacy":
+                self._pin(key, digest, definition, first_use=self._first_use.get(key))
             return None
 
     def approve(self, upstream: str, raw: str, definition: Mapping[str, JSON]) -> bool:
@@ -224,7 +251,8 @@ class PinStore:
             pinned, approved = self._pins.get(key), self._definitions.get(key)
         if pinned is None:
             return PinStatus("new", None, current)
-        return PinStatus("approved" if pinned == definition_hash(definition) else "changed", approved, current)
+        match = pin_match(pinned, definition)
+        return PinStatus("changed" if match == "changed" else "approved", approved, current, match == "legacy")
 
     def pinned(self, upstream: str, raw: str) -> tuple[str, JSONObject | None, float | None] | None:
         """The approved digest of `upstream:raw`, its kept fields, and when it was pinned on first use (None: an
