@@ -4,6 +4,7 @@
 # Needs Debian's redis-server and haproxy (`make system-tools`) and Triad's venv (`make setup`). Ctrl-C stops all.
 # Ports: TRIAD_FRONT_PORT (8770), replicas TRIAD_FRONT_PORT+1..+3, TRIAD_REDIS_PORT (6390), HAProxy's peers
 # TRIAD_PEER_PORT (TRIAD_FRONT_PORT+10). A replica that fails to start stops everything (exit 1).
+# SIGHUP reloads HAProxy (`haproxy -sf`) once its stick table can be handed over (deploy/haproxy_synced.py).
 # Redis keeps its append-only file in TRIAD_DATA_DIR/redis (default deploy/.data/redis), which outlives this
 # script: the cluster's state (approvals' cache, rate-limit buckets, session records, per-user tokens) survives a
 # restart of Redis or of the whole deployment. Logs and generated files go to a temporary directory, removed on exit.
@@ -54,6 +55,18 @@ awk -v front="$FRONT" -v sock="$RUN/haproxy.sock" -v peer="${TRIAD_PEER_PORT:-$(
     '{ gsub("@FRONT_PORT@", front); gsub("@STATS_SOCKET@", sock); gsub("@PEER_PORT@", peer); if ($0 == "@SERVERS@") printf "%s", servers; else print }' \
     deploy/haproxy.cfg.in > "$RUN/haproxy.cfg"
 haproxy -f "$RUN/haproxy.cfg" -db &
-PIDS="$PIDS $!"
-echo "triad cluster: http://127.0.0.1:$FRONT/mcp (replicas on ports $((FRONT + 1))-$((FRONT + 3)); logs in $RUN)"
-wait
+HAPROXY=$!
+PIDS="$PIDS $HAPROXY"
+reload_haproxy() {
+    # a process hands its stick table to the next only once its own first sync has ended (~5 s after a fresh
+    # start): reloaded sooner, the new one would start empty and the replicas forward every call until it learns
+    python3 deploy/haproxy_synced.py "$RUN/haproxy.sock" --wait 30 || echo "run-cluster: reloading anyway" >&2
+    haproxy -f "$RUN/haproxy.cfg" -db -sf "$HAPROXY" &
+    HAPROXY=$!
+    PIDS="$PIDS $HAPROXY"
+    echo "run-cluster: HAProxy reloaded (pid $HAPROXY)"
+}
+trap reload_haproxy HUP
+echo "triad cluster: http://127.0.0.1:$FRONT/mcp (replicas on ports $((FRONT + 1))-$((FRONT + 3)); logs in $RUN;" \
+    "kill -HUP $$ reloads HAProxy)"
+until wait; do :; done  # a trapped SIGHUP ends `wait` early: wait again

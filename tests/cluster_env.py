@@ -11,6 +11,8 @@ import json
 import re
 import shutil
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -26,6 +28,7 @@ from tests.conftest import DIRECT_PATH, PYTHON, ROOT, RUN_MARKER, TRIAD, Proc, m
 
 LEDGER = ROOT / "tests" / "servers" / "ledger_upstream.py"
 TEMPLATE = ROOT / "deploy" / "haproxy.cfg.in"
+SYNCED = ROOT / "deploy" / "haproxy_synced.py"
 CLUSTER_KEY = "test-cluster-key-0123456789abcdef-0123456789"
 TOKENS = {"alice": "alice-token", "bob": "bob-token", "ops": "ops-token"}
 
@@ -61,6 +64,17 @@ def redis_ping(port: int) -> bool:
     with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
         sock.sendall(b"PING\r\n")
         return sock.recv(16).startswith(b"+PONG")
+
+
+def haproxy_stats(path: Path, command: bytes) -> bytes:
+    """HAProxy's answer to one command on its stats socket `path`."""
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.connect(str(path))
+        sock.sendall(command + b"\n")
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    return data
 
 
 class TriadCluster:
@@ -131,6 +145,19 @@ class TriadCluster:
         self.haproxy = Proc([require("haproxy"), "-f", str(path), "-db"])
         self.procs.append(self.haproxy)
 
+    def reload_haproxy(self) -> None:
+        """`haproxy -sf` as the deployment does it (deploy/run-cluster.sh on SIGHUP): once the running process can
+        hand its stick table over (`deploy/haproxy_synced.py`); returns when the old process has exited."""
+        assert self.haproxy is not None
+        synced = subprocess.run([sys.executable, str(SYNCED), str(self.tmp / "haproxy.sock"), "--wait", "60"],
+                                capture_output=True, text=True, timeout=90, check=False)
+        assert synced.returncode == 0, synced.stderr
+        old = self.haproxy
+        self.haproxy = Proc([require("haproxy"), "-f", str(self.tmp / "haproxy.cfg"), "-db", "-sf",
+                             str(old.popen.pid)])
+        self.procs.append(self.haproxy)
+        old.popen.wait(60)
+
     def start(self) -> TriadCluster:
         require("redis-server")
         require("haproxy")
@@ -170,14 +197,7 @@ class TriadCluster:
         return view
 
     def _stats(self, command: bytes) -> bytes:
-        """HAProxy's answer to one command on its stats socket."""
-        with socket.socket(socket.AF_UNIX) as sock:
-            sock.connect(str(self.tmp / "haproxy.sock"))
-            sock.sendall(command + b"\n")
-            data = b""
-            while chunk := sock.recv(65536):
-                data += chunk
-        return data
+        return haproxy_stats(self.tmp / "haproxy.sock", command)
 
     def lb_state(self) -> dict[str, str]:
         """Each replica's status in HAProxy's `triad` backend (from its stats socket)."""

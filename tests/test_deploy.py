@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import redis
 
-from tests.cluster_env import free_port, redis_ping, require, wait_until
+from tests.cluster_env import free_port, haproxy_stats, redis_ping, require, wait_until
 from tests.conftest import ROOT, Proc
 
 
@@ -34,10 +35,12 @@ def test_run_cluster_fails_when_a_replica_cannot_bind() -> None:
     assert "triad cluster: http://" not in done.stdout
 
 
-def test_run_clusters_redis_keeps_its_data_across_a_restart(procs: list[Proc], tmp_path: Path) -> None:
+def test_run_cluster_keeps_redis_data_and_the_stick_table_across_restarts(procs: list[Proc], tmp_path: Path) -> None:
     """The deployment runs Redis with AOF persistence in TRIAD_DATA_DIR, which outlives the script (it was a
     temporary directory removed on exit, so the persistence the README promises was lost with every stop): a key
-    written while it runs is read back by a Redis started anew on that directory."""
+    written while it runs is read back by a Redis started anew on that directory. And SIGHUP reloads HAProxy
+    without losing its stick table, even when sent during HAProxy's first sync (right after the banner), when a
+    bare `haproxy -sf` hands over nothing."""
     require("redis-server")
     require("haproxy")
     front = free_port()
@@ -52,6 +55,15 @@ def test_run_clusters_redis_keeps_its_data_across_a_restart(procs: list[Proc], t
                                        "TRIAD_DATA_DIR": str(data)})
     try:
         wait_until(lambda: "triad cluster: http://" in banner.read_text(), "the deployment's banner", timeout=120)
+        found = re.search(r"logs in (\S+);", banner.read_text())
+        assert found is not None, banner.read_text()
+        stats = Path(found.group(1)) / "haproxy.sock"
+        wait_until(stats.exists, "HAProxy's stats socket")
+        for i in range(10):
+            haproxy_stats(stats, f"set table triad key session-{i}".encode())
+        script.send_signal(signal.SIGHUP)
+        wait_until(lambda: "HAProxy reloaded" in banner.read_text(), "the reload", timeout=60)
+        wait_until(lambda: b"used:10" in haproxy_stats(stats, b"show table triad"), "the table in the new HAProxy")
         client = redis.Redis(port=redis_port)
         client.set("triad-test:durable", b"kept")
         client.execute_command("BGREWRITEAOF")  # flushed now rather than within `appendfsync everysec`
