@@ -204,17 +204,19 @@ async def modern_triad(procs: list[Proc], tmp_path: Path, protocol: str = "auto"
     yield start_triad(procs, config, wait_ready=1)
 
 
-def modern(ident: Any, method: str, params: dict[str, Any], extension: bool = True) -> dict[str, Any]:
-    caps = {"extensions": {EXTENSION: {}}} if extension else {}
+def modern(ident: Any, method: str, params: dict[str, Any], extension: bool = True,
+           asks: dict[str, Any] | None = None) -> dict[str, Any]:
+    caps = {**({"extensions": {EXTENSION: {}}} if extension else {}), **(asks or {})}
     envelope = {"io.modelcontextprotocol/protocolVersion": MODERN, "io.modelcontextprotocol/clientCapabilities": caps,
                 "io.modelcontextprotocol/clientInfo": {"name": "tasks-test", "version": "1"}}
     return request(ident, method, {**params, "_meta": envelope})
 
 
 async def modern_ask(http: httpx2.AsyncClient, url: str, token: str, method: str, params: dict[str, Any],
-                     extension: bool = True) -> dict[str, Any]:
+                     extension: bool = True, asks: dict[str, Any] | None = None) -> dict[str, Any]:
+    """`asks`: the capabilities the request declares beyond the tasks extension (sampling, elicitation)."""
     headers = modern_headers(method, params.get("taskId") or params.get("name")) | {"Authorization": f"Bearer {token}"}
-    return answer_of(await modern_post(http, url, dumps(modern(1, method, params, extension)), headers))
+    return answer_of(await modern_post(http, url, dumps(modern(1, method, params, extension, asks)), headers))
 
 
 async def test_a_modern_task_belongs_to_the_principal_that_created_it(procs: list[Proc], tmp_path: Path) -> None:
@@ -308,8 +310,19 @@ async def test_a_modern_clients_task_on_a_handshake_era_upstream_is_translated(p
         failed = await settled(http, url, crashed["taskId"])
         assert failed["status"] == "failed" and failed["error"]["code"] == -32603 and "result" not in failed
 
+        # a client that did not declare elicitation when it created the task is never asked: the upstream is told
+        # its client lacks the capability (issue #30 point 2: Triad had declared form elicitation for every client)
+        for asks in ({}, {"sampling": {}}, {"elicitation": {"url": {}}}):
+            unasked = (await modern_ask(http, url, ADA, "tools/call", {"name": "multi_input", "arguments": {}},
+                                        asks=asks))["result"]
+            ended = await settled(http, url, unasked["taskId"])
+            assert "inputRequests" not in ended, (asks, ended)
+            assert ended["status"] in ("failed", "completed"), (asks, ended)
+            assert "elicitation capability" in json.dumps(ended), (asks, ended)
+
         # the upstream's questions, asked on a tasks/result stream, become inputRequests; tasks/update answers them
-        asking = (await modern_ask(http, url, ADA, "tools/call", {"name": "multi_input", "arguments": {}}))["result"]
+        asking = (await modern_ask(http, url, ADA, "tools/call", {"name": "multi_input", "arguments": {}},
+                                   asks={"elicitation": {}}))["result"]
         waiting = await settled(http, url, asking["taskId"], until="input_required")
         for _ in range(50):  # both questions come at once, each on its own (a get shows what has come)
             if len(waiting.get("inputRequests", {})) == 2:
@@ -351,7 +364,8 @@ async def test_a_translated_tasks_get_never_waits_for_questions(procs: list[Proc
     The first get opens Triad's stream for the questions and answers before any can be on it, even when the
     upstream asks at once (a get that waited would return that question)."""
     async with modern_triad(procs, tmp_path, protocol="handshake") as url, httpx2.AsyncClient(timeout=60) as http:
-        created = (await modern_ask(http, url, ADA, "tools/call", {"name": "quiet_input", "arguments": {}}))["result"]
+        created = (await modern_ask(http, url, ADA, "tools/call", {"name": "quiet_input", "arguments": {}},
+                                    asks={"elicitation": {}}))["result"]
         assert created["status"] == "input_required"
         first: dict[str, Any] = {}
 
@@ -381,7 +395,8 @@ async def test_a_translated_tasks_status_is_pushed_on_its_owners_listen_stream(p
     url = start_triad(procs, everything_config(tmp_path, "shared"), wait_ready=1)
     async with httpx2.AsyncClient(timeout=60) as http, anyio.create_task_group() as tg:
         created = await modern_ask(http, url, ADA, "tools/call", {"name": RESEARCH,
-                                                                  "arguments": {"topic": "x", "ambiguous": True}})
+                                                                  "arguments": {"topic": "x", "ambiguous": True}},
+                                   asks={"elicitation": {}})
         task_id = created["result"]["taskId"]
         bobs = (await modern_ask(http, url, BOB, "tools/call", {"name": RESEARCH, "arguments": {"topic": "y"}}))
         frames: list[dict[str, Any]] = []

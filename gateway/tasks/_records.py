@@ -78,6 +78,9 @@ class TaskEntry:
     call: Any = None
     """What the task keeps of the hooks' view of the call that created it (`gateway.tasks.KeptCall`; None
     without hooks): the after-hooks see the task's result too, as they would the call's."""
+    asks: JSONObject | None = None
+    """What the 2026-07-28 request that created a translated task declared its client can be asked (sampling,
+    elicitation and its modes): the upstream's questions reach the client only within it (`BridgeDownstream`)."""
 
 
 def owner_of(identity: Identity) -> tuple[str, tuple[str, str] | None]:
@@ -101,7 +104,7 @@ class TaskBook:
         return task_id in self._tasks
 
     def adopt(self, upstream: str, upstream_id: str, identity: Identity, session: str | None, era: Era,
-              ttl_ms: JSON, call: object = None, holder: str | None = None) -> str:
+              ttl_ms: JSON, call: object = None, holder: str | None = None, asks: JSONObject | None = None) -> str:
         """Record a task an upstream just created for `identity` on the upstream session of `holder`
         (`TaskEntry.holder`); the id the client gets."""
         self._purge()
@@ -120,7 +123,7 @@ class TaskBook:
         self._held[owner] += 1
         self._tasks[task_id] = TaskEntry(upstream, upstream_id, owner,
                                          session if era == "2025-11-25" else None, era,
-                                         self._clock() + min(ttl, MAX_TTL), self._seq, holder, call)
+                                         self._clock() + min(ttl, MAX_TTL), self._seq, holder, call, asks)
         self._by_upstream[(upstream, holder, upstream_id)] = task_id
         return task_id
 

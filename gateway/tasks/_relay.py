@@ -126,8 +126,9 @@ class TaskRelay:
         if isinstance(session, Session) and era == "2025-11-25":
             self._sessions[session.key] = session
         holder = holder_of(upstream, session)
+        downstream = CURRENT_DOWNSTREAM.get() if era == "2026-07-28" else None
         task_id = self.book.adopt(upstream.name, created[0], identity, key_of(session), era, created[1],
-                                  kept_call(call), holder)
+                                  kept_call(call), holder, downstream.capabilities if downstream else None)
         self.adopted(upstream.name, holder, created[0])
         return with_task_id(result, task_id)
 
@@ -318,7 +319,7 @@ class TaskRelay:
         bridge = self._bridges[task_id] = InputBridge(lambda: self.status_changed(task_id, entry))
 
         async def hold() -> None:
-            token = CURRENT_DOWNSTREAM.set(BridgeDownstream(bridge))
+            token = CURRENT_DOWNSTREAM.set(BridgeDownstream(bridge, entry.asks))
             try:
                 result = await self._send(task_id, upstream, entry, identity, "tasks/result", final=True)
                 bridge.finish({"result": result})

@@ -106,18 +106,21 @@ def era_of(upstream: Upstream) -> Era:
 
 class BridgeDownstream:
     """The downstream of a `tasks/result` stream Triad holds open for a translated task: the upstream's questions
-    wait in the `InputBridge` for the 2026 client's `tasks/update`; its logs go nowhere (no request to carry them)."""
+    wait in the `InputBridge` for the 2026 client's `tasks/update`, if that client declared it takes them when it
+    created the task (`asks`; else the upstream is told so, `consumers.relay.undeclared`: never a question for a
+    capability the client did not declare); its logs go nowhere (no request to carry them)."""
 
     modern = False
     log_level = None
     cancellation = None
 
-    def __init__(self, bridge: InputBridge) -> None:
+    def __init__(self, bridge: InputBridge, asks: JSONObject | None) -> None:
         self._bridge = bridge
+        self._asks = asks
 
     @property
     def capabilities(self) -> JSONObject | None:
-        return {"elicitation": {"form": {}}, "sampling": {}}
+        return self._asks or {}
 
     async def log(self, params: types.LoggingMessageNotificationParams) -> None:
         return None

@@ -214,7 +214,12 @@ class Tasks:
         return {**(task.result or {}), "_meta": related}
 
     async def _answer(self, ctx: Any, task: _Task, key: str, question: dict[str, Any]) -> None:
-        answer = await self._ask_client(ctx, question, task.task_id)
+        try:
+            answer = await self._ask_client(ctx, question, task.task_id)
+        except MCPError as refused:  # the client cannot be asked (it lacks the capability): the task fails so
+            task.error = {"code": refused.error.code, "message": refused.error.message}
+            task.set("failed")
+            return
         task.pending.pop(key, None)
         task.answers[key] = answer
         task.answered.set()
