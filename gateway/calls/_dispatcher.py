@@ -21,6 +21,7 @@ import anyio
 import anyio.lowlevel
 
 from consumers import JSON, JSONObject, Upstream, UpstreamPool, UpstreamState
+from gateway.approval import ApprovalGate, ApprovalQueue
 from gateway.calls._forwarder import Forwarder
 from gateway.calls._live import Live
 from gateway.calls._own_lists import own_lists
@@ -69,7 +70,10 @@ class Dispatcher:
         replica = config.cluster.replica_id if config.cluster is not None else None
         self.tasks = TaskRelay(TaskBook(replica=replica), forwarder, self.live)
         """The tasks upstreams created for clients, and the `tasks/*` requests about them."""
-        self._tools = ToolCalls(self.live, pool, forwarder, self.tasks, self.metrics)
+        self.approvals = ApprovalQueue()
+        """Calls waiting for an approver in the console (`approval:`); it outlives reloads."""
+        self.approval = ApprovalGate(self.metrics, self.approvals)
+        self._tools = ToolCalls(self.live, pool, forwarder, self.tasks, self.metrics, self.approval)
         self._resources = Resources(self.live, pool, forwarder)
         self.read_resource = self._resources.read_resource
         self.complete = self._resources.complete
@@ -143,6 +147,11 @@ class Dispatcher:
     def upstreams(self) -> Mapping[str, Upstream]:
         """Every configured upstream by name (for health and readiness views)."""
         return self.pool.upstreams
+
+    @property
+    def asks_approval(self) -> bool:
+        """Some call may wait for a person's yes: a 2026-07-28 caller is then asked in `input_required` rounds."""
+        return bool(self.config.approval.rules)
 
     @property
     def all_modern(self) -> bool:
