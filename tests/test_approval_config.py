@@ -1,13 +1,17 @@
-"""`approval:` in the config: each bad value is one problem naming its key path and line (`triad check`)."""
+"""`approval:` in the config: each bad value is one problem naming its key path and line (`triad check`); `explain`
+and `plan` show which rule applies to a tool."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from gateway.cli import main
 from gateway.runtime._loading import parse_config
+from tests.conftest import stdio_upstream, write_config
+from tests.test_operator import run_triad
 
 OWNER = "clients:\n  ops: {token: t0ps3cret, owner: true}\nconsole: {enabled: true}\n"
 BAD = [
@@ -59,3 +63,21 @@ def test_a_good_approval_block_is_read(text: str) -> None:
     config = parse_config(text)
     assert config.approval.rules
     assert config.approval.rules[0].timeout > 0
+
+
+def test_explain_and_plan_show_which_rule_applies(tmp_path: Path) -> None:
+    """The first matching rule, by name, `upstream:raw` or group; a tool the policy hides is never asked about."""
+    config = write_config(tmp_path, {
+        "upstreams": {"fx": stdio_upstream("approval-explain")},
+        "policy": {"profile": {"deny": ["fail"]}},
+        "approval": {"rules": [{"tools": ["fx:structured", "fail"], "timeout": "2m", "remember": "session"},
+                               {"tools": ["group:destructive"], "timeout": "10s"}]}})
+    plan = json.loads(run_triad("plan", "-c", str(config), "--json").stdout)
+    rules = {tool["name"]: tool["approval"] for tool in plan["visible"]}
+    assert rules["structured"]["rule"] == 0 and rules["structured"]["pattern"] == "fx:structured"
+    assert rules["image"]["rule"] == 1 and rules["image"]["timeout"] == 10  # no annotations: destructive
+    assert rules["echo"] is None  # read-only
+    assert "fail" not in rules
+    assert json.loads(run_triad("explain", "-c", str(config), "fail", "--json").stdout)["approval"] is None
+    text = run_triad("explain", "-c", str(config), "structured").stdout
+    assert "approval: approval.rules.0 (pattern 'fx:structured'): ask caller, timeout 120s, remember session" in text
