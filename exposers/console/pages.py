@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 
 from consumers import JSON, JSONObject
+from gateway.approval import Answer
 from gateway.calls import Dispatcher, pin_hooks
 from gateway.identity import LOCAL_CLIENT, identity_for
 from gateway.observe import CallRecord, Reloads
@@ -235,4 +236,25 @@ async def approve(dispatcher: Dispatcher, tool: str, digest: str) -> str | None:
     for hook in hooks:
         await hook.pins.approve(executor.id, executor.tool, descriptor.current)
     dispatcher.invalidate()  # listed from now on as approved
+    return None
+
+
+MAX_REASON = 500
+"""An approver's reason is cut to this many characters (it reaches the model as part of a tool error)."""
+
+
+def approvals(dispatcher: Dispatcher) -> list[JSONObject]:
+    """The calls waiting for an approver, oldest first: who calls what, the redacted arguments, the annotations."""
+    now = time.time()
+    return [{"id": w.id, "client": w.client, "tool": w.tool, "upstream": w.upstream, "summary": w.summary,
+             "notes": w.notes, "rule": w.rule, "waiting": round(now - w.since)} for w in dispatcher.approvals.pending()]
+
+
+def answer(dispatcher: Dispatcher, approver: str, id: JSON, decision: JSON, reason: JSON) -> str | None:
+    """Answer a waiting call for `approver`; None when done, else why not."""
+    if not isinstance(id, str) or decision not in ("approve", "deny"):
+        return "the form needs a call and a decision (approve or deny)"
+    said = reason.strip()[:MAX_REASON] if isinstance(reason, str) else ""
+    if not dispatcher.approvals.answer(id, Answer(decision == "approve", approver, said)):
+        return "that call is not waiting any more (answered, timed out, or its caller went away)"
     return None

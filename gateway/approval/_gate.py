@@ -38,6 +38,9 @@ logger = logging.getLogger("triad.approval")
 
 REMEMBERED = "triad.approval.remembered"
 """The session-state key of the tools a person allowed for the rest of the session."""
+PROGRESS_EVERY = 2.0
+"""While a call waits in the console's queue, its caller gets a progress notification this often (if it asked for
+progress): a client that shows progress shows that the call is waiting, not hung."""
 MAX_SUMMARY = 2000
 """The arguments' summary in a question is cut to this many characters (the approver reads it; it is not the call)."""
 REDACTED = "[REDACTED]"
@@ -132,7 +135,7 @@ class ApprovalGate:
         logger.info("approval: %s's call of %s waits in the console queue (%s)", call.identity.client_id,
                     call.tool, match.describe())
         try:
-            answer = await self.queue.wait(item, match.rule.timeout, tick)
+            answer = await self.queue.wait(item, match.rule.timeout, tick, PROGRESS_EVERY)
         except QueueFull as exc:
             await self._decided(hooks, call, session, match, "unanswerable", "none", "triad", str(exc))
             return _refusal(call, match, str(exc))
