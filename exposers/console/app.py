@@ -213,12 +213,21 @@ def build_console(dispatcher: Dispatcher, reloader: Reloads | None, throttle: Au
         return RedirectResponse(f"/console/pins?approved={tool}", status_code=303)
 
     async def approvals(request: Request, session: ConsoleSession) -> Response:
-        return render(request, "approvals.html", session, rows=pages.approvals(dispatcher),
-                      answered=request.query_params.get("answered"))
+        try:
+            rows = await pages.approvals(dispatcher)
+        except SharedStateUnavailable:
+            return render(request, "approvals.html", session, status_code=503, rows=[], answered=None,
+                          unavailable=True)
+        return render(request, "approvals.html", session, rows=rows, answered=request.query_params.get("answered"),
+                      unavailable=False)
 
     async def answer(request: Request, session: ConsoleSession) -> Response:
         form = request.state.form
-        why = pages.answer(dispatcher, session.client_id, form.get("id"), form.get("decision"), form.get("reason"))
+        try:
+            why = await pages.answer(dispatcher, session.client_id, form.get("id"), form.get("decision"),
+                                     form.get("reason"))
+        except SharedStateUnavailable:
+            why = "the cluster's approval queue is in Redis, which is unreachable now; try again once it is back"
         if why is not None:
             return refused(request, why)
         return RedirectResponse(f"/console/approvals?answered={form.get('decision')}", status_code=303)

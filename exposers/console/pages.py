@@ -14,12 +14,11 @@ import time
 from dataclasses import dataclass
 
 from consumers import JSON, JSONObject
-from gateway.approval import Answer
 from gateway.calls import Dispatcher, pin_hooks
 from gateway.identity import LOCAL_CLIENT, identity_for
 from gateway.observe import CallRecord, Reloads
 from gateway.registry import explain, plan_report, upstream_states
-from gateway.state import PinStatus, definition_hash, pin_diff
+from gateway.state import Answer, PinStatus, definition_hash, pin_diff
 
 RATE_WINDOW = 60.0
 """Seconds over which the call rate is counted (from the call log, as far as it reaches)."""
@@ -243,18 +242,18 @@ MAX_REASON = 500
 """An approver's reason is cut to this many characters (it reaches the model as part of a tool error)."""
 
 
-def approvals(dispatcher: Dispatcher) -> list[JSONObject]:
+async def approvals(dispatcher: Dispatcher) -> list[JSONObject]:
     """The calls waiting for an approver, oldest first: who calls what, the redacted arguments, the annotations."""
-    now = time.time()
+    waiting, now = await dispatcher.approvals.pending(), time.time()
     return [{"id": w.id, "client": w.client, "tool": w.tool, "upstream": w.upstream, "summary": w.summary,
-             "notes": w.notes, "rule": w.rule, "waiting": round(now - w.since)} for w in dispatcher.approvals.pending()]
+             "notes": w.notes, "rule": w.rule, "waiting": round(now - w.since)} for w in waiting]
 
 
-def answer(dispatcher: Dispatcher, approver: str, id: JSON, decision: JSON, reason: JSON) -> str | None:
+async def answer(dispatcher: Dispatcher, approver: str, id: JSON, decision: JSON, reason: JSON) -> str | None:
     """Answer a waiting call for `approver`; None when done, else why not."""
     if not isinstance(id, str) or decision not in ("approve", "deny"):
         return "the form needs a call and a decision (approve or deny)"
     said = reason.strip()[:MAX_REASON] if isinstance(reason, str) else ""
-    if not dispatcher.approvals.answer(id, Answer(decision == "approve", approver, said)):
+    if not await dispatcher.approvals.answer(id, Answer(decision == "approve", approver, said)):
         return "that call is not waiting any more (answered, timed out, or its caller went away)"
     return None

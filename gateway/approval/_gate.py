@@ -3,11 +3,11 @@ person's yes before any upstream sees it.
 
 Who is asked (`ask`): the caller, by a form-mode elicitation sent to the client that made the call (the request's
 downstream, `CURRENT_DOWNSTREAM`; for a 2026-07-28 client the exposer runs the call in `input_required` rounds,
-so the same question becomes a round); or the console's queue (`ApprovalQueue`), where an approver answers while
-the caller gets progress notifications. A client that did not declare form-mode elicitation goes to the console
-(`caller_then_console`) or is refused with an error that says approval is required. No answer within the rule's
-`timeout` is a denial (fail closed). "Allow for this session" (`remember: session`) is kept in the session's state
-and answers later calls of the same tool in that session.
+so the same question becomes a round); or the console's queue (`gateway.state.Approvals`), where an approver
+answers while the caller gets progress notifications. A client that did not declare form-mode elicitation goes to
+the console (`caller_then_console`) or is refused with an error that says approval is required. No answer within
+the rule's `timeout` is a denial (fail closed). "Allow for this session" (`remember: session`) is kept in the
+session's state and answers later calls of the same tool in that session.
 
 Every decision is counted (`triad_approvals`), logged, and told to the hooks' `on_approval` (the audit record).
 
@@ -26,12 +26,12 @@ import anyio
 import mcp_types as types
 
 from consumers import CURRENT_DOWNSTREAM, JSON, JSONObject, ProgressFn, undeclared
-from gateway.approval._queue import ApprovalQueue, QueueFull, Waiting
 from gateway.approval._rules import ApprovalRules, RuleMatch
 from gateway.config import TriadConfig
 from gateway.hooks import CallContext, HookChain, Redact, Session
 from gateway.identity import Identity, subject_of
 from gateway.observe import Metrics
+from gateway.state import Approvals, QueueFull, SharedStateUnavailable, Waiting
 from policy import ToolFacts
 
 logger = logging.getLogger("triad.approval")
@@ -62,7 +62,7 @@ class ApprovalCall:
 
 
 class ApprovalGate:
-    def __init__(self, metrics: Metrics, queue: ApprovalQueue) -> None:
+    def __init__(self, metrics: Metrics, queue: Approvals) -> None:
         self.queue = queue
         self._metrics = metrics
         self._rules: ApprovalRules | None = None
@@ -136,7 +136,7 @@ class ApprovalGate:
                     call.tool, match.describe())
         try:
             answer = await self.queue.wait(item, match.rule.timeout, tick, PROGRESS_EVERY)
-        except QueueFull as exc:
+        except (QueueFull, SharedStateUnavailable) as exc:
             await self._decided(hooks, call, session, match, "unanswerable", "none", "triad", str(exc))
             return _refusal(call, match, str(exc))
         if answer is None:
