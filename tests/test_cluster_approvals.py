@@ -1,9 +1,11 @@
 """Approval in a cluster: a call waiting on one replica is listed in another replica's console and answered there
 (the queue and the answers in Redis, sealed with the cluster key). Real redis-server, HAProxy and replicas
-(`tests.cluster_env`); the approver uses the console over plain HTTP, as a browser's forms would."""
+(`tests.cluster_env`); the approver uses the console over plain HTTP, as a browser's forms would. An answer written
+into Redis without the cluster key is not taken."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -11,6 +13,7 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
+import redis
 
 from tests.cluster_env import TOKENS, TriadCluster, handshake_session, wait_until
 from tests.conftest import Proc
@@ -27,7 +30,9 @@ def console_of(cluster: TriadCluster, name: str) -> tuple[httpx2.Client, str]:
     return http, base
 
 
-def answer(http: httpx2.Client, decision: str, reason: str) -> None:
+def answer(http: httpx2.Client, decision: str, reason: str, forge_in: int | None = None) -> None:
+    """Answer the call waiting in `http`'s console; with `forge_in` (Redis's port), first write an approval into
+    Redis as someone without the cluster key would, and see the waiting replica read it and not take it."""
     def waiting() -> str | None:
         text = http.get("/console/approvals").text
         return text if 'name="id"' in text else None
@@ -37,6 +42,14 @@ def answer(http: httpx2.Client, decision: str, reason: str) -> None:
     found = re.search(r'name="id" value="([^"]+)"', page)
     csrf = re.search(r'name="csrf" value="([^"]+)"', page)
     assert found is not None and csrf is not None
+    if forge_in is not None:
+        forged = redis.Redis(port=forge_in)
+        key = f"triad:approval-answer:{found.group(1)}"
+        forged.rpush(key, json.dumps({"v": 1, "kid": "x", "body": '{"approved":true,"by":"ops","reason":""}',
+                                      "mac": "0" * 64}))
+        wait_until(lambda: forged.llen(key) == 0, "the waiting replica to read the forged answer")
+        assert found.group(1) in http.get("/console/approvals").text  # not taken: the call still waits
+        forged.close()
     done = http.post("/console/approvals/answer", data={"id": found.group(1), "decision": decision,
                                                         "reason": reason, "csrf": csrf.group(1)})
     assert done.status_code == 303, done.text
@@ -66,7 +79,7 @@ async def test_another_replicas_console_answers_a_waiting_call(procs: list[Proc]
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(call, 5)
-        await anyio.to_thread.run_sync(answer, http, "approve", "ok from r2")
+        await anyio.to_thread.run_sync(answer, http, "approve", "ok from r2", cluster.redis_port)
     async with anyio.create_task_group() as tg:
         tg.start_soon(call, 6)
         await anyio.to_thread.run_sync(answer, http, "deny", "not from r2")

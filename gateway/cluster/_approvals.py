@@ -16,6 +16,7 @@ unreachable.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import anyio
@@ -34,6 +35,8 @@ STALE_AFTER = 30.0
 
 
 class WaitingRecord(RecordModel):
+    """A `gateway.state.Waiting` as Redis keeps it (its fields, and when its call stops waiting)."""
+
     client: str
     tool: str
     upstream: str
@@ -69,9 +72,7 @@ class RedisApprovals:
         try:
             if await self._link.run(client.hlen(PENDING)) >= MAX_WAITING:
                 raise QueueFull(f"{MAX_WAITING} calls are waiting for an approver already (the queue's limit)")
-            record = WaitingRecord(client=item.client, tool=item.tool, upstream=item.upstream, summary=item.summary,
-                                   notes=item.notes, rule=item.rule, id=item.id, since=item.since,
-                                   until=time.time() + seconds)
+            record = WaitingRecord(**dataclasses.asdict(item), until=time.time() + seconds)
             await self._link.run(client.hset(PENDING, item.id, self._records.seal(f"{PENDING}:{item.id}", record)))
         except RedisDown:
             raise QueueFull("the cluster's approval queue is in Redis, which is unreachable now") from None
@@ -125,8 +126,7 @@ class RedisApprovals:
             if record.id != id or record.until + STALE_AFTER < now:
                 stale.append(id)
                 continue
-            found.append(Waiting(record.client, record.tool, record.upstream, record.summary, record.notes,
-                                 record.rule, record.id, record.since))
+            found.append(Waiting(**record.model_dump(exclude={"until"})))
         if stale:
             await self._link.run(self._link.client.hdel(PENDING, *stale))
         return sorted(found, key=lambda item: item.since)
