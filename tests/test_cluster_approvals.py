@@ -5,58 +5,23 @@ into Redis without the cluster key is not taken."""
 
 from __future__ import annotations
 
-import json
-import re
 from pathlib import Path
 from typing import Any
 
 import anyio
 import httpx2
 import pytest
-import redis
 
-from tests.cluster_env import TOKENS, TriadCluster, handshake_session, wait_until
+from tests.cluster_env import TOKENS, TriadCluster, handshake_session
 from tests.conftest import Proc
+from tests.test_approval_console import answer, signed_in
 
 pytestmark = pytest.mark.anyio
 
 
-def console_of(cluster: TriadCluster, name: str) -> tuple[httpx2.Client, str]:
-    """An owner (ops) signed in to replica `name`'s console: the HTTP client (with its cookie) and its base."""
-    base = f"http://127.0.0.1:{cluster.ports[name]}"
-    http = httpx2.Client(base_url=base, headers={"Origin": base}, timeout=10)
-    signed = http.post("/console/login", data={"token": TOKENS["ops"]})
-    assert signed.status_code == 303, signed.text
-    return http, base
-
-
-def answer(http: httpx2.Client, decision: str, reason: str, forge_in: int | None = None) -> None:
-    """Answer the call waiting in `http`'s console; with `forge_in` (Redis's port), first write an approval into
-    Redis as someone without the cluster key would, and see the waiting replica read it and not take it."""
-    def waiting() -> str | None:
-        text = http.get("/console/approvals").text
-        return text if 'name="id"' in text else None
-
-    page = wait_until(waiting, "the waiting call in the other replica's console")
-    assert "structured" in page and "alice" in page
-    found = re.search(r'name="id" value="([^"]+)"', page)
-    csrf = re.search(r'name="csrf" value="([^"]+)"', page)
-    assert found is not None and csrf is not None
-    if forge_in is not None:
-        forged = redis.Redis(port=forge_in)
-        key = f"triad:approval-answer:{found.group(1)}"
-        forged.rpush(key, json.dumps({"v": 1, "kid": "x", "body": '{"approved":true,"by":"ops","reason":""}',
-                                      "mac": "0" * 64}))
-        wait_until(lambda: forged.llen(key) == 0, "the waiting replica to read the forged answer")
-        assert found.group(1) in http.get("/console/approvals").text  # not taken: the call still waits
-        forged.close()
-    done = http.post("/console/approvals/answer", data={"id": found.group(1), "decision": decision,
-                                                        "reason": reason, "csrf": csrf.group(1)})
-    assert done.status_code == 303, done.text
-    # the call is claimed: answering it again (from any replica) is refused
-    again = http.post("/console/approvals/answer", data={"id": found.group(1), "decision": "approve",
-                                                         "reason": "", "csrf": csrf.group(1)})
-    assert again.status_code == 403 and "not waiting any more" in again.text
+def console_of(cluster: TriadCluster, name: str) -> httpx2.Client:
+    """An owner (ops) signed in to replica `name`'s console."""
+    return signed_in(f"http://127.0.0.1:{cluster.ports[name]}", TOKENS["ops"])
 
 
 async def test_another_replicas_console_answers_a_waiting_call(procs: list[Proc], tmp_path: Path) -> None:
@@ -70,7 +35,7 @@ async def test_another_replicas_console_answers_a_waiting_call(procs: list[Proc]
     cluster.start_haproxy()
     for name in cluster.ports:
         cluster.wait_ready(name)
-    http, _ = console_of(cluster, "r2")
+    http = console_of(cluster, "r2")
     results: list[Any] = []
 
     async def call(n: int) -> None:
