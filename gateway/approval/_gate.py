@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import anyio
 import mcp_types as types
 
-from consumers import CURRENT_DOWNSTREAM, JSON, JSONObject, ProgressFn, undeclared
+from consumers import CURRENT_DOWNSTREAM, JSON, Downstream, JSONObject, ProgressFn, undeclared
 from gateway.approval._rules import ApprovalRules, RuleMatch
 from gateway.config import TriadConfig
 from gateway.hooks import CallContext, HookChain, Redact, Session
@@ -87,45 +87,47 @@ class ApprovalGate:
             await self._decided(hooks, call, session, match, "approved", "session", call.identity.client_id,
                                 "allowed for this session earlier")
             return None
-        question = self._question(config, call, match)
+        summary = config.secret_mask()(_summary(self._redact, call.arguments))
         downstream = CURRENT_DOWNSTREAM.get()
         request = types.ElicitRequest(params=types.ElicitRequestFormParams(
-            message=question, requested_schema=_form(match)))
-        askable = downstream is not None and undeclared(request, downstream.capabilities) is None
-        if rule.ask != "console" and askable:
-            assert downstream is not None
-            answer: types.ElicitResult | types.ErrorData | None = None
-            with anyio.move_on_after(rule.timeout):
-                answer = await downstream.ask(request, types.ElicitResult)
-            if answer is None:
-                return await self._timed_out(hooks, call, session, match)
-            if isinstance(answer, types.ErrorData):
-                reason = f"the client could not be asked ({answer.message})"
-                await self._decided(hooks, call, session, match, "unanswerable", "none", "triad", reason)
-                return _refusal(call, match, reason)
-            if answer.action != "accept":
-                reason = f"the caller answered {answer.action}"
-                await self._decided(hooks, call, session, match, "denied", "caller", call.identity.client_id, reason)
-                return _refusal(call, match, reason)
-            remember = rule.remember == "session" and (answer.content or {}).get("remember") is True
-            if remember and session is not None:
-                allowed = session.state.setdefault(REMEMBERED, set())
-                if isinstance(allowed, set):
-                    allowed.add(call.tool)
-            await self._decided(hooks, call, session, match, "approved", "caller", call.identity.client_id,
-                                "allowed for this session" if remember else "allowed once")
-            return None
+            message=_question(call, match, summary), requested_schema=_form(match)))
+        if rule.ask != "console" and downstream is not None and undeclared(request, downstream.capabilities) is None:
+            return await self._ask_caller(hooks, call, session, match, downstream, request)
         if rule.ask == "caller":
             reason = ("this client did not declare form-mode elicitation, so it cannot be asked; use a client that "
                       "supports elicitation, or have the operator set ask: caller_then_console")
             await self._decided(hooks, call, session, match, "unanswerable", "none", "triad", reason)
             return _refusal(call, match, reason)
-        return await self._ask_console(hooks, call, session, match, question, progress)
+        return await self._ask_console(hooks, call, session, match, summary, progress)
+
+    async def _ask_caller(self, hooks: HookChain, call: ApprovalCall, session: Session | None, match: RuleMatch,
+                          downstream: Downstream, request: types.ElicitRequest) -> str | None:
+        """The caller's answer to the form-mode elicitation `request` (accept, with "allow for this session")."""
+        answer: types.ElicitResult | types.ErrorData | None = None
+        with anyio.move_on_after(match.rule.timeout):
+            answer = await downstream.ask(request, types.ElicitResult)
+        if answer is None:
+            return await self._timed_out(hooks, call, session, match)
+        if isinstance(answer, types.ErrorData):
+            reason = f"the client could not be asked ({answer.message})"
+            await self._decided(hooks, call, session, match, "unanswerable", "none", "triad", reason)
+            return _refusal(call, match, reason)
+        if answer.action != "accept":
+            reason = f"the caller answered {answer.action}"
+            await self._decided(hooks, call, session, match, "denied", "caller", call.identity.client_id, reason)
+            return _refusal(call, match, reason)
+        remember = match.rule.remember == "session" and (answer.content or {}).get("remember") is True
+        if remember and session is not None:
+            allowed = session.state.setdefault(REMEMBERED, set())
+            if isinstance(allowed, set):
+                allowed.add(call.tool)
+        await self._decided(hooks, call, session, match, "approved", "caller", call.identity.client_id,
+                            "allowed for this session" if remember else "allowed once")
+        return None
 
     async def _ask_console(self, hooks: HookChain, call: ApprovalCall, session: Session | None, match: RuleMatch,
-                           question: str, progress: ProgressFn | None) -> str | None:
-        item = Waiting(call.identity.client_id, call.tool, call.upstream, _summary(self._redact, call.arguments),
-                       _notes(call), match.index)
+                           summary: str, progress: ProgressFn | None) -> str | None:
+        item = Waiting(call.identity.client_id, call.tool, call.upstream, summary, _notes(call), match.index)
 
         async def tick(elapsed: float) -> None:
             if progress is not None:
@@ -154,14 +156,6 @@ class ApprovalGate:
         await self._decided(hooks, call, session, match, "timeout", "none", "triad", reason)
         return _refusal(call, match, reason)
 
-    def _question(self, config: TriadConfig, call: ApprovalCall, match: RuleMatch) -> str:
-        summary = config.secret_mask()(_summary(self._redact, call.arguments))
-        return (f"Approve this tool call? {call.identity.client_id} calls {call.tool} (upstream {call.upstream}, "
-                f"tool {call.raw}).\nArguments: {summary}\nThe tool says it is: {_notes(call)}.\n"
-                f"Asked by Triad's approval.rules.{match.index}; accept to allow it, decline to refuse it"
-                + (", and tick \"allow for this session\" to allow its later calls too." if
-                   match.rule.remember == "session" else "."))
-
     async def _decided(self, hooks: HookChain, call: ApprovalCall, session: Session | None, match: RuleMatch,
                        decision: str, via: str, by: str, reason: str) -> None:
         self._metrics.approvals.labels(decision, via).inc()
@@ -173,6 +167,14 @@ class ApprovalGate:
             ctx = CallContext("tool", call.identity.client_id, session or Session(), call.tool, call.upstream,
                               call.raw, dict(call.arguments), call.annotations, subject=subject_of(call.identity))
             await hooks.approval(ctx, decision, f"{via}:{by}", reason)
+
+
+def _question(call: ApprovalCall, match: RuleMatch, summary: str) -> str:
+    return (f"Approve this tool call? {call.identity.client_id} calls {call.tool} (upstream {call.upstream}, "
+            f"tool {call.raw}).\nArguments: {summary}\nThe tool says it is: {_notes(call)}.\n"
+            f"Asked by Triad's approval.rules.{match.index}; accept to allow it, decline to refuse it"
+            + (", and tick \"allow for this session\" to allow its later calls too." if
+               match.rule.remember == "session" else "."))
 
 
 def _form(match: RuleMatch) -> JSONObject:
