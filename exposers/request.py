@@ -110,7 +110,8 @@ async def _run(dispatcher: Dispatcher, rounds: InputRounds | None, request: Clie
                                                   "2026-07-28" if request.relay.modern else "2025-11-25")
         return await dispatcher.get_prompt(identity, params, session)
 
-    if rounds is not None and request.method in FORWARDED and request.relay.modern and not dispatcher.all_modern:
+    if rounds is not None and request.method in FORWARDED and request.relay.modern \
+            and (not dispatcher.all_modern or dispatcher.asks_approval):
         if answer_first is None:
             return await rounds.call(request.relay, request.method, request.params, request.identity, forward)
         return await rounds.call_here(request.relay, request.method, request.params, request.identity, forward,

@@ -2,15 +2,17 @@
 
 from policy.patterns import (
     Glob,
+    Matcher,
     ToolFacts,
     compile_glob,
     compile_globs,
     compile_patterns,
     first_match,
+    first_matcher,
     search_cost,
 )
 from policy.pipeline import LAYER_NAMES, Decision, Identity, Pipeline, Step
 from policy.tool_index import ToolIndex
 
-__all__ = ["LAYER_NAMES", "Decision", "Glob", "Identity", "Pipeline", "Step", "ToolFacts", "ToolIndex", "compile_glob",
-           "compile_globs", "compile_patterns", "first_match", "search_cost"]
+__all__ = ["LAYER_NAMES", "Decision", "Glob", "Identity", "Matcher", "Pipeline", "Step", "ToolFacts", "ToolIndex",
+           "compile_glob", "compile_globs", "compile_patterns", "first_match", "first_matcher", "search_cost"]

@@ -1,4 +1,5 @@
-"""The console's routes: sign-in, the read-only pages, and the actions (approve a pinned tool, sign out).
+"""The console's routes: sign-in, the read-only pages, and the actions (approve a pinned tool, answer a call that
+waits for approval, sign out).
 
 Pages are rendered on the server (Jinja2, autoescaped); `static/console.js` only re-fetches the page every few
 seconds and swaps its `<main>` (no build step, no inline script: the Content-Security-Policy allows scripts and
@@ -96,13 +97,17 @@ def build_console(dispatcher: Dispatcher, reloader: Reloads | None, throttle: Au
                                                           "page": name.removesuffix(".html"), **context},
                                           status_code=status_code)
 
-    def signed_in(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+    def signed_in(handler: Handler, *, approvers: bool = False) -> Callable[[Request], Awaitable[Response]]:
+        """`approvers`: a page an approver who is not an owner may use too (the approval queue)."""
+
         async def endpoint(request: Request) -> Response:
             session = sessions.lookup(dispatcher.config, request)
             if session is None:
                 if request.method != "GET":
                     return refused(request, "sign in first")
                 return RedirectResponse("/console/login", status_code=303)
+            if not session.owner and not approvers:
+                return refused(request, "only owners may use this page; approvers answer the approval queue")
             if request.method != "GET":
                 form = await _form(request)
                 if form is None:
@@ -134,13 +139,13 @@ def build_console(dispatcher: Dispatcher, reloader: Reloads | None, throttle: Au
             throttle.failed("console_sign_in", source)
             return render(request, "login.html", None, status_code=401,
                           error="That is not the token of an owner client.")
-        session_id, _session = found
-        response = RedirectResponse("/console/upstreams", status_code=303)
+        session_id, session = found
+        response = RedirectResponse("/console/upstreams" if session.owner else "/console/approvals", status_code=303)
         response.set_cookie(COOKIE, session_id, max_age=int(sessions.lifetime), path=COOKIE_PATH, httponly=True,
                             samesite="strict", secure=request.url.scheme == "https")
         return response
 
-    async def logout(request: Request, _session: ConsoleSession) -> Response:
+    async def logout(request: Request, _session: ConsoleSession) -> Response:  # approvers sign out too
         sessions.sign_out(request)
         response = RedirectResponse("/console/login", status_code=303)
         response.delete_cookie(COOKIE, path=COOKIE_PATH, httponly=True, samesite="strict")
@@ -207,10 +212,30 @@ def build_console(dispatcher: Dispatcher, reloader: Reloads | None, throttle: Au
             return refused(request, why)
         return RedirectResponse(f"/console/pins?approved={tool}", status_code=303)
 
+    async def approvals(request: Request, session: ConsoleSession) -> Response:
+        try:
+            rows = await pages.approvals(dispatcher)
+        except SharedStateUnavailable:
+            return render(request, "approvals.html", session, status_code=503, rows=[], answered=None,
+                          unavailable=True)
+        return render(request, "approvals.html", session, rows=rows, answered=request.query_params.get("answered"),
+                      unavailable=False)
+
+    async def answer(request: Request, session: ConsoleSession) -> Response:
+        form = request.state.form
+        try:
+            why = await pages.answer(dispatcher, session.client_id, form.get("id"), form.get("decision"),
+                                     form.get("reason"))
+        except SharedStateUnavailable:
+            why = "the cluster's approval queue is in Redis, which is unreachable now; try again once it is back"
+        if why is not None:
+            return refused(request, why)
+        return RedirectResponse(f"/console/approvals?answered={form.get('decision')}", status_code=303)
+
     app = Starlette(routes=[
         Route("/", home),
         Route("/login", login, methods=["GET", "POST"]),
-        Route("/logout", signed_in(logout), methods=["POST"]),
+        Route("/logout", signed_in(logout, approvers=True), methods=["POST"]),
         Route("/upstreams", signed_in(upstreams)),
         Route("/registry", signed_in(registry)),
         Route("/explain", signed_in(explain)),
@@ -219,6 +244,8 @@ def build_console(dispatcher: Dispatcher, reloader: Reloads | None, throttle: Au
         Route("/reloads", signed_in(reloads)),
         Route("/pins", signed_in(pins)),
         Route("/pins/approve", signed_in(approve), methods=["POST"]),
+        Route("/approvals", signed_in(approvals, approvers=True)),
+        Route("/approvals/answer", signed_in(answer, approvers=True), methods=["POST"]),
         Mount("/static", app=StaticFiles(directory=HERE / "static")),
     ])
     return _SecurityHeaders(app)

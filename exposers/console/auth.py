@@ -1,4 +1,5 @@
-"""Who may use the console: owners, signed in with their bearer token, held in a session cookie.
+"""Who may use the console: owners, signed in with their bearer token, held in a session cookie; and the clients
+listed in `approval.approvers`, who see the approval queue only (`ConsoleSession.owner` False).
 
 Sign-in takes an owner client's token once and answers with a random session id in an HttpOnly, SameSite=Strict
 cookie scoped to `/console`; the token itself is never stored (only its digest, so that a reload that changes or
@@ -43,6 +44,8 @@ class ConsoleSession:
     token_digest: str
     csrf: str
     expires: float
+    owner: bool = True
+    """False for an approver who is not an owner: the approval queue is all they may see and answer."""
 
 
 class ConsoleSessions:
@@ -52,22 +55,24 @@ class ConsoleSessions:
         """By the digest of the session id: the cookie's value is not kept either."""
 
     def sign_in(self, config: TriadConfig, token: str) -> tuple[str, ConsoleSession] | None:
-        """A new session for an owner's token; None for any other token (or when no client has a token)."""
+        """A new session for an owner's or an approver's token; None for any other token (or when no client has a
+        token)."""
         if not requires_token(config) or not token or len(token) > MAX_TOKEN_LENGTH:
             return None
         identity = identity_for_token(config, token)
-        if identity is None or not identity.owner:
+        if identity is None or not (identity.owner or identity.client_id in config.approval.approvers):
             return None
         session_id = secrets.token_urlsafe(32)
         session = ConsoleSession(identity.client_id, _digest(token), secrets.token_urlsafe(32),
-                                 time.monotonic() + self.lifetime)
+                                 time.monotonic() + self.lifetime, identity.owner)
         self._sessions[_digest(session_id)] = session
         while len(self._sessions) > MAX_SESSIONS:
             self._sessions.popitem(last=False)
         return session_id, session
 
     def lookup(self, config: TriadConfig, request: Request) -> ConsoleSession | None:
-        """The request's session, if it is live and its client is still an owner with the same token."""
+        """The request's session, if it is live and its client is still an owner (or approver) with the same
+        token."""
         session_id = request.cookies.get(COOKIE)
         if not session_id:
             return None
@@ -77,10 +82,12 @@ class ConsoleSessions:
             return None
         client = config.clients.get(session.client_id)
         token = client.token.get_secret_value() if client is not None and client.token is not None else None
-        if (time.monotonic() > session.expires or client is None or not client.owner or token is None
+        if (time.monotonic() > session.expires or client is None or token is None
+                or not (client.owner or session.client_id in config.approval.approvers)
                 or not hmac.compare_digest(_digest(token), session.token_digest)):
             del self._sessions[key]
             return None
+        session.owner = client.owner  # a reload that takes `owner` away leaves an approver the queue only
         return session
 
     def sign_out(self, request: Request) -> None:

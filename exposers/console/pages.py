@@ -18,7 +18,7 @@ from gateway.calls import Dispatcher, pin_hooks
 from gateway.identity import LOCAL_CLIENT, identity_for
 from gateway.observe import CallRecord, Reloads
 from gateway.registry import explain, plan_report, upstream_states
-from gateway.state import PinStatus, definition_hash, pin_diff
+from gateway.state import Answer, PinStatus, definition_hash, pin_diff
 
 RATE_WINDOW = 60.0
 """Seconds over which the call rate is counted (from the call log, as far as it reaches)."""
@@ -235,4 +235,25 @@ async def approve(dispatcher: Dispatcher, tool: str, digest: str) -> str | None:
     for hook in hooks:
         await hook.pins.approve(executor.id, executor.tool, descriptor.current)
     dispatcher.invalidate()  # listed from now on as approved
+    return None
+
+
+MAX_REASON = 500
+"""An approver's reason is cut to this many characters (it reaches the model as part of a tool error)."""
+
+
+async def approvals(dispatcher: Dispatcher) -> list[JSONObject]:
+    """The calls waiting for an approver, oldest first: who calls what, the redacted arguments, the annotations."""
+    waiting, now = await dispatcher.approvals.pending(), time.time()
+    return [{"id": w.id, "client": w.client, "tool": w.tool, "upstream": w.upstream, "summary": w.summary,
+             "notes": w.notes, "rule": w.rule, "waiting": round(now - w.since)} for w in waiting]
+
+
+async def answer(dispatcher: Dispatcher, approver: str, id: JSON, decision: JSON, reason: JSON) -> str | None:
+    """Answer a waiting call for `approver`; None when done, else why not."""
+    if not isinstance(id, str) or decision not in ("approve", "deny"):
+        return "the form needs a call and a decision (approve or deny)"
+    said = reason.strip()[:MAX_REASON] if isinstance(reason, str) else ""
+    if not await dispatcher.approvals.answer(id, Answer(decision == "approve", approver, said)):
+        return "that call is not waiting any more (answered, timed out, or its caller went away)"
     return None

@@ -21,6 +21,7 @@ import anyio
 import anyio.lowlevel
 
 from consumers import JSON, JSONObject, Upstream, UpstreamPool, UpstreamState
+from gateway.approval import ApprovalGate
 from gateway.calls._forwarder import Forwarder
 from gateway.calls._live import Live
 from gateway.calls._own_lists import own_lists
@@ -33,7 +34,7 @@ from gateway.observe import Metrics
 from gateway.quotas import Quotas
 from gateway.registry import ClientView, Registry, SessionLists, paginate, with_page_meta
 from gateway.search import SearchIndexes
-from gateway.state import NameLedger, SharedState
+from gateway.state import LocalApprovals, NameLedger, SharedState
 from gateway.tasks import EXTENSION, TaskBook, TaskRelay, offers_extension, offers_legacy_tasks
 from policy import Pipeline
 
@@ -69,7 +70,11 @@ class Dispatcher:
         replica = config.cluster.replica_id if config.cluster is not None else None
         self.tasks = TaskRelay(TaskBook(replica=replica), forwarder, self.live)
         """The tasks upstreams created for clients, and the `tasks/*` requests about them."""
-        self._tools = ToolCalls(self.live, pool, forwarder, self.tasks, self.metrics)
+        self.approvals = shared.approvals() if shared is not None else LocalApprovals()
+        """Calls waiting for an approver in the console (`approval:`); with `cluster:`, every replica's; it outlives
+        reloads."""
+        self.approval = ApprovalGate(self.metrics, self.approvals)
+        self._tools = ToolCalls(self.live, pool, forwarder, self.tasks, self.metrics, self.approval)
         self._resources = Resources(self.live, pool, forwarder)
         self.read_resource = self._resources.read_resource
         self.complete = self._resources.complete
@@ -143,6 +148,11 @@ class Dispatcher:
     def upstreams(self) -> Mapping[str, Upstream]:
         """Every configured upstream by name (for health and readiness views)."""
         return self.pool.upstreams
+
+    @property
+    def asks_approval(self) -> bool:
+        """Some call may wait for a person's yes: a 2026-07-28 caller is then asked in `input_required` rounds."""
+        return bool(self.config.approval.rules)
 
     @property
     def all_modern(self) -> bool:

@@ -2,13 +2,14 @@
 
 A call goes: the caller's view (`Live`) -> lookup of the exposed name (unknown and hidden look the same; with
 `sessions: per_client`, also what the caller's own upstream session lists) -> policy (the view holds only what it
-allows) -> the hook chain around `send` -> the task relay's `task_param` -> `Forwarder.forward` to the upstream ->
-the task relay's `adopt` -> the raw result. A core tool (`ExecutorRef(kind="core")`) takes the same lookup and
+allows) -> approval (`gateway.approval`: a person's yes, where a rule asks for one) -> the hook chain around
+`send` -> the task relay's `task_param` -> `Forwarder.forward` to the upstream -> the task relay's `adopt` -> the
+raw result. A core tool (`ExecutorRef(kind="core")`) takes the same lookup and
 hooks, and runs its executor (`gateway.calls._core_tools`) instead of an upstream; `call_tool` becomes the call of
 the tool it names.
 
 Ownership: the dispatcher creates one `ToolCalls` with the state of the moment, the forwarder, the task relay and
-the metrics; it holds no state of its own.
+the metrics and the approval gate; it holds no state of its own.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import mcp_types as types
 from pydantic import ConfigDict
 
 from consumers import JSON, JSONObject, ProgressFn, UpstreamPool
+from gateway.approval import ApprovalCall, ApprovalGate
 from gateway.calls._core_tools import CALL_THROUGH, inner_call, run_core, tool_error
 from gateway.calls._forwarder import Forwarder
 from gateway.calls._live import Live
@@ -66,8 +68,9 @@ class ForwardedCall(types.CallToolRequest):
 
 class ToolCalls:
     def __init__(self, live: Live, pool: UpstreamPool, forwarder: Forwarder, tasks: TaskRelay,
-                 metrics: Metrics) -> None:
+                 metrics: Metrics, approval: ApprovalGate) -> None:
         self._live = live
+        self._approval = approval
         self._pool = pool
         self._forwarder = forwarder
         self._tasks = tasks
@@ -109,8 +112,14 @@ class ToolCalls:
         if session is not None and upstream.own_session(session) is not None \
                 and entry.executor.tool not in (await upstream.own_lists(session)).tools:
             raise UnknownName(f"Unknown tool: {name}")  # its own session does not list it: as if it did not exist
-        meta = forwardable_meta(params.get("_meta"))
         notes = entry.descriptor.annotations or {}
+        # policy said yes (the view holds only what it allows); a person's yes comes next, then the before-hooks
+        refused = await self._approval.check(self._live.config, self._live.hooks, ApprovalCall(
+            identity, entry.descriptor.name, upstream.name, entry.executor.tool, _arguments(params), notes),
+            session, progress)
+        if refused is not None:
+            return tool_error(refused)
+        meta = forwardable_meta(params.get("_meta"))
         safe = notes.get("readOnlyHint") is True or notes.get("idempotentHint") is True
 
         async def send(ctx: CallContext | None) -> JSONObject:

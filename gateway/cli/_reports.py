@@ -10,10 +10,19 @@ import re
 import sys
 from collections.abc import Iterable, Mapping
 
-from consumers import JSONObject
+from consumers import JSON, JSONObject
+from gateway.approval import ApprovalRules
 from gateway.config import TriadConfig
 from gateway.hooks import PinDefinitions
-from gateway.registry import MAX_LIMIT, MAX_QUERY_CHARS, ToolDescriptor, explain, plan_report, upstream_states
+from gateway.registry import (
+    MAX_LIMIT,
+    MAX_QUERY_CHARS,
+    ClientView,
+    ToolDescriptor,
+    explain,
+    plan_report,
+    upstream_states,
+)
 from gateway.runtime import running_gateway
 from gateway.search import find
 from gateway.state import PinStateUnreadable, SharedStateUnavailable, definition_hash, pin_diff
@@ -31,9 +40,28 @@ async def collect(config: TriadConfig, identity: Identity, tool: str | None = No
         await gw.pool.wait_settled(PLAN_MARGIN)
         view = gw.dispatcher.view(identity)
         upstreams = upstream_states(gw.pool.upstreams)
+        rules = gw.dispatcher.approval.rules(gw.dispatcher.config)
         if tool is not None:
-            return explain(view, tool, gw.dispatcher.pipeline.decide, upstreams)
-        return plan_report(view, upstreams, [d.message for d in gw.dispatcher.registry.diagnostics])
+            report = explain(view, tool, gw.dispatcher.pipeline.decide, upstreams)
+            report["approval"] = approval_of(rules, view, tool)
+            return report
+        report = plan_report(view, upstreams, [d.message for d in gw.dispatcher.registry.diagnostics])
+        for entry in report["visible"]:
+            entry["approval"] = approval_of(rules, view, entry["name"])
+        return report
+
+
+def approval_of(rules: ApprovalRules, view: ClientView, name: str) -> JSON:
+    """The `approval:` rule that applies to `name` for the view's client ({index, pattern, ask, timeout,
+    remember}), or None: no rule asks about it, or the policy hides it (a hidden tool is never asked about)."""
+    entry = view.tools.get(name)
+    if entry is None or entry.executor.kind != "mcp" or not rules:
+        return None
+    match = rules.rule_for(name, entry.executor.id, entry.executor.tool, entry.descriptor.annotations)
+    if match is None:
+        return None
+    return {"rule": match.index, "pattern": match.pattern, "ask": match.rule.ask, "timeout": match.rule.timeout,
+            "remember": match.rule.remember, "describe": match.describe()}
 
 
 DIGEST_SHOWN = 32
@@ -132,7 +160,8 @@ def format_plan(report: JSONObject) -> str:
             lines += [f"    | {line}" for line in up["stderr"]]
     width = _column([t["name"] for t in (*report["visible"], *report["hidden"])], 40)
     lines += ["", f"visible tools ({len(report['visible'])}):"]
-    lines += [f"  {t['name']:<{width}} {t['upstream']}:{t['tool']}" for t in report["visible"]]
+    lines += [f"  {t['name']:<{width}} {t['upstream']}:{t['tool']}"
+              + (f"  [approval: {t['approval']['describe']}]" if t.get("approval") else "") for t in report["visible"]]
     lines += ["", f"hidden tools ({len(report['hidden'])}):"]
     for hidden in report["hidden"]:
         reasons = "; ".join(f"{d['reason']}: {d['message']}" for d in hidden["diagnostics"])
@@ -161,6 +190,10 @@ def format_explain(report: JSONObject) -> str:
         source = f" [{layer['source']}]" if layer["source"] else ""
         lines.append(f"  {mark}  layer {layer['layer']} {layer['name']}{source}: {layer['detail']}")
     lines.append(f"decision: {'visible' if report['visible'] else 'hidden'}")
+    if report["visible"]:
+        approval = report.get("approval")
+        lines.append(f"approval: {approval['describe']}" if approval else "approval: none (no approval rule asks "
+                     "about it)")
     return "\n".join(lines)
 
 

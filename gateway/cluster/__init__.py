@@ -2,9 +2,10 @@
 
 Imported only when the config has a `cluster:` block (redis-py and cryptography are then needed:
 `pip install 'mcp-triad[cluster]'`). What is shared, and what each piece does while Redis is unreachable, is said
-in each module: `buckets` (rate limits), `pins` (approved definitions), `events` (reloads, list changes, resource
-updates), `sessions` (which replica owns a handshake-era session), `replicas` (heartbeats, `/readyz`),
-`secret_box` (encryption of stored secrets, identity hashes), `vault` (per-identity secrets).
+in each module: `buckets` (rate limits), `pins` (approved definitions), `approvals` (the console's approval
+queue), `events` (reloads, list changes, resource updates), `sessions` (which replica owns a handshake-era
+session), `replicas` (heartbeats, `/readyz`), `secret_box` (encryption of stored secrets, identity hashes), `vault`
+(per-identity secrets).
 """
 
 from gateway.cluster._cluster import Cluster, ClusterKeyMismatch

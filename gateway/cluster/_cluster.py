@@ -12,6 +12,7 @@ from typing import Literal
 import anyio
 
 from consumers import JSONObject
+from gateway.cluster._approvals import RedisApprovals
 from gateway.cluster._buckets import RedisBuckets
 from gateway.cluster._events import Events
 from gateway.cluster._link import KEY_PREFIX, Link, RedisDown
@@ -23,7 +24,7 @@ from gateway.cluster._sessions import Sessions
 from gateway.cluster._vault import Vault
 from gateway.config import ClusterConfig
 from gateway.identity import Identity
-from gateway.state import Buckets, Pins, PinStore
+from gateway.state import Approvals, Buckets, Pins, PinStore
 
 logger = logging.getLogger("triad.cluster")
 
@@ -56,6 +57,7 @@ class Cluster:
         self.sessions = Sessions(self.link, self.records, self.rejections, config.replica_id, config.heartbeat)
         self._buckets = RedisBuckets(self.link, self.box)
         self._pins: dict[str, RedisPins] = {}
+        self._approvals = RedisApprovals(self.link, self.records, self.rejections)
         self.vault = Vault(self.link, self.box, self.rejections)
         """Per-identity secrets, encrypted with the cluster key."""
         self.draining = False
@@ -70,6 +72,9 @@ class Cluster:
         if state not in self._pins:
             self._pins[state] = RedisPins(self.link, self.records, self.rejections, state, store)
         return self._pins[state]
+
+    def approvals(self) -> Approvals:
+        return self._approvals
 
     # -- sessions ------------------------------------------------------------------------------------------------
 

@@ -101,8 +101,8 @@ class Records:
 
 
 class Rejections:
-    """Rate-limited reports of skipped records, by kind ("heartbeat", "session", "event", "pin", "secret") and
-    reason; bounded: kinds and reasons are fixed sets."""
+    """Rate-limited reports of skipped records, by kind ("heartbeat", "session", "event", "pin", "secret",
+    "approval") and reason; bounded: kinds and reasons are fixed sets."""
 
     def __init__(self) -> None:
         self._last: dict[tuple[str, str], tuple[float, int]] = {}

@@ -3,6 +3,7 @@ of every key, and problems worded as `key.path: message (line N)`, never with a 
 that span sub-packages are `gateway.runtime.load_config`.
 """
 
+from gateway.config._approval import ApprovalConfig, ApprovalRule, AskMode
 from gateway.config._auth import IntrospectionConfig, OAuthConfig
 from gateway.config._limits import DEFAULT_LIMITS, LimitsConfig, Quota
 from gateway.config._models import (
@@ -25,6 +26,9 @@ __all__ = [
     "DEFAULT_LIMITS",
     "PYTHON_VARIABLE",
     "STANDARD_STREAM",
+    "ApprovalConfig",
+    "ApprovalRule",
+    "AskMode",
     "ClusterConfig",
     "Duration",
     "HookSpec",

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, field
 
 from consumers import JSON, JSONObject, SecretMask
 from consumers.config import Duration, UpstreamConfig, parse_duration
+from gateway.config._approval import ApprovalConfig
 from gateway.config._auth import AuthConfig
 from gateway.config._limits import LimitsConfig
 from gateway.config._problems import hide_values, variables_mask
@@ -233,6 +234,8 @@ class TriadConfig(_Model):
     auth: AuthConfig = AuthConfig()
     """How HTTP callers prove who they are besides the clients' static tokens (OAuth 2.1 access tokens)."""
     policy: PolicyConfig = PolicyConfig()
+    approval: ApprovalConfig = ApprovalConfig()
+    """Calls that wait for a person's yes (`gateway.config._approval`)."""
     search: SearchConfig = SearchConfig()
     hooks: tuple[HookSpec, ...] = ()
     min_ready: int = Field(default=1, ge=0)
@@ -270,6 +273,20 @@ class TriadConfig(_Model):
             for value, client in oauth.clients.items():
                 if client not in self.clients:
                     raise ValueError(f"auth.oauth.clients.{value} names {client!r}, which is not in clients:")
+        return self
+
+    @model_validator(mode="after")
+    def _approvers_exist(self) -> TriadConfig:
+        for index, approver in enumerate(self.approval.approvers):
+            if approver not in self.clients:
+                raise ValueError(f"approval.approvers.{index} names {approver!r}, which is not in clients:")
+        console = self.approval.console_rules()
+        if console and not self.console.enabled:
+            raise ValueError(f"approval.rules.{console[0]}.ask: {self.approval.rules[console[0]].ask} needs the "
+                             "console (console.enabled: true), where approvers answer")
+        if console and not self.approval.approvers and not any(c.owner for c in self.clients.values()):
+            raise ValueError(f"approval.rules.{console[0]}.ask: {self.approval.rules[console[0]].ask} needs someone "
+                             "to answer in the console: an owner client, or approval.approvers")
         return self
 
     @model_validator(mode="after")

@@ -1,4 +1,5 @@
-"""The `audit` built-in hook: one JSON line per call, read, get and policy denial, written whole or not at all.
+"""The `audit` built-in hook: one JSON line per call, read, get, policy denial and approval decision, written whole
+or not at all.
 
 Built by the chain factory like every built-in (`BUILTIN_HOOKS`); it holds no open file (one is opened per record).
 """
@@ -112,6 +113,10 @@ class Audit:
         return {"contents": [], "messages": [], "description": refused}
 
     after_call = after_read = after_get = _after
+
+    async def on_approval(self, ctx: CallContext, decision: str, by: str, reason: str) -> None:
+        self._write(ctx, {"decision": "approval", "outcome": decision, "approved_by" if decision == "approved"
+                          else "answered_by": by, "reason": reason})
 
     async def on_denied(self, ctx: CallContext, layer: int, pattern: str | None, detail: str) -> None:
         self._write(ctx, {"decision": "denied", "outcome": "denied", "layer": LAYER_NAMES.get(layer, str(layer)),

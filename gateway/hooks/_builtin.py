@@ -261,6 +261,10 @@ class Redact:
             return masked
         return value
 
+    def mask(self, value: JSON) -> JSON:
+        """`value` with every string in it masked (what an approval question shows of a call's arguments)."""
+        return self._mask(value)
+
     def on_listed(self, kind: ListedKind, item: JSONObject) -> JSONObject:
         kept = LISTED_NAMES[kind]
         masked: JSONObject = {}

@@ -2,9 +2,9 @@
 
 One interface for built-ins and plugins (`module:attr` in the config, a class or factory taking the options as
 keyword arguments). A hook implements any of: `before_call` / `after_call` (tools), `before_read` / `after_read`
-(resources), `before_get` / `after_get` (prompts), `on_denied` (a call the policy refused) and `on_message`
-(what an upstream says during a request besides its result). Hooks run by `priority` (higher first), then config
-order.
+(resources), `before_get` / `after_get` (prompts), `on_denied` (a call the policy refused), `on_approval` (how a
+call that needed a person's yes was decided) and `on_message` (what an upstream says during a request besides its
+result). Hooks run by `priority` (higher first), then config order.
 
 - before: return None (pass), `Arguments(...)` (merged over the arguments, or replacing them), or `Block(reason)`.
   A before-hook that raises or exceeds `BEFORE_TIMEOUT` blocks (fail closed) with a fixed message; the
@@ -52,6 +52,7 @@ from gateway.hooks._protocols import (
     AfterFn,
     AfterGet,
     AfterRead,
+    ApprovalFn,
     BeforeCall,
     BeforeFn,
     BeforeGet,
@@ -59,6 +60,7 @@ from gateway.hooks._protocols import (
     DeniedFn,
     ListedFn,
     MessageFn,
+    OnApproval,
     OnDenied,
     OnListed,
     OnMessage,
@@ -125,12 +127,13 @@ class HookChain:
     Immutable once built: no attribute can be set or deleted, and no method adds or removes a hook; a reload builds
     a new chain. Who is told of blocked calls (`on_block`) is given at construction too (`build_chain(on_block=)`)."""
 
-    __slots__ = ("_after", "_before", "_denied", "_listed", "_message", "_on_block", "entries")
+    __slots__ = ("_after", "_approval", "_before", "_denied", "_listed", "_message", "_on_block", "entries")
 
     entries: tuple[HookEntry, ...]
     _before: Mapping[Kind, tuple[tuple[str, BeforeFn], ...]]
     _after: Mapping[Kind, tuple[tuple[str, AfterFn], ...]]
     _denied: tuple[tuple[str, DeniedFn], ...]
+    _approval: tuple[tuple[str, ApprovalFn], ...]
     _message: tuple[tuple[str, MessageFn], ...]
     _listed: tuple[tuple[str, ListedFn], ...]
     _on_block: BlockObserver | None
@@ -153,6 +156,7 @@ class HookChain:
         init(self, "_before", MappingProxyType(before))
         init(self, "_after", MappingProxyType(after))
         init(self, "_denied", tuple((n, h.on_denied) for n, h in hooks if isinstance(h, OnDenied)))
+        init(self, "_approval", tuple((n, h.on_approval) for n, h in hooks if isinstance(h, OnApproval)))
         init(self, "_message", tuple((n, h.on_message) for n, h in hooks if isinstance(h, OnMessage)))
         init(self, "_listed", tuple((n, h.on_listed) for n, h in hooks if isinstance(h, OnListed)))
         init(self, "_on_block", on_block)
@@ -332,6 +336,15 @@ class HookChain:
                 await method(ctx, layer, pattern, detail)
             except Exception:
                 logger.exception("hook %s failed in on_denied", name)
+
+    async def approval(self, ctx: CallContext, decision: str, by: str, reason: str) -> None:
+        """Tell the `on_approval` hooks how a call that needed a person's yes was decided (`gateway.approval`):
+        `decision` approved | denied | timeout | unanswerable, `by` who answered, `reason` theirs or Triad's."""
+        for name, method in self._approval:
+            try:
+                await method(ctx, decision, by, reason)
+            except Exception:
+                logger.exception("hook %s failed in on_approval", name)
 
 
 class _HookedDownstream(DownstreamWrapper):

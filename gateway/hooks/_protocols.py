@@ -35,6 +35,7 @@ BeforeOutcome = Arguments | Block | None
 BeforeFn = Callable[[CallContext], Awaitable[BeforeOutcome]]
 AfterFn = Callable[[CallContext, Outcome], Awaitable[Mapping[str, JSON] | None]]
 DeniedFn = Callable[[CallContext, int, str | None, str], Awaitable[None]]
+ApprovalFn = Callable[[CallContext, str, str, str], Awaitable[None]]
 MessageFn = Callable[[CallContext, Message], Awaitable[Mapping[str, JSON] | None]]
 ListedFn = Callable[[ListedKind, JSONObject], Mapping[str, JSON] | None]
 
@@ -87,6 +88,11 @@ class OnDenied(Protocol):
 
 
 @runtime_checkable
+class OnApproval(Protocol):
+    async def on_approval(self, ctx: CallContext, decision: str, by: str, reason: str) -> None: ...
+
+
+@runtime_checkable
 class OnMessage(Protocol):
     async def on_message(self, ctx: CallContext, message: Message) -> Mapping[str, JSON] | None: ...
 
@@ -130,6 +136,7 @@ HOOK_METHODS: tuple[HookMethod, ...] = (
     HookMethod("before_read", ("ctx",)), HookMethod("after_read", ("ctx", "outcome")),
     HookMethod("before_get", ("ctx",)), HookMethod("after_get", ("ctx", "outcome")),
     HookMethod("on_denied", ("ctx", "layer", "pattern", "detail")), HookMethod("on_message", ("ctx", "message")),
+    HookMethod("on_approval", ("ctx", "decision", "by", "reason")),
     HookMethod("on_listed", ("kind", "item"), awaited=False),
 )
 """Every hook method; one `Protocol` above each."""

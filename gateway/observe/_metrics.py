@@ -58,6 +58,10 @@ class Metrics:
         self.auth_failures = Counter("triad_auth_failures", "Failed authentications at the HTTP listener, by reason "
                                      "(exposers: invalid_token, invalid_request, console_sign_in, session_mismatch, "
                                      "throttled)", ["reason"], registry=self.registry)
+        self.approvals = Counter("triad_approvals", "Calls that needed a person's yes (`approval:`), by decision "
+                                 "(approved, denied, timeout, unanswerable) and who answered (caller, console, "
+                                 "session: allowed earlier in the session, none)", ["decision", "via"],
+                                 registry=self.registry)
         self.call_log = CallLog()
         """The calls in flight and the recent ones, by name (the console's; never exported to Prometheus)."""
 

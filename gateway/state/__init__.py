@@ -1,7 +1,18 @@
 """State that outlives a request and may be shared by replicas: the approved definitions (pins), the name ledger,
-and the interfaces (`Buckets`, `Pins`) whose embedded defaults live here and whose Redis versions are `gateway.cluster`.
+the console's approval queue, and the interfaces (`Buckets`, `Pins`, `Approvals`) whose embedded defaults live here
+and whose Redis versions are `gateway.cluster`.
 """
 
+from gateway.state._approvals import (
+    MAX_WAITING,
+    Answer,
+    Approvals,
+    LocalApprovals,
+    QueueFull,
+    Tick,
+    Waiting,
+    wait_for_answer,
+)
 from gateway.state._name_ledger import NameLedger, NameLedgerUnreadable
 from gateway.state._pins import (
                                  HASHED_FIELDS,
@@ -17,8 +28,12 @@ from gateway.state._shared import Buckets, FilePins, LocalBuckets, Pins, SharedS
 
 __all__ = [
     "HASHED_FIELDS",
+    "MAX_WAITING",
+    "Answer",
+    "Approvals",
     "Buckets",
     "FilePins",
+    "LocalApprovals",
     "LocalBuckets",
     "NameLedger",
     "NameLedgerUnreadable",
@@ -26,10 +41,14 @@ __all__ = [
     "PinStatus",
     "PinStore",
     "Pins",
+    "QueueFull",
     "SharedState",
     "SharedStateUnavailable",
+    "Tick",
+    "Waiting",
     "definition_hash",
     "pin_diff",
     "pin_match",
     "pinned_fields",
+    "wait_for_answer",
 ]

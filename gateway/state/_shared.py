@@ -14,6 +14,7 @@ from typing import Protocol
 import anyio
 
 from consumers import JSON
+from gateway.state._approvals import Approvals
 from gateway.state._pins import PinStatus, PinStore
 
 __all__ = ["Buckets", "FilePins", "LocalBuckets", "Pins", "SharedState", "SharedStateUnavailable"]
@@ -57,6 +58,10 @@ class SharedState(Protocol):
 
     def pins(self, state: str, store: PinStore) -> Pins:
         """The shared approvals named `state`, kept durable in `store` (the hook's state file)."""
+        ...
+
+    def approvals(self) -> Approvals:
+        """The console's approval queue, shared by every replica (`gateway.state._approvals`)."""
         ...
 
 

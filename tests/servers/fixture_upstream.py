@@ -149,6 +149,8 @@ def build_server(args: argparse.Namespace) -> Server[Any]:
         return page(prompts + (sampled_prompts if samples(ctx) else []), "prompts", params, size)
 
     async def call_tool(ctx: Any, params: Any) -> dict[str, Any]:
+        if args.log_calls:  # a count of the calls that reached the upstream, for the tests that prove none did
+            print(f"CALL {params.name}", file=sys.stderr, flush=True)
         name = params.name.removeprefix(args.prefix)
         arguments = params.arguments or {}
         if name in ("echo", "sampled_echo"):
@@ -437,6 +439,7 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--unavailable-calls", type=int, default=0, help="HTTP 503 to the first K tools/call POSTs")
     parser.add_argument("--endless-503", action="store_true", help="the 503s' bodies never end")
     parser.add_argument("--log-auth", action="store_true", help="print each HTTP request's Authorization header")
+    parser.add_argument("--log-calls", action="store_true", help="print `CALL <tool>` on stderr for every call")
     parser.add_argument("--subscribable", action="store_true", help="resource subscriptions and an `updates` tool")
     parser.add_argument("--lists-by-capabilities", action="store_true",
                         help="a tool, a prompt and a resource template listed only to sessions whose client "
