@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from consumers._json import JSON, JSONObject
+from consumers.sandbox import SandboxConfig
 
 DEFAULT_UPSTREAM_TIMEOUT = 60.0
 DEFAULT_CONNECT_TIMEOUT = 30.0
@@ -247,6 +248,12 @@ class UpstreamConfig(_Model):
     roots: tuple[str, ...] | None = None
     """With `shared`: the roots Triad declares to the upstream (file:// URIs). Unset: Triad declares no roots
     (it never hands one client's roots to another)."""
+    sandbox: SandboxConfig | Literal[False] | None = None
+    """A stdio child in bubblewrap (`consumers.sandbox`). Unset: `sandbox_default:`, if any; `false`: none."""
+
+    @property
+    def sandboxed(self) -> SandboxConfig | None:
+        return self.sandbox if isinstance(self.sandbox, SandboxConfig) else None
 
     @property
     def session_mode(self) -> Literal["shared", "per_client"]:
@@ -271,6 +278,8 @@ class UpstreamConfig(_Model):
 
     @model_validator(mode="after")
     def _check_target(self) -> UpstreamConfig:
+        if isinstance(self.sandbox, SandboxConfig) and self.command is None:
+            raise ValueError("sandbox: applies to stdio upstreams (a command) only")
         if self.tls is not None and self.kind == "stdio":
             raise ValueError("tls: applies to HTTP upstreams (streamable-http, sse) only")
         if self.auth is not None and self.kind != "streamable-http":
