@@ -52,7 +52,15 @@ def connect(port: int) -> str:
 
 @server.tool()
 def get_env(name: str) -> str:
+    """Its own environment, else its parent's (`/proc/<ppid>/environ`: Triad's, when it runs bare)."""
     value = os.environ.get(name)
+    if value is None:
+        try:
+            with open(f"/proc/{os.getppid()}/environ", "rb") as file:
+                found = dict(e.split(b"=", 1) for e in file.read().split(b"\0") if b"=" in e)
+            value = found[name.encode()].decode() if name.encode() in found else None
+        except OSError:
+            pass
     return "unset" if value is None else f"ok: {value}"
 
 
