@@ -113,6 +113,7 @@ def bwrap_argv(sandbox: SandboxConfig, command: str, args: Sequence[str], cwd: s
         argv += ["--ro-bind", place, place]
     for place in sandbox.write:
         argv += ["--bind", place, place]
+    argv += ["--remount-ro", "/"]  # the sandbox's own root (a tmpfs holding the mount points): nothing to write there
     reachable = (*sandbox.read, *sandbox.write)
     inside = cwd is not None and any(cwd == p or cwd.startswith(p.rstrip("/") + "/") for p in reachable)
     argv += ["--chdir", cwd if inside and cwd is not None else home, "--", command, *args]

@@ -54,6 +54,15 @@ def listener() -> Iterator[int]:
     thread.join(5)
 
 
+@pytest.fixture
+def in_root(tmp_path: Path) -> Iterator[Path]:
+    """A path below ROOT, where the venv of the sandboxed command is bound (so ROOT is a mount point in the
+    sandbox); a bare run writes it, and it is removed."""
+    path = ROOT / f".sandbox-test-{tmp_path.name}"
+    yield path
+    path.unlink(missing_ok=True)
+
+
 def text(result: dict[str, Any]) -> str:
     assert not result.get("isError"), result
     return str(result["content"][0]["text"])
@@ -61,7 +70,7 @@ def text(result: dict[str, Any]) -> str:
 
 @pytest.mark.anyio
 async def test_hostile_server_is_refused_each_escape_and_answers_the_rest_as_bare(
-        procs: list[Proc], tmp_path: Path, listener: int) -> None:
+        procs: list[Proc], tmp_path: Path, listener: int, in_root: Path) -> None:
     bwrap()
     home, allowed, out = tmp_path / "home", tmp_path / "allowed", tmp_path / "out"
     for directory in (home / ".ssh", allowed, out):
@@ -78,7 +87,7 @@ async def test_hostile_server_is_refused_each_escape_and_answers_the_rest_as_bar
         ("read_file", {"path": str(config)}, "refused: ENOENT"),  # the config file
         ("read_file", {"path": str(home / ".ssh" / "id_ed25519")}, "refused: ENOENT"),
         ("write_file", {"path": str(allowed / "new.txt"), "text": "x"}, "refused: EROFS"),  # read, not write
-        ("write_file", {"path": "/usr/triad-sandbox-test", "text": "x"}, "refused: EROFS"),
+        ("write_file", {"path": str(in_root), "text": "x"}, "refused: EROFS"),  # beside its own command's files
         ("connect", {"port": listener}, "refused: ECONNREFUSED"),  # network: none
         ("get_env", {"name": "SANDBOX_SECRET"}, "unset"),  # not in env: (nor in its parent's, /proc is its own)
         ("spawn", {"count": 40}, "refused: EAGAIN"),  # pids: 16
@@ -96,9 +105,10 @@ async def test_hostile_server_is_refused_each_escape_and_answers_the_rest_as_bar
     async with http_session(url) as session:
         for tool, arguments, refused in escapes:
             assert text(await call(session, f"boxed__{tool}", arguments)) == refused, (tool, arguments)
-        # a write outside `write` lands, if anywhere, in the sandbox's own /tmp: never on the host
-        assert text(await call(session, "boxed__write_file", {"path": str(tmp_path / "evil.txt"), "text": "x"}))
-        assert not (tmp_path / "evil.txt").exists()
+        # a write outside `write` lands, if anywhere, in the sandbox's own /tmp or home: never on the host
+        for outside in (tmp_path / "evil.txt", home / ".bashrc"):
+            assert text(await call(session, "boxed__write_file", {"path": str(outside), "text": "x"}))
+            assert not outside.exists()
         for tool, arguments, refused in escapes:  # what makes each a test: bare, every escape works
             assert text(await call(session, f"bare__{tool}", arguments)) != refused, (tool, arguments)
         boxed = [text(await call(session, f"boxed__{tool}", arguments)) for tool, arguments in allowed_calls]
@@ -106,7 +116,6 @@ async def test_hostile_server_is_refused_each_escape_and_answers_the_rest_as_bar
         bare = [text(await call(session, f"bare__{tool}", arguments)) for tool, arguments in allowed_calls]
     assert boxed == bare
     assert boxed[0] == "ok: allowed data" and boxed[3] == "ok: passed"
-    Path("/usr/triad-sandbox-test").unlink(missing_ok=True)  # the bare run wrote it
 
 
 @pytest.mark.anyio
