@@ -184,3 +184,19 @@ async def test_a_sandbox_that_cannot_be_set_up_is_a_down_upstream_with_the_reaso
     procs[-1].wait_for(r"upstream boxed .*sandbox\.read\.0: path not found: " + str(tmp_path / "gone"))
     async with http_session(url) as session:
         assert text(await call(session, "bare__get_env", {"name": "PATH"})).startswith("ok: ")
+
+
+@pytest.mark.anyio
+async def test_each_client_session_gets_a_sandbox_and_home_of_its_own(procs: list[Proc], tmp_path: Path) -> None:
+    bwrap()
+    home = tmp_path / "home"
+    home.mkdir()
+    config = write_config(tmp_path, {"upstreams": {"boxed": {
+        "command": PYTHON, "args": [str(HOSTILE)], "sessions": "per_client", "sandbox": {"read": [str(HOSTILE)]}}}})
+    url = start_triad(procs, config, wait_ready=1, env={"HOME": str(home)})
+    note = str(home / "note.txt")
+    async with http_session(url) as first, http_session(url) as second:
+        assert text(await call(first, "write_file", {"path": note, "text": "first's"})) == "ok: written"
+        assert text(await call(first, "read_file", {"path": note})) == "ok: first's"
+        assert text(await call(second, "read_file", {"path": note})) == "refused: ENOENT"
+    assert not (home / "note.txt").exists()
