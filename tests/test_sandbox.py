@@ -5,6 +5,7 @@ sandboxed. `triad check` and a down upstream name what keeps a sandbox from bein
 
 from __future__ import annotations
 
+import json
 import shutil
 import socket
 import subprocess
@@ -200,3 +201,20 @@ async def test_each_client_session_gets_a_sandbox_and_home_of_its_own(procs: lis
         assert text(await call(first, "read_file", {"path": note})) == "ok: first's"
         assert text(await call(second, "read_file", {"path": note})) == "refused: ENOENT"
     assert not (home / "note.txt").exists()
+
+
+def test_plan_shows_each_upstreams_sandbox(tmp_path: Path) -> None:
+    bwrap()
+    upstream = {"command": PYTHON, "args": [str(HOSTILE)]}
+    config = tmp_path / "triad.yaml"
+    config.write_text(yaml.safe_dump({"sandbox_default": {"read": [str(HOSTILE)], "memory": "1G", "cpu": "5m"},
+                                      "upstreams": {"boxed": upstream, "bare": {**upstream, "sandbox": False}}}))
+    done = subprocess.run([*TRIAD, "plan", "-c", str(config), "--json"], capture_output=True, text=True, cwd=ROOT)
+    upstreams = json.loads(done.stdout)["upstreams"]
+    assert upstreams["boxed"]["state"] == "ready" and upstreams["bare"]["state"] == "ready"
+    assert upstreams["boxed"]["sandbox"] == {"read": [str(HOSTILE)], "write": [], "network": "none", "env": [],
+                                             "memory": 1 << 30, "pids": None, "cpu": 300, "tmp": "private"}
+    assert "sandbox" not in upstreams["bare"]
+    text_plan = subprocess.run([*TRIAD, "plan", "-c", str(config)], capture_output=True, text=True, cwd=ROOT).stdout
+    assert f"    sandbox: network none; read {HOSTILE}; write -; tmp private; limits memory 1024M, cpu 300s" \
+        in text_plan.splitlines()
