@@ -3,11 +3,13 @@
 
 Ownership: `open_child` makes one with `PidsGroup.make` before the spawn, the exec wrapper (`consumers._child_exec`)
 moves the child into it before it execs bwrap (so every process of the sandbox is in it from the start), and
-`open_child` removes it once the child's process group is stopped, in the upstream's owner task.
+`open_child` removes it once the child's process group is stopped, in the upstream's owner task; the next one
+made removes those a run killed -9 left (empty: their processes died with it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import uuid
@@ -33,6 +35,16 @@ def pids_root() -> Path | None:
     return here if "pids" in enabled and os.access(here, os.W_OK) else None
 
 
+def _remove_left_over(root: Path) -> None:
+    """The groups of Triad runs that died (killed -9): their processes died with them (PR_SET_PDEATHSIG), the
+    empty directories stay until removed."""
+    for left in root.glob("triad-*-*"):
+        run = left.name.split("-")[1]
+        if run.isdigit() and int(run) != os.getpid() and not Path(f"/proc/{run}").exists():
+            with contextlib.suppress(OSError):  # not empty (still in use), or not ours to remove
+                left.rmdir()
+
+
 class PidsGroup:
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -43,6 +55,7 @@ class PidsGroup:
         root = pids_root()
         if root is None:
             raise OSError("no writable pids cgroup")
+        _remove_left_over(root)
         path = root / f"triad-{os.getpid()}-{uuid.uuid4().hex[:12]}"
         path.mkdir()
         try:
