@@ -60,6 +60,11 @@ def _stringify(value: JSON) -> JSON:
 WireString = Annotated[SecretStr, BeforeValidator(_stringify)]
 
 
+def _sandbox_off(value: JSON) -> JSON:
+    """`sandbox: false` opts an upstream out of `sandbox_default:`."""
+    return {"enabled": False} if value is False else value
+
+
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -248,12 +253,12 @@ class UpstreamConfig(_Model):
     roots: tuple[str, ...] | None = None
     """With `shared`: the roots Triad declares to the upstream (file:// URIs). Unset: Triad declares no roots
     (it never hands one client's roots to another)."""
-    sandbox: SandboxConfig | Literal[False] | None = None
+    sandbox: Annotated[SandboxConfig | None, BeforeValidator(_sandbox_off)] = None
     """A stdio child in bubblewrap (`consumers.sandbox`). Unset: `sandbox_default:`, if any; `false`: none."""
 
     @property
     def sandboxed(self) -> SandboxConfig | None:
-        return self.sandbox if isinstance(self.sandbox, SandboxConfig) else None
+        return self.sandbox if self.sandbox is not None and self.sandbox.enabled else None
 
     @property
     def session_mode(self) -> Literal["shared", "per_client"]:
@@ -278,7 +283,7 @@ class UpstreamConfig(_Model):
 
     @model_validator(mode="after")
     def _check_target(self) -> UpstreamConfig:
-        if isinstance(self.sandbox, SandboxConfig) and self.command is None:
+        if self.sandboxed is not None and self.command is None:
             raise ValueError("sandbox: applies to stdio upstreams (a command) only")
         if self.tls is not None and self.kind == "stdio":
             raise ValueError("tls: applies to HTTP upstreams (streamable-http, sse) only")

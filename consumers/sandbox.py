@@ -45,7 +45,9 @@ _CPU = re.compile(r"^\s*(\d+)\s*(s|m)?\s*$")
 
 def _cpu_seconds(value: JSON) -> JSON:
     """`300s`, `5m` or a whole number of seconds (RLIMIT_CPU counts whole seconds)."""
-    if isinstance(value, str) and (match := _CPU.match(value)):
+    if isinstance(value, str):
+        if (match := _CPU.match(value)) is None:
+            raise ValueError("not a CPU time (use e.g. 300s, 5m, or whole seconds)")
         return int(match.group(1)) * (60 if match.group(2) == "m" else 1)
     return value
 
@@ -64,6 +66,8 @@ class SandboxConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    enabled: bool = True
+    """`false` (written `sandbox: false`): no sandbox, not even `sandbox_default:`."""
     read: tuple[str, ...] = ()
     """Paths bound read-only (relative ones: relative to the config file). Must exist."""
     write: tuple[str, ...] = ()

@@ -17,6 +17,9 @@ from typing import Any
 import pytest
 import yaml
 
+from gateway.cli import main
+from gateway.errors import ConfigError
+from gateway.runtime._loading import parse_config
 from tests.conftest import NODE_DIR, PYTHON, ROOT, TRIAD, Proc, node_bin, start_triad, write_config
 from tests.test_gateway_e2e import all_tools, call, http_session
 
@@ -143,6 +146,30 @@ async def test_published_servers_run_sandboxed_through_triad(procs: list[Proc], 
         assert "hi" in text(await call(session, "everything__echo", {"message": "hi"}))
 
 
+INVALID = [
+    ("{network: wifi}", "upstreams.a.sandbox.network: must be 'none', 'loopback' or 'host' (line 4)"),
+    ("{memory: lots}", "upstreams.a.sandbox.memory: not a size (use e.g. 512M, 2G) (line 4)"),
+    ("{memory: 512}", "upstreams.a.sandbox.memory: must be at least 16M (line 4)"),
+    ("{pids: 0}", "upstreams.a.sandbox.pids: must be greater than or equal to 1 (line 4)"),
+    ("{cpu: forever}", "upstreams.a.sandbox.cpu: not a CPU time (use e.g. 300s, 5m, or whole seconds) (line 4)"),
+    ("{reads: [/x]}", "upstreams.a.sandbox.reads: unknown key 'reads' (did you mean 'read'?) (line 4)"),
+    ("yes", "upstreams.a.sandbox: must be a mapping (`key: value` lines, or `{key: value}`) (line 4)"),
+]
+
+
+@pytest.mark.parametrize(("sandbox", "problem"), INVALID)
+def test_an_invalid_sandbox_is_refused_with_its_key_path_and_line(sandbox: str, problem: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        parse_config(f"upstreams:\n  a:\n    command: python3\n    sandbox: {sandbox}\n")
+    assert raised.value.problems == [problem]
+
+
+def test_a_sandbox_on_an_http_upstream_is_refused() -> None:
+    with pytest.raises(ConfigError) as raised:
+        parse_config("upstreams:\n  a:\n    url: http://127.0.0.1:1/mcp\n    sandbox: {network: none}\n")
+    assert raised.value.problems == ["upstreams.a.sandbox: applies to stdio upstreams (a command) only (line 4)"]
+
+
 CHECKED = [
     ({"read": ["/nonexistent/triad"]}, "upstreams.boxed.sandbox.read.0: path not found: /nonexistent/triad"),
     ({"write": ["/nonexistent/triad"]}, "upstreams.boxed.sandbox.write.0: path not found: /nonexistent/triad"),
@@ -151,27 +178,29 @@ CHECKED = [
 
 
 @pytest.mark.parametrize(("sandbox", "problem"), CHECKED)
-def test_check_names_what_keeps_a_sandbox_from_being_set_up(tmp_path: Path, sandbox: dict[str, Any],
-                                                              problem: str) -> None:
+def test_check_names_what_keeps_a_sandbox_from_being_set_up(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                              sandbox: dict[str, Any], problem: str) -> None:
     bwrap()
     config = tmp_path / "triad.yaml"
     config.write_text(yaml.safe_dump({"upstreams": {"boxed": {"command": PYTHON, "sandbox": sandbox}}}))
-    done = subprocess.run([*TRIAD, "check", "-c", str(config)], capture_output=True, text=True, cwd=ROOT)
     bad = problem.rsplit(": ", 1)[1]
     line = next(n for n, text in enumerate(config.read_text().splitlines(), 1) if bad in text)
-    assert done.returncode == 1
-    assert f"{problem} (line {line})" in done.stderr
+    assert main(["check", "-c", str(config)]) == 1
+    assert f"{problem} (line {line})" in capsys.readouterr().err
 
 
-def test_check_names_a_missing_bubblewrap(tmp_path: Path) -> None:
+def test_check_names_a_missing_bubblewrap(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
     config = tmp_path / "triad.yaml"
     config.write_text(yaml.safe_dump({"sandbox_default": {"network": "none"},
-                                      "upstreams": {"plain": {"command": PYTHON}}}))
-    done = subprocess.run([*TRIAD, "check", "-c", str(config)], capture_output=True, text=True, cwd=ROOT,
-                          env={"PATH": str(tmp_path)})
-    assert done.returncode == 1
-    assert "sandbox_default: bubblewrap (bwrap) is not installed" in done.stderr
-    assert "(for upstream 'plain') (line 1)" in done.stderr
+                                      "upstreams": {"plain": {"command": PYTHON}, "opted_out": {
+                                          "command": PYTHON, "sandbox": False}}}))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert main(["check", "-c", str(config)]) == 1
+    err = capsys.readouterr().err
+    assert "sandbox_default: bubblewrap (bwrap) is not installed" in err
+    assert "(for upstream 'plain') (line 1)" in err
+    assert "opted_out" not in err
 
 
 @pytest.mark.anyio

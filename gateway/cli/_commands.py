@@ -13,7 +13,7 @@ from pathlib import Path
 
 import anyio
 
-from consumers import LoginError, SandboxConfig, UserAuthorization, describe_failure, login, sandbox_problems
+from consumers import LoginError, UserAuthorization, describe_failure, login, sandbox_problems
 from consumers.errors import UpstreamError
 from gateway.cli import _reports as reports
 from gateway.cli._importer import FORMATS, ImportFailed, convert
@@ -212,7 +212,7 @@ def _sandbox_problems(config: TriadConfig) -> list[str]:
     for name, upstream in config.enabled_upstreams().items():
         if (sandbox := upstream.sandboxed) is None:
             continue
-        own = isinstance(config.upstreams[name].sandbox, SandboxConfig)
+        own = config.upstreams[name].sandbox is not None
         base: tuple[str | int, ...] = ("upstreams", name, "sandbox") if own else ("sandbox_default",)
         for key, message in sandbox_problems(sandbox):
             where = (*base, *(int(p) if p.isdigit() else p for p in key.split(".") if p))

@@ -383,7 +383,7 @@ class TriadConfig(_Model):
         sandbox = upstream.sandbox
         if sandbox is None and upstream.kind == "stdio":
             sandbox = self.sandbox_default
-        if not isinstance(sandbox, SandboxConfig):
+        if sandbox is None or not sandbox.enabled:
             return upstream if sandbox is None else upstream.model_copy(update={"sandbox": None})
         paths = {key: tuple(self.resolve_path(p) for p in getattr(sandbox, key)) for key in ("read", "write")}
         return upstream.model_copy(update={"sandbox": sandbox.model_copy(update=paths)})
