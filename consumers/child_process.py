@@ -11,6 +11,11 @@ On Linux the child dies with Triad, even when Triad is killed -9 (`PR_SET_PDEATH
 wrapper `consumers._child_exec`), and its group is recorded (`consumers.child_groups`) so that the next start ends
 what the rest of a group left running.
 
+With `sandbox:` the command runs in bubblewrap (`consumers._bwrap`): the exec wrapper applies its limits (and
+joins its pids cgroup, made here and removed once the group is stopped) and execs bwrap, which stays in the
+child's process group, so the same stop ends the whole sandbox. A sandbox that cannot be set up raises
+`UpstreamUnavailable` with the reason before anything is spawned: never a bare start.
+
 Ownership: the upstream's owner task enters and exits `open_child`; two pump tasks inside it move lines between
 the pipes and the session's memory streams, and a thread reads the child's stderr into Triad's log (INFO) and into
 the upstream's `ChildOutput`, which keeps the last lines and the exit code with the upstream's state, so that
