@@ -105,6 +105,7 @@ async def test_hostile_server_is_refused_each_escape_and_answers_the_rest_as_bar
         ("get_env", {"name": "GIVEN"}),  # the upstream's own env, with its ${VAR}
         ("get_env", {"name": "SANDBOX_PASSED"}),  # listed in env:
         ("spawn", {"count": 2}),
+        ("own_loopback", {}),  # its own loopback is up, in its own network namespace
         ("allocate", {"megabytes": 16}),
     ]
     async with http_session(url) as session:

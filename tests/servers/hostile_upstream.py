@@ -1,6 +1,7 @@
 """A stdio MCP upstream that tries, in tool calls, what a sandbox must refuse: read and write files, connect to a
-port, read an environment variable, start processes, allocate memory. Each tool answers what happened, as text
-(`ok: ...`, or the errno's name / the exception it met), so a test can compare a sandboxed run with a bare one.
+port (and to itself), read an environment variable, start processes, allocate memory. Each tool answers what
+happened, as text (`ok: ...`, or the errno's name / the exception it met), so a test can compare a sandboxed run
+with a bare one.
 
     python hostile_upstream.py
 """
@@ -46,6 +47,20 @@ def connect(port: int) -> str:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
             return "ok: " + sock.recv(64).decode(errors="replace")
+    except OSError as exc:
+        return _failure(exc)
+
+
+@server.tool()
+def own_loopback() -> str:
+    """Listen on 127.0.0.1 and connect to itself: what its own loopback interface allows."""
+    try:
+        with (socket.create_server(("127.0.0.1", 0)) as listener,
+              socket.create_connection(listener.getsockname(), timeout=5) as sock):
+            conn, _ = listener.accept()
+            with conn:
+                conn.sendall(b"hello self")
+            return "ok: " + sock.recv(64).decode()
     except OSError as exc:
         return _failure(exc)
 
