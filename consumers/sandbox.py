@@ -80,7 +80,7 @@ class SandboxConfig(BaseModel):
     """Names of Triad's environment variables passed on; every other one is removed. The upstream's own `env:`
     (with its `${VAR}` values) is always passed, and `PATH` and `HOME` (the private home) are set."""
     memory: Size | None = None
-    """Address space per process (`RLIMIT_AS`), e.g. `512M`. Node reserves several GB of address space at start."""
+    """Address space per process (`RLIMIT_AS`), e.g. `512M`: more than the memory used (Node needs about 2G)."""
     pids: int | None = Field(default=None, ge=1)
     """Processes and threads of the whole sandbox at once (a cgroup's `pids.max`; needs a writable pids cgroup)."""
     cpu: CpuSeconds | None = None
