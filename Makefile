@@ -32,7 +32,8 @@ E2E_TESTS := tests/test_gateway_e2e.py tests/test_conformance.py tests/test_eras
 	tests/test_policy_e2e.py tests/test_search_e2e.py tests/test_cluster.py tests/test_oauth_upstream.py
 
 # Debian tools the tests use: promtool (checks /metrics), chromium and chromedriver (the console's browser tests),
-# redis-server and haproxy (the cluster tests and deploy/). Installed when missing, if this machine has apt-get.
+# redis-server and haproxy (the cluster tests and deploy/), bubblewrap (sandboxed stdio upstreams). Installed when
+# missing, if this machine has apt-get.
 system-tools:
 	@command -v promtool >/dev/null || { command -v apt-get >/dev/null && \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
@@ -43,6 +44,9 @@ system-tools:
 	@{ command -v redis-server >/dev/null && command -v haproxy >/dev/null; } || { command -v apt-get >/dev/null && \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
 		redis-server haproxy >/dev/null) || echo "make: redis-server or haproxy is missing and could not be installed"; }
+	@command -v bwrap >/dev/null || { command -v apt-get >/dev/null && \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+		bubblewrap >/dev/null) || echo "make: bwrap is missing and could not be installed (Debian's bubblewrap)"; }
 
 # Two workers (the tests mostly wait on the processes they start); a file's tests stay on one worker, so a module's
 # daemon is started once. `PYTEST_WORKERS=0 make test` runs them in this process, one after another.

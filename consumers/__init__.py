@@ -25,6 +25,8 @@ from consumers.relay import (
     cancellation_of,
     undeclared,
 )
+from consumers.sandbox import SandboxConfig, describe_sandbox
+from consumers.sandbox import problems as sandbox_problems
 from consumers.upstream import Upstream
 
 __all__ = [
@@ -42,6 +44,7 @@ __all__ = [
     "OwnLists",
     "ProgressFn",
     "RequestOptions",
+    "SandboxConfig",
     "SecretMask",
     "Share",
     "Upstream",
@@ -52,10 +55,12 @@ __all__ = [
     "all_finite",
     "cancellation_of",
     "describe_failure",
+    "describe_sandbox",
     "dumps",
     "loads",
     "login",
     "may_overflow",
     "read_regular",
+    "sandbox_problems",
     "undeclared",
 ]

@@ -11,6 +11,11 @@ On Linux the child dies with Triad, even when Triad is killed -9 (`PR_SET_PDEATH
 wrapper `consumers._child_exec`), and its group is recorded (`consumers.child_groups`) so that the next start ends
 what the rest of a group left running.
 
+With `sandbox:` the command runs in bubblewrap (`consumers._bwrap`): the exec wrapper applies its limits (and
+joins its pids cgroup, made here and removed once the group is stopped) and execs bwrap, which stays in the
+child's process group, so the same stop ends the whole sandbox. A sandbox that cannot be set up raises
+`UpstreamUnavailable` with the reason before anything is spawned: never a bare start.
+
 Ownership: the upstream's owner task enters and exits `open_child`; two pump tasks inside it move lines between
 the pipes and the session's memory streams, and a thread reads the child's stderr into Triad's log (INFO) and into
 the upstream's `ChildOutput`, which keeps the last lines and the exit code with the upstream's state, so that
@@ -37,10 +42,14 @@ from mcp.client.stdio import get_default_environment
 from mcp.shared.message import SessionMessage
 
 from consumers import _child_exec, child_groups
+from consumers._bwrap import bwrap_argv, sandbox_env
+from consumers._cgroups import PidsGroup
 from consumers._json import parse_message
 from consumers.child_groups import ChildGroups
 from consumers.errors import UpstreamUnavailable
 from consumers.masking import SecretMask
+from consumers.sandbox import SandboxConfig
+from consumers.sandbox import problems as sandbox_problems
 
 logger = logging.getLogger("triad.upstream")
 
@@ -142,23 +151,27 @@ class ChildOutput:
 
 @asynccontextmanager
 async def open_child(command: str, args: Sequence[str], env: Mapping[str, str] | None, cwd: str | None,
-                     output: ChildOutput) -> AsyncIterator[tuple[ReadStream, WriteStream]]:
-    """Spawn the child and yield the session's (read, write) streams; on exit, stop its whole process group and
-    record how it ended in `output` (with the last lines of its stderr)."""
+                     output: ChildOutput, sandbox: SandboxConfig | None = None
+                     ) -> AsyncIterator[tuple[ReadStream, WriteStream]]:
+    """Spawn the child (in bubblewrap, with `sandbox`) and yield the session's (read, write) streams; on exit,
+    stop its whole process group and record how it ended in `output` (with the last lines of its stderr)."""
     output.spawned((env or {}).values())
-    full_env = {**get_default_environment(), **(env or {})}
-    argv = [command, *args]
-    if (missing := _missing(command, cwd, full_env)) is not None:  # the wrapper's exec would fail in the child
-        raise UpstreamUnavailable(output.name, missing)
+    full_env = {**get_default_environment(), **(env or {})} if sandbox is None else sandbox_env(sandbox, env or {})
+    if (missing := _missing(command, cwd if sandbox is None else None, full_env)) is not None:
+        raise UpstreamUnavailable(output.name, missing)  # the wrapper's exec would fail in the child
     wrapped = child_groups.supported()
+    pids, limits = _sandbox_limits(output.name, sandbox, wrapped)
+    argv = [command, *args] if sandbox is None else bwrap_argv(sandbox, command, args, cwd, full_env["PATH"])
     read_fd, write_fd = os.pipe()
     try:
         process = await anyio.open_process(
-            [sys.executable, "-I", "-S", CHILD_EXEC, str(os.getpid()), *argv] if wrapped else argv,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=write_fd, env=full_env, cwd=cwd,
-            start_new_session=True)
+            [sys.executable, "-I", "-S", CHILD_EXEC, str(os.getpid()), limits, *argv] if wrapped else argv,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=write_fd, env=full_env,
+            cwd=cwd if sandbox is None else None, start_new_session=True)
     except BaseException as exc:
         os.close(read_fd)
+        if pids is not None:
+            pids.remove()
         if isinstance(exc, FileNotFoundError):
             raise UpstreamUnavailable(output.name, _missing(command, cwd, full_env)
                                       or f"command not found: {command}") from None
@@ -186,8 +199,33 @@ async def open_child(command: str, args: Sequence[str], env: Mapping[str, str] |
                 if output.groups is not None:
                     output.groups.forget(process.pid)
                 await _until(lambda: not reader.is_alive(), STDERR_DRAIN_LIMIT)
+                if pids is not None:
+                    pids.remove()
                 output.ended(process.returncode, stopped)
             tg.cancel_scope.cancel()
+
+
+def _sandbox_limits(name: str, sandbox: SandboxConfig | None, wrapped: bool) -> tuple[PidsGroup | None, str]:
+    """The pids cgroup (made here) and the exec wrapper's LIMITS argument of a sandbox; a sandbox that cannot be
+    set up is an `UpstreamUnavailable` with the reason, never a bare start."""
+    if sandbox is None:
+        return None, "-"
+    if not wrapped:
+        raise UpstreamUnavailable(name, f"upstream {name!r}: sandbox: needs Linux (bubblewrap and /proc)")
+    if found := sandbox_problems(sandbox):
+        key, problem = found[0]
+        raise UpstreamUnavailable(name, f"upstream {name!r}: sandbox{'.' + key if key else ''}: {problem}")
+    limits = [f"as={sandbox.memory}"] if sandbox.memory is not None else []
+    limits += [f"cpu={sandbox.cpu}"] if sandbox.cpu is not None else []
+    pids = None
+    if sandbox.pids is not None:
+        try:
+            pids = PidsGroup.make(sandbox.pids)
+        except OSError as exc:
+            raise UpstreamUnavailable(name, f"upstream {name!r}: sandbox.pids: cannot make a pids cgroup: "
+                                      f"{exc.strerror or exc}") from None
+        limits.append(f"cgroup={pids.procs}")
+    return pids, ",".join(limits) or "-"
 
 
 def _missing(command: str, cwd: str | None, env: Mapping[str, str]) -> str | None:

@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from consumers._json import JSON, JSONObject
+from consumers.sandbox import SandboxConfig
 
 DEFAULT_UPSTREAM_TIMEOUT = 60.0
 DEFAULT_CONNECT_TIMEOUT = 30.0
@@ -57,6 +58,11 @@ def _stringify(value: JSON) -> JSON:
 
 
 WireString = Annotated[SecretStr, BeforeValidator(_stringify)]
+
+
+def _sandbox_off(value: JSON) -> JSON:
+    """`sandbox: false` opts an upstream out of `sandbox_default:`."""
+    return {"enabled": False} if value is False else value
 
 
 
@@ -247,6 +253,12 @@ class UpstreamConfig(_Model):
     roots: tuple[str, ...] | None = None
     """With `shared`: the roots Triad declares to the upstream (file:// URIs). Unset: Triad declares no roots
     (it never hands one client's roots to another)."""
+    sandbox: Annotated[SandboxConfig | None, BeforeValidator(_sandbox_off)] = None
+    """A stdio child in bubblewrap (`consumers.sandbox`). Unset: `sandbox_default:`, if any; `false`: none."""
+
+    @property
+    def sandboxed(self) -> SandboxConfig | None:
+        return self.sandbox if self.sandbox is not None and self.sandbox.enabled else None
 
     @property
     def session_mode(self) -> Literal["shared", "per_client"]:
@@ -271,6 +283,8 @@ class UpstreamConfig(_Model):
 
     @model_validator(mode="after")
     def _check_target(self) -> UpstreamConfig:
+        if self.sandboxed is not None and self.command is None:
+            raise ValueError("sandbox: applies to stdio upstreams (a command) only")
         if self.tls is not None and self.kind == "stdio":
             raise ValueError("tls: applies to HTTP upstreams (streamable-http, sse) only")
         if self.auth is not None and self.kind != "streamable-http":

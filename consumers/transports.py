@@ -60,7 +60,8 @@ async def open_transport(name: str, config: UpstreamConfig, cwd: str | None, out
     if kind == "stdio":
         assert config.command is not None
         env = {key: value.get_secret_value() for key, value in config.env.items()}
-        async with open_child(config.command, config.args, env, cwd, output or ChildOutput(name)) as (read, write):
+        async with open_child(config.command, config.args, env, cwd, output or ChildOutput(name),
+                              config.sandboxed) as (read, write):
             yield read, write, None
         return
     headers = {key: value.get_secret_value() for key, value in config.headers.items()}

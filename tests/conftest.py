@@ -128,10 +128,11 @@ def write_config(tmp_path: Path, config: dict[str, Any], name: str = "triad.yaml
     return path
 
 
-def start_triad(procs: list[Proc], config: Path, *, wait_ready: int = 0) -> str:
-    """Start `triad serve` on a free port; return the /mcp URL once it listens."""
+def start_triad(procs: list[Proc], config: Path, *, wait_ready: int = 0, env: dict[str, str] | None = None) -> str:
+    """Start `triad serve` on a free port (with `env` over the test's environment); return the /mcp URL once it
+    listens."""
     proc = Proc([*TRIAD, "serve", "-c", str(config), "--port", "0", "--log-level", "DEBUG"],
-                env={"TRIAD_TEST_MARK": RUN_MARKER})
+                env={"TRIAD_TEST_MARK": RUN_MARKER, **(env or {})})
     procs.append(proc)
     port = proc.wait_for(r"listening on http://127\.0\.0\.1:(\d+)/mcp").group(1)
     if wait_ready:

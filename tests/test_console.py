@@ -223,6 +223,20 @@ def test_a_killed_upstream_shows_as_down_with_its_stderr_line(browser: WebDriver
     screenshot(browser, "upstreams")
 
 
+def test_a_sandboxed_upstream_shows_its_sandbox(browser: WebDriver, procs: list[Proc], tmp_path: Path) -> None:
+    if shutil.which("bwrap") is None:
+        pytest.fail("bubblewrap is required (Debian: bubblewrap; `make system-tools`)")
+    boxed = stdio_upstream("console-boxed", sandbox={"read": [str(FIXTURE)], "network": "none", "pids": 32})
+    base, _ = start_console(procs, tmp_path, {"upstreams": {"fx": stdio_upstream("console-bare"), "boxed": boxed},
+                                              "clients": clients()})
+    sign_in(browser, base)
+    wait_for(browser, lambda b: "ready" in b.find_element(By.CSS_SELECTOR, "#upstream-boxed .state").text)
+    assert "sandboxed" in browser.find_element(By.CSS_SELECTOR, "#upstream-boxed").text
+    assert browser.find_element(By.CSS_SELECTOR, "#upstream-boxed-detail .sandbox").text == (
+        f"sandbox: network none; read {FIXTURE}; write -; tmp private; limits pids 32")
+    assert "sandboxed" not in browser.find_element(By.CSS_SELECTOR, "#upstream-fx").text
+
+
 # -- see as client -----------------------------------------------------------------------------------------------
 
 

@@ -13,7 +13,7 @@ import json
 import time
 from dataclasses import dataclass
 
-from consumers import JSON, JSONObject
+from consumers import JSON, JSONObject, describe_sandbox
 from gateway.calls import Dispatcher, pin_hooks
 from gateway.identity import LOCAL_CLIENT, identity_for
 from gateway.observe import CallRecord, Reloads
@@ -67,6 +67,7 @@ def upstreams(dispatcher: Dispatcher, clock: StateClock) -> list[JSONObject]:
         recent = dispatcher.metrics.call_log.since(name, RATE_WINDOW)
         rows.append({
             "name": name, "transport": upstream.config.kind, "state": upstream.state.value,
+            "sandbox": describe_sandbox(upstream.config.sandboxed),
             "since": clock.since(name), "reason": config.hide_values(upstream.reason),
             "exit": child.ended_exit if down else child.exit,
             "stderr": [config.hide_values(line) for line in (child.ended_lines if down else child.lines)],

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import anyio
 
-from consumers import LoginError, UserAuthorization, describe_failure, login
+from consumers import LoginError, UserAuthorization, describe_failure, login, sandbox_problems
 from consumers.errors import UpstreamError
 from gateway.cli import _reports as reports
 from gateway.cli._importer import FORMATS, ImportFailed, convert
@@ -122,6 +122,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"warning: listen.host: {open_listener}", file=sys.stderr)
         for warning in policy_warnings(config):
             print(f"warning: {args.config}: {warning}", file=sys.stderr)
+        if found := _sandbox_problems(config):
+            print(f"triad: {args.config}: {len(found)} problem(s)", file=sys.stderr)
+            for problem in found:
+                print(f"  {problem}", file=sys.stderr)
+            return 1
         print(f"{args.config}: valid ({len(config.upstreams)} upstream(s), {len(config.clients)} client(s))")
         return 0
     if args.verb == "login":
@@ -198,6 +203,22 @@ def _missing_tls_files(config: TriadConfig) -> list[str]:
                            "until it exists)", config.line_of(("upstreams", name, "tls", key)))
             for name, upstream in config.enabled_upstreams().items() if upstream.tls is not None
             for key, value in upstream.tls.files().items() if not Path(value).is_file()]
+
+
+def _sandbox_problems(config: TriadConfig) -> list[str]:
+    """What keeps a stdio upstream's sandbox from being set up on this machine (its upstream would be down): not in
+    the config's validation, which must not depend on the machine the file is read on (a reload applies it)."""
+    found = []
+    for name, upstream in config.enabled_upstreams().items():
+        if (sandbox := upstream.sandboxed) is None:
+            continue
+        own = config.upstreams[name].sandbox is not None
+        base: tuple[str | int, ...] = ("upstreams", name, "sandbox") if own else ("sandbox_default",)
+        for key, message in sandbox_problems(sandbox):
+            where = (*base, *(int(p) if p.isdigit() else p for p in key.split(".") if p))
+            found.append(format_problem(where, message + ("" if own else f" (for upstream {name!r})"),
+                                        config.line_of(where)))
+    return found
 
 
 def _login(config: TriadConfig, name: str, client: str | None) -> int:

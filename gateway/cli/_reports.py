@@ -10,7 +10,7 @@ import re
 import sys
 from collections.abc import Iterable, Mapping
 
-from consumers import JSON, JSONObject
+from consumers import JSON, JSONObject, SandboxConfig, describe_sandbox
 from gateway.approval import ApprovalRules
 from gateway.config import TriadConfig
 from gateway.hooks import PinDefinitions
@@ -155,6 +155,8 @@ def format_plan(report: JSONObject) -> str:
     for name, up in report["upstreams"].items():
         reason = f"  ({up['reason']})" if up["reason"] else ""
         lines.append(f"  {name:<{width}} {up['state']:<9} {up['transport']}{reason}")
+        if up.get("sandbox"):
+            lines.append(f"    {describe_sandbox(SandboxConfig.model_validate(up['sandbox']))}")
         if up.get("stderr"):
             lines.append(f"    last lines of its stderr{' (' + up['exit'] + ')' if up.get('exit') else ''}:")
             lines += [f"    | {line}" for line in up["stderr"]]

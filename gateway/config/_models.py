@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, field_validator, model_validator
 
-from consumers import JSON, JSONObject, SecretMask
+from consumers import JSON, JSONObject, SandboxConfig, SecretMask
 from consumers.config import Duration, UpstreamConfig, parse_duration
 from gateway.config._approval import ApprovalConfig
 from gateway.config._auth import AuthConfig
@@ -225,6 +225,8 @@ class ClusterConfig(_Model):
 class TriadConfig(_Model):
     listen: ListenConfig = ListenConfig()
     upstreams: dict[str, UpstreamConfig] = {}
+    sandbox_default: SandboxConfig | None = None
+    """The `sandbox:` of every stdio upstream that has none of its own (`sandbox: false` opts one out)."""
     naming: NamingConfig = NamingConfig()
     clients: dict[str, ClientConfig] = {}
     anonymous: str | None = None
@@ -367,8 +369,8 @@ class TriadConfig(_Model):
         return client.limits.over(self.limits) if client is not None else self.limits
 
     def enabled_upstreams(self) -> dict[str, UpstreamConfig]:
-        return {name: self._with_tls_files(self._with_token_store(name, up)) for name, up in self.upstreams.items()
-                if up.enabled}
+        return {name: self._with_sandbox(self._with_tls_files(self._with_token_store(name, up)))
+                for name, up in self.upstreams.items() if up.enabled}
 
     def resolve_path(self, value: str) -> str:
         """Every path the config holds (state_dir, tls files, cwd, token_store, hook options such as `audit.path`
@@ -391,6 +393,17 @@ class TriadConfig(_Model):
         store = str(directory / f"{self.source.stem}.tokens" / f"{name}.json") if upstream.auth.token_store is None \
             else self.resolve_path(upstream.auth.token_store)
         return upstream.model_copy(update={"auth": upstream.auth.model_copy(update={"token_store": store})})
+
+    def _with_sandbox(self, upstream: UpstreamConfig) -> UpstreamConfig:
+        """`sandbox_default` where a stdio upstream has no `sandbox`; `read` and `write` relative to the config
+        file, as every path is."""
+        sandbox = upstream.sandbox
+        if sandbox is None and upstream.kind == "stdio":
+            sandbox = self.sandbox_default
+        if sandbox is None or not sandbox.enabled:
+            return upstream if sandbox is None else upstream.model_copy(update={"sandbox": None})
+        paths = {key: tuple(self.resolve_path(p) for p in getattr(sandbox, key)) for key in ("read", "write")}
+        return upstream.model_copy(update={"sandbox": sandbox.model_copy(update=paths)})
 
     def _with_tls_files(self, upstream: UpstreamConfig) -> UpstreamConfig:
         """`tls` files given as relative paths are relative to the config file, as every path is."""

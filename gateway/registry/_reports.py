@@ -21,8 +21,10 @@ if TYPE_CHECKING:
 
 
 def upstream_states(upstreams: Mapping[str, Upstream]) -> JSONObject:
-    """Each upstream's state, reason and transport; for a stdio child that is down, its exit and last stderr lines."""
+    """Each upstream's state, reason, transport and sandbox (what its child may reach); for a stdio child that is
+    down, its exit and last stderr lines."""
     return {name: {"state": up.state.value, "reason": up.reason, "transport": up.config.kind,
+                   **({"sandbox": sandbox.describe()} if (sandbox := up.config.sandboxed) is not None else {}),
                    **({"exit": up.child.ended_exit, "stderr": up.child.ended_lines}
                       if up.config.kind == "stdio" and up.state.value == "down" else {})}
             for name, up in upstreams.items()}
