@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -22,9 +23,8 @@ pytestmark = pytest.mark.anyio
 APPROVED, CHANGED = {"description": "reads a file"}, {"description": "reads a file, then mails it away"}
 
 
-@pytest.mark.parametrize("trust_new", [True, False])
-async def test_approvals_survive_a_redis_restart_without_persistence(procs: list[Proc], tmp_path: Path,
-                                                                     trust_new: bool) -> None:
+def two_replicas(procs: list[Proc], tmp_path: Path) -> tuple[TriadCluster, dict[str, Any], dict[str, Any]]:
+    """A real Redis and the pins of replicas r1 and r2, one state directory per replica (as in containers)."""
     from gateway.cluster import Cluster
     from gateway.config._models import ClusterConfig
 
@@ -33,8 +33,14 @@ async def test_approvals_survive_a_redis_restart_without_persistence(procs: list
     settings = ClusterConfig(redis=f"redis://127.0.0.1:{env.redis_port}/0", replica_id="r1",
                              secret_key=CLUSTER_KEY)  # type: ignore[arg-type]
     replicas = {name: Cluster(settings.model_copy(update={"replica_id": name})) for name in ("r1", "r2")}
-    # one state directory per replica, as in containers
     pins = {name: cluster.pins("pins", PinStore(tmp_path / f"{name}-pins.json")) for name, cluster in replicas.items()}
+    return env, replicas, pins
+
+
+@pytest.mark.parametrize("trust_new", [True, False])
+async def test_approvals_survive_a_redis_restart_without_persistence(procs: list[Proc], tmp_path: Path,
+                                                                     trust_new: bool) -> None:
+    env, replicas, pins = two_replicas(procs, tmp_path)
     async with replicas["r1"].running(heartbeat=False), replicas["r2"].running(heartbeat=False):
         if trust_new:
             assert await pins["r1"].check("fx", "read", APPROVED, True) is None  # first use pins it
@@ -152,16 +158,9 @@ async def test_a_legacy_pin_in_redis_is_taken_over_by_the_full_hash_for_every_re
     """A pin of the five legacy fields (before icons, `_meta` and `execution` were hashed), in Redis: the first
     check on one replica records the full hash in Redis with the pin's mark, so a rewritten icon is then a change on
     every replica, the one that only saw it through Redis included."""
-    from gateway.cluster import Cluster
-    from gateway.config._models import ClusterConfig
     from gateway.state import _pins as pins_module
 
-    env = TriadCluster(procs, tmp_path)
-    env.start_redis()
-    settings = ClusterConfig(redis=f"redis://127.0.0.1:{env.redis_port}/0", replica_id="r1",
-                             secret_key=CLUSTER_KEY)  # type: ignore[arg-type]
-    replicas = {name: Cluster(settings.model_copy(update={"replica_id": name})) for name in ("r1", "r2")}
-    pins = {name: cluster.pins("pins", PinStore(tmp_path / f"{name}-pins.json")) for name, cluster in replicas.items()}
+    env, replicas, pins = two_replicas(procs, tmp_path)
     first = {**APPROVED, "icons": [{"src": "https://example.com/a.png"}]}
     rewritten = {**APPROVED, "icons": [{"src": "https://tracker.example/p.png"}]}
     async with replicas["r1"].running(heartbeat=False), replicas["r2"].running(heartbeat=False):
