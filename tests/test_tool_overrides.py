@@ -72,7 +72,8 @@ def test_plan_and_search_show_the_overridden_tool(tmp_path: Path) -> None:
     done = run_triad("plan", "-c", str(config), "--json")
     assert done.returncode == 0, done.stderr
     visible = {row["name"]: row for row in json.loads(done.stdout)["visible"]}
-    assert visible["say"] == {"name": "say", "upstream": "fx", "tool": "echo"} and "echo" not in visible
+    assert visible["say"] == {"name": "say", "upstream": "fx", "tool": "echo", "approval": None}
+    assert "echo" not in visible
     done = run_triad("search", "-c", str(config), "--json", "says", "it")
     assert done.returncode == 0, done.stderr
     assert "say" in done.stdout
